@@ -1,0 +1,1 @@
+"""Framework-free code shared by every kit."""

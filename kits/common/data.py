@@ -1,0 +1,85 @@
+"""Read the host-prepared dataset and decide the batch order, the same way in every kit.
+
+Runs inside each framework's environment: standard library and numpy only.
+The order of samples comes from numpy, not from a framework's loader, so both
+frameworks see the same batches by construction.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+_CHUNK = 1 << 20
+
+
+@dataclass
+class Arrays:
+    x_train: np.ndarray  # uint8 NHWC
+    y_train: np.ndarray  # int64
+    x_test: np.ndarray
+    y_test: np.ndarray
+    sha256: str          # of the file they were read from
+
+
+class DataError(Exception):
+    """The prepared dataset is missing or is not the one the spec names."""
+
+
+def load(path: str | Path, expected_sha256: str,
+         train_samples: int | None, test_samples: int | None) -> Arrays:
+    """The first train_samples/test_samples (None: all) of a verified .npz."""
+    path = Path(path)
+    actual = _sha256(path)
+    if actual != expected_sha256:
+        raise DataError(f"{path} has sha256 {actual} but the spec expects {expected_sha256}: "
+                        f"the file changed since the run was planned, so prepare the data again and re-plan.")
+    with np.load(path, allow_pickle=False) as npz:
+        return Arrays(
+            x_train=_first(npz["x_train"], train_samples, "train", path),
+            y_train=_first(npz["y_train"], train_samples, "train", path),
+            x_test=_first(npz["x_test"], test_samples, "test", path),
+            y_test=_first(npz["y_test"], test_samples, "test", path),
+            sha256=actual,
+        )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+    except FileNotFoundError:
+        raise DataError(f"The prepared dataset {path} is missing: prepare the data on the host "
+                        f"(and mount its directory into the container) before running.") from None
+    return digest.hexdigest()
+
+
+def _first(array: np.ndarray, n: int | None, split: str, path: Path) -> np.ndarray:
+    if n is None or n == len(array):
+        return array
+    if n > len(array):
+        raise DataError(f"The spec asks for {n} {split} samples but {path} holds {len(array)}: "
+                        f"re-plan the run so the counts come from the prepared data.")
+    # A copy, so the full array is freed and does not count in the run's memory.
+    return array[:n].copy()
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order of the n training samples in this epoch: a fresh permutation per epoch."""
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    return np.random.default_rng((seed, epoch)).permutation(n)
+
+
+def batches(order: np.ndarray, batch_size: int, drop_last: bool) -> Iterator[np.ndarray]:
+    """Index arrays of batch_size (the last one shorter unless drop_last drops it)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    for start in range(0, stop, batch_size):
+        yield order[start:start + batch_size]

@@ -1,0 +1,70 @@
+"""Clocks and memory readings shared by both kits (standard library and numpy only)."""
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import numpy as np
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def rss_bytes() -> int:
+    """Current resident memory of this process (cheap: one small /proc read)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * _PAGE
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process since it started (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def step_stats(values: list[float]) -> dict:
+    """Median, 95th percentile and mean of per-step seconds, with the raw values kept."""
+    if not values:
+        return {"p50": None, "p95": None, "mean": None, "n": 0, "values": []}
+    arr = np.asarray(values, dtype=np.float64)
+    return {
+        "p50": float(np.percentile(arr, 50)),
+        "p95": float(np.percentile(arr, 95)),
+        "mean": float(arr.mean()),
+        "n": int(arr.size),
+        "values": [round(v, 7) for v in values],
+    }
+
+
+class WindowTimer:
+    """Step times from windows of k steps, the device synchronised only at window edges.
+
+    Reading a clock after an asynchronous launch measures the queue, not the
+    device; synchronising every step would slow what is measured. Windows of
+    k steps do neither: the per-step figure is the window's time divided by k.
+    """
+
+    def __init__(self, k: int, sync) -> None:
+        self.k = k
+        self._sync = sync
+        self._start: float | None = None
+        self._count = 0
+        self.per_step: list[float] = []
+
+    def start(self) -> None:
+        self._sync()
+        self._start = now()
+        self._count = 0
+
+    def tick(self) -> None:
+        """Call after each step; closes a window every k steps."""
+        self._count += 1
+        if self._count == self.k:
+            self._sync()
+            t = now()
+            self.per_step.append((t - self._start) / self.k)
+            self._start = t
+            self._count = 0

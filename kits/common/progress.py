@@ -1,0 +1,24 @@
+"""Progress lines for the host: a marker, then one JSON object, at most about once a second."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+MARKER = "REPROKIT-PROGRESS "
+
+
+class Progress:
+    def __init__(self, min_interval_s: float = 1.0) -> None:
+        self._min = min_interval_s
+        self._last = 0.0
+        self._t0 = time.perf_counter()
+
+    def emit(self, force: bool = False, **event) -> None:
+        t = time.perf_counter()
+        if not force and t - self._last < self._min:
+            return
+        self._last = t
+        event["elapsed_s"] = round(t - self._t0, 1)
+        sys.stdout.write(MARKER + json.dumps(event) + "\n")
+        sys.stdout.flush()

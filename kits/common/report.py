@@ -1,0 +1,50 @@
+"""Turn the loop's measurements into the result file's sections."""
+from __future__ import annotations
+
+import numpy as np
+
+from kits.common.measure import step_stats
+from kits.common.training import Measurements
+
+SCHEMA = "reprokit.result/1"
+
+
+def header(spec: dict, status: str, failure: dict | None) -> dict:
+    return {
+        "schema": SCHEMA,
+        "run_id": spec["run_id"],
+        "experiment": spec["experiment"],
+        "variant": spec["variant"],
+        "framework": spec["framework"],
+        "profile": spec["profile"],
+        "repeat": spec["repeat"],
+        "status": status,
+        "failure": failure,
+        "spec": spec,
+    }
+
+
+def sections(spec: dict, m: Measurements, wall_s: float) -> dict:
+    sizes = np.asarray(m.observed_batch_sizes or [0])
+    train_s = m.measured_train_s
+    return {
+        "effective": {
+            "batch_size": {"configured": spec["train"]["batch_size"], "min": int(sizes.min()),
+                           "max": int(sizes.max()), "mean": float(sizes.mean())},
+            "train_samples_per_epoch": m.samples_per_epoch,
+            "train_steps_per_epoch": m.steps_per_epoch,
+            "test_samples": m.test_samples,
+        },
+        "timing": {
+            "method": (f"throughput: training wall time after warmup, device synchronised at its edges; "
+                       f"steps: windows of {m.window_steps} step(s) synchronised at window edges"),
+            "warmup_steps": spec["train"]["warmup_steps"],
+            "window_steps": m.window_steps,
+            "wall_s": wall_s,
+            "epochs": m.epoch_times,
+            "step_s": step_stats(m.step_s),
+            "samples_per_s": m.measured_samples / train_s if train_s > 0 else 0.0,
+            "data_wait_fraction": min(1.0, m.data_wait_s / train_s) if train_s > 0 else 0.0,
+        },
+        "metrics": {"averaged_over": "samples", "epochs": m.epoch_metrics},
+    }

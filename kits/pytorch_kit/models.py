@@ -1,0 +1,76 @@
+"""The spec's models in PyTorch, built layer for layer like the Keras ones."""
+from __future__ import annotations
+
+from torch import nn
+
+VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
+SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
+
+
+def _width(c: int, multiplier: float) -> int:
+    return max(1, int(round(c * multiplier)))
+
+
+def _init(model: nn.Module, init: dict) -> None:
+    kinds = {"glorot_uniform": nn.init.xavier_uniform_,
+             # bound sqrt(6 / fan_in), the same distribution as Keras's he_uniform
+             "he_uniform": lambda w: nn.init.kaiming_uniform_(w, nonlinearity="relu")}
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            kinds[init["conv" if isinstance(module, nn.Conv2d) else "dense"]](module.weight)
+            nn.init.zeros_(module.bias)
+
+
+def vgg16(cfg: dict, input_size: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    channels = 3
+    for block in VGG16_BLOCKS:
+        for width in block:
+            out = _width(width, cfg["width_multiplier"])
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.ReLU(inplace=True)]
+            channels = out
+        layers.append(nn.MaxPool2d(2, 2))
+    spatial = input_size // 32
+    hidden = cfg["classifier_width"]
+    layers += [
+        nn.Flatten(),
+        nn.Linear(channels * spatial * spatial, hidden), nn.ReLU(inplace=True), nn.Dropout(cfg["dropout"]),
+        nn.Linear(hidden, hidden), nn.ReLU(inplace=True), nn.Dropout(cfg["dropout"]),
+        nn.Linear(hidden, cfg["num_classes"]),
+    ]
+    return nn.Sequential(*layers)
+
+
+def simplecnn(cfg: dict) -> nn.Module:
+    """Conv-ReLU-Dropout-BatchNorm blocks as posted, one BatchNorm per conv, logits out."""
+    p12, p34, p5 = cfg["dropout"]
+    rates = [p12, p12, p34, p34, p5]
+    drop = nn.Dropout2d if cfg["dropout_kind"] == "channel" else nn.Dropout
+    bn = cfg["batchnorm"]
+    layers: list[nn.Module] = []
+    channels = 3
+    for i, block in enumerate(SIMPLECNN_BLOCKS):
+        for width in block:
+            out = _width(width, cfg["width_multiplier"])
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.ReLU(inplace=True), drop(rates[i]),
+                       nn.BatchNorm2d(out, eps=bn["epsilon"], momentum=1.0 - bn["momentum_keep"])]
+            channels = out
+        # The last block pools by averaging (the post's AvgPool2d / GlobalAveragePooling2D).
+        layers.append(nn.MaxPool2d(2, 2) if i < len(SIMPLECNN_BLOCKS) - 1 else nn.AdaptiveAvgPool2d(1))
+    layers += [nn.Flatten(), nn.Dropout(p5), nn.Linear(channels, cfg["num_classes"])]
+    return nn.Sequential(*layers)
+
+
+def build(cfg: dict, input_size: int) -> nn.Module:
+    model = vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg)
+    _init(model, cfg["init"])
+    return model
+
+
+def parameter_counts(model: nn.Module) -> dict:
+    """Trainable weights, plus BatchNorm's running statistics in the total, as Keras counts them."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    stats = sum(b.numel() for name, b in model.named_buffers() if name.endswith(("running_mean", "running_var")))
+    return {"total": trainable + frozen + stats, "trainable": trainable}
+

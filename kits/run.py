@@ -1,0 +1,85 @@
+"""The one entry point of every kit: python -m kits.run --spec run.json --out result.json.
+
+Reads a fully resolved RunSpec (never TOML, never a default of its own),
+trains with the framework the spec names, and writes one result file. A run
+that fails inside the kit still writes a result, marked failed, with the
+reason and the traceback's tail.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from kits.common import data as datalib
+from kits.common import environment, report
+from kits.common.files import write_json_atomic
+from kits.common.progress import Progress
+from kits.common.training import train
+
+BACKENDS = {"pytorch": "kits.pytorch_kit.backend", "tensorflow": "kits.tensorflow_kit.backend"}
+
+
+class NoGpuError(RuntimeError):
+    """A GPU was asked for and the framework does not see one."""
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m kits.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=Path, help="resolved RunSpec (JSON)")
+    parser.add_argument("--out", required=True, type=Path, help="where to write the result file")
+    parser.add_argument("--data-dir", required=True, type=Path, help="folder with the prepared dataset")
+    return parser.parse_args(argv)
+
+
+def run(spec: dict, data_dir: Path) -> dict:
+    t0 = time.perf_counter()
+    backend = importlib.import_module(BACKENDS[spec["framework"]]).Backend(spec)
+    env = backend.environment()
+    if spec["device"] == "gpu" and env["device"] != "gpu":
+        raise NoGpuError(f"the spec asks for a GPU but {spec['framework']} sees none "
+                         f"({env.get('device_name')}); refusing to run on the CPU instead")
+    d = spec["data"]
+    arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
+    model = backend.build()
+    m = train(backend, spec, arrays, Progress())
+    result = report.header(spec, "ok", None)
+    result.update(report.sections(spec, m, time.perf_counter() - t0))
+    result["memory"] = {**backend.memory_report(), "over_steps": [list(p) for p in m.memory_over_steps]}
+    result["model"] = model
+    result["environment"] = {**env, "host": environment.host()}
+    result["provenance"] = {**spec["provenance"], "data_sha256": arrays.sha256}
+    result["findings"] = []
+    return result
+
+
+def _failure_kind(exc: BaseException, device: str) -> str:
+    if isinstance(exc, NoGpuError):
+        return "no-gpu"
+    text = f"{type(exc).__name__}: {exc}"
+    if "out of memory" in text.lower() or "ResourceExhausted" in text:
+        return "gpu-oom" if device == "gpu" else "oom"
+    return "error"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    spec = json.loads(args.spec.read_text())
+    try:
+        result = run(spec, args.data_dir)
+    except (Exception, SystemExit) as exc:   # a failed run must still leave a result
+        tail = traceback.format_exc().splitlines()[-40:]
+        failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}", "log_tail": tail}
+        write_json_atomic(args.out, report.header(spec, "failed", failure))
+        print("\n".join(tail), file=sys.stderr)
+        return 1
+    write_json_atomic(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""TensorFlow (Keras 3) behind the shared Backend interface."""
+from __future__ import annotations
+
+import os
+import platform
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")   # keep the log tail for real errors
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
+from kits.common.measure import peak_rss_bytes, rss_bytes  # noqa: E402
+from kits.tensorflow_kit import models  # noqa: E402
+
+
+class Backend:
+    name = "tensorflow"
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        numerics = spec["numerics"]
+        threads = numerics["cpu_threads"]
+        # Thread pools are fixed at the first op: set them before anything runs.
+        tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
+        tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
+        self.gpus = tf.config.list_physical_devices("GPU") if spec["device"] == "gpu" else []
+        if spec["device"] != "gpu":
+            tf.config.set_visible_devices([], "GPU")
+        for gpu in self.gpus:
+            # Without this TensorFlow reserves nearly the whole device and its peak means nothing.
+            tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.experimental.enable_tensor_float_32_execution(numerics["tf32"])
+        os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics["cudnn_autotune"] else "0"
+        keras.utils.set_random_seed(spec["train"]["seed"])
+        data = spec["data"]
+        self.resize = data["input_size"] if data["resize"] == "bilinear" else None
+        self.scale = 1.0 / 255.0 if data["scale"] == "unit" else 1.0
+        self._loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+        self._correct = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def environment(self) -> dict:
+        build = tf.sysconfig.get_build_info()
+        gpu = bool(self.gpus)
+        return {
+            "framework": "tensorflow",
+            "framework_version": tf.__version__,
+            "keras_version": keras.__version__,
+            "build": {"cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version")},
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "device": "gpu" if gpu else "cpu",
+            "device_name": (tf.config.experimental.get_device_details(self.gpus[0]).get("device_name", "GPU")
+                            if gpu else cpu_name()),
+            "gpus": nvidia_smi() if gpu else [],
+            "gpu_count": len(self.gpus),
+            "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                            "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
+            "data_layout": "NHWC",
+            "execution": "tf.function",
+            "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
+            "cudnn_autotune": os.environ["TF_CUDNN_USE_AUTOTUNE"] == "1",
+        }
+
+    def build(self) -> dict:
+        cfg, train = self.spec["model"], self.spec["train"]
+        self.model = models.build(cfg, self.spec["data"]["input_size"])
+        opt = train["optimizer"]
+        if opt["name"] == "adam":
+            self.optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"],
+                                                   beta_2=opt["beta2"], epsilon=opt["epsilon"])
+        else:
+            self.optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
+                                                  nesterov=opt["nesterov"])
+        self.optimizer.build(self.model.trainable_variables)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        signature = [tf.TensorSpec([None, None, None, 3], tf.uint8), tf.TensorSpec([None], tf.int64)]
+        self._train = tf.function(self._train_step, input_signature=signature)
+        self._eval = tf.function(self._eval_step, input_signature=signature)
+        if self.gpus:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        return {"parameters": models.parameter_counts(self.model)}
+
+    def to_device(self, x: np.ndarray, y: np.ndarray):
+        return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+
+    def batch_size_of(self, batch) -> int:
+        return int(batch[0].shape[0])
+
+    def _inputs(self, x: tf.Tensor) -> tf.Tensor:
+        x = tf.cast(x, tf.float32) * self.scale
+        if self.resize:
+            x = tf.image.resize(x, (self.resize, self.resize), method="bilinear", antialias=False)
+        return x
+
+    def _train_step(self, x, y):
+        with tf.GradientTape() as tape:
+            logits = self.model(self._inputs(x), training=True)
+            loss = self.loss_fn(y, logits)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        self._accumulate(logits, y, loss)
+
+    def _eval_step(self, x, y):
+        logits = self.model(self._inputs(x), training=False)
+        self._accumulate(logits, y, self.loss_fn(y, logits))
+
+    def _accumulate(self, logits, y, loss) -> None:
+        n = tf.cast(tf.shape(y)[0], tf.float32)
+        self._loss_sum.assign_add(loss * n)
+        self._correct.assign_add(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == y, tf.int64)))
+
+    def train_step(self, batch) -> None:
+        self._train(*batch)
+
+    def eval_step(self, batch) -> None:
+        self._eval(*batch)
+
+    def set_mode(self, training: bool) -> None:
+        """Keras has no global mode: each step passes training=True or False to the model."""
+
+    def take_sums(self) -> tuple[float, float]:
+        loss, correct = float(self._loss_sum.numpy()), float(self._correct.numpy())
+        self._loss_sum.assign(0.0)
+        self._correct.assign(0)
+        return loss, correct
+
+    def sync(self) -> None:
+        # Reading a variable the steps write waits for those steps; TensorFlow has no event API.
+        self._loss_sum.numpy()
+
+    def memory_now(self) -> int:
+        if self.gpus:
+            return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
+        return rss_bytes()
+
+    def memory_report(self) -> dict:
+        if self.gpus:
+            peak = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+            return {"peak_bytes": peak, "source": "tf.config.experimental.get_memory_info (memory growth on)",
+                    "framework": {"peak_allocated": peak}}
+        return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
+                "framework": {}}

@@ -1,0 +1,64 @@
+"""The spec's models in Keras 3, built layer for layer like the PyTorch ones."""
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
+SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
+
+_INITS = {"glorot_uniform": "glorot_uniform", "he_uniform": "he_uniform"}
+
+
+def _width(c: int, multiplier: float) -> int:
+    return max(1, int(round(c * multiplier)))
+
+
+def _conv(out: int, init: dict) -> layers.Conv2D:
+    return layers.Conv2D(out, 3, padding="same", kernel_initializer=_INITS[init["conv"]],
+                         bias_initializer=init["bias"])
+
+
+def _dense(out: int, init: dict) -> layers.Dense:
+    return layers.Dense(out, kernel_initializer=_INITS[init["dense"]], bias_initializer=init["bias"])
+
+
+def vgg16(cfg: dict, input_size: int) -> keras.Model:
+    init = cfg["init"]
+    x = inputs = keras.Input((input_size, input_size, 3))
+    for block in VGG16_BLOCKS:
+        for width in block:
+            x = layers.ReLU()(_conv(_width(width, cfg["width_multiplier"]), init)(x))
+        x = layers.MaxPooling2D(2, 2)(x)
+    x = layers.Flatten()(x)
+    for _ in range(2):
+        x = layers.Dropout(cfg["dropout"])(layers.ReLU()(_dense(cfg["classifier_width"], init)(x)))
+    return keras.Model(inputs, _dense(cfg["num_classes"], init)(x), name="vgg16")
+
+
+def simplecnn(cfg: dict, input_size: int) -> keras.Model:
+    """Conv-ReLU-Dropout-BatchNorm blocks as posted, one BatchNorm per conv, logits out."""
+    init, bn = cfg["init"], cfg["batchnorm"]
+    p12, p34, p5 = cfg["dropout"]
+    rates = [p12, p12, p34, p34, p5]
+    x = inputs = keras.Input((input_size, input_size, 3))
+    for i, block in enumerate(SIMPLECNN_BLOCKS):
+        for width in block:
+            x = layers.ReLU()(_conv(_width(width, cfg["width_multiplier"]), init)(x))
+            # Channel dropout drops whole feature maps, as torch's Dropout2d does.
+            x = (layers.SpatialDropout2D(rates[i]) if cfg["dropout_kind"] == "channel"
+                 else layers.Dropout(rates[i]))(x)
+            x = layers.BatchNormalization(momentum=bn["momentum_keep"], epsilon=bn["epsilon"])(x)
+        x = layers.MaxPooling2D(2, 2)(x) if i < len(SIMPLECNN_BLOCKS) - 1 else layers.GlobalAveragePooling2D()(x)
+    x = layers.Dropout(p5)(x)
+    return keras.Model(inputs, _dense(cfg["num_classes"], init)(x), name="simplecnn")
+
+
+def build(cfg: dict, input_size: int) -> keras.Model:
+    return vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg, input_size)
+
+
+def parameter_counts(model: keras.Model) -> dict:
+    """Keras counts BatchNorm's moving statistics in the total, as the PyTorch kit does too."""
+    trainable = sum(int(w.numpy().size) for w in model.trainable_weights)
+    return {"total": int(model.count_params()), "trainable": trainable}

@@ -1,0 +1,40 @@
+"""The project's verbs: `nox -l` lists them, `nox -s NAME` runs one."""
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+PYTHON = "3.11"
+
+
+def _host(session: nox.Session, *extra: str) -> None:
+    session.install("-e", ".", *extra)
+
+
+@nox.session(python=PYTHON)
+def reproduce(session: nox.Session) -> None:
+    """Run both seed experiments in PyTorch and TensorFlow and write reports/<name>/report.md.
+
+    Uses Docker with the pinned images where an engine answers, else local
+    virtualenvs built from locks/. Pass options after --, e.g.
+    `nox -s reproduce -- --profile quick --backend local` (see `-- --help`).
+    """
+    _host(session)
+    session.run("python", "-m", "reprokit", "reproduce", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite: real frameworks, real files, a real Docker engine where one answers."""
+    _host(session, "pytest>=8")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Rewrite the hash-pinned lock files in locks/ from locks/versions.toml (needs PyPI)."""
+    session.install("pip-tools>=7.4")
+    session.run("python", "scripts/lock.py", *session.posargs)

@@ -1,0 +1,1 @@
+"""Host side of the kit: specs, plan, runners, result store and report."""

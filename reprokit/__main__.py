@@ -1,0 +1,5 @@
+import sys
+
+from reprokit.cli import main
+
+sys.exit(main())

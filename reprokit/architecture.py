@@ -1,0 +1,37 @@
+"""Parameter counts of the spec's models from their declared shapes, without building them.
+
+The report uses this to set the quick model's size next to the full
+experiment's, and tests hold it against each framework's own count.
+"""
+from __future__ import annotations
+
+VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
+SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
+
+
+def _width(c: int, multiplier: float) -> int:
+    return max(1, int(round(c * multiplier)))
+
+
+def parameter_counts(model: dict, input_size: int) -> dict:
+    """{"total", "trainable"}; total includes BatchNorm's moving statistics, as Keras counts them."""
+    trainable = frozen = 0
+    channels = 3
+    if model["name"] == "vgg16":
+        for block in VGG16_BLOCKS:
+            for width in block:
+                out = _width(width, model["width_multiplier"])
+                trainable += 9 * channels * out + out
+                channels = out
+        features = channels * (input_size // 32) ** 2
+        hidden = model["classifier_width"]
+        trainable += features * hidden + hidden + hidden * hidden + hidden + hidden * model["num_classes"] + model["num_classes"]
+    else:
+        for block in SIMPLECNN_BLOCKS:
+            for width in block:
+                out = _width(width, model["width_multiplier"])
+                trainable += 9 * channels * out + out + 2 * out   # conv + BatchNorm gamma, beta
+                frozen += 2 * out                                  # BatchNorm moving mean, variance
+                channels = out
+        trainable += channels * model["num_classes"] + model["num_classes"]
+    return {"total": trainable + frozen, "trainable": trainable}

@@ -1,0 +1,175 @@
+"""reprokit reproduce: plan the matrix, run what is not finished, write the report."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+from reprokit import plan as planning
+from reprokit import report, runners
+from reprokit.console import RunProgress, duration
+from reprokit.errors import UserError
+from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
+from reprokit.provenance import REPO, code
+from reprokit.runners.base import collect
+from reprokit.runners.local import LocalRunner
+from reprokit.store import Store
+
+STATE = REPO / ".reprokit"
+# A priori guesses per run, used until this machine has finished a run of the same kind.
+FIRST_GUESS_S = {"quick": 90}
+ENV_BUILD_S = 120
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reprokit reproduce", description=__doc__)
+    p.add_argument("--profile", choices=PROFILES,
+                   help="quick (CPU-sized), standard (default on a GPU) or full (the seeds' literal length)")
+    p.add_argument("--full", action="store_true", help="same as --profile full")
+    p.add_argument("--only", action="append", metavar="EXPERIMENT", help="run only this experiment (repeatable)")
+    p.add_argument("--experiments", action="append", type=Path, default=[], metavar="DIR",
+                   help="also load experiments from this folder (repeatable)")
+    p.add_argument("--frameworks", default="pytorch,tensorflow", help="comma-separated subset")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each configuration, each in a fresh process")
+    p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto")
+    p.add_argument("--gpus", default=None, help="none, all, or comma-separated GPU ids (default: all if any)")
+    p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
+    p.add_argument("--dataset", choices=("cifar10", "synthetic", "learnable"), help="override the profile's dataset")
+    p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
+    p.add_argument("--offline", action="store_true", help="never download; fail early if data is missing")
+    p.add_argument("--name", help="report name: reports/<name>/ (default <profile>-<device>)")
+    p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
+    p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
+    return p
+
+
+def _host_has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+
+
+def _estimate(store_results: list[dict], spec: dict) -> float | None:
+    same = [r["launcher"]["wall_s"] for r in store_results
+            if r["status"] == "ok" and r.get("launcher", {}).get("wall_s")
+            and (r["experiment"], r["framework"], r["variant"], r["profile"]) ==
+            (spec["experiment"], spec["framework"], spec["variant"], spec["profile"])]
+    return statistics.median(same) if same else FIRST_GUESS_S.get(spec["profile"])
+
+
+def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...]):
+    if args.backend in ("auto", "docker") and args.python is None:
+        from reprokit.runners import docker as docker_backend
+        ok, why = docker_backend.engine_status()
+        if ok or args.backend == "docker":
+            if not ok:
+                raise UserError(why)
+            return docker_backend.select(REPO, data_dir, STATE / "work", args.gpus, extra, device,
+                                         forced=args.backend == "docker")
+        print(f"backend: local ({why})")
+    elif args.backend == "auto":
+        print("backend: local (--python given)")
+    else:
+        print("backend: local (asked for)")
+    return LocalRunner(STATE / "envs", data_dir, device, python=args.python, extra_paths=extra), None
+
+
+def reproduce(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.repeats < 1:
+        raise UserError("--repeats must be at least 1")
+    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
+    unknown = set(frameworks) - {"pytorch", "tensorflow"}
+    if unknown or not frameworks:
+        raise UserError(f"--frameworks: unknown {', '.join(sorted(unknown)) or '(empty)'}; allowed: pytorch, tensorflow")
+    extra_dirs = tuple(d.resolve() for d in args.experiments)
+    experiments = discover([BUILTIN_DIR, *extra_dirs])
+    if args.only:
+        missing = set(args.only) - set(experiments)
+        if missing:
+            raise UserError(f"--only: no experiment named {', '.join(sorted(missing))}; "
+                            f"known: {', '.join(sorted(experiments))}")
+        experiments = {k: v for k, v in experiments.items() if k in args.only}
+
+    gpus = args.gpus or ("all" if _host_has_gpu() else "none")
+    device = "cpu" if gpus == "none" else "gpu"
+    profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
+    name = args.name or f"{profile}-{device}"
+    args.gpus = gpus
+
+    runner, reason = _choose_runner(args, device, args.data_dir.resolve(), extra_dirs)
+    if reason:
+        print(f"backend: {runner.name} ({reason})")
+    opts = planning.Options(profile=profile, device=device, repeats=args.repeats, frameworks=frameworks,
+                            data_dir=args.data_dir.resolve(), allow_download=not args.offline,
+                            dataset=args.dataset, timeout_s=args.timeout)
+    needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
+    to_build = runner.missing(needed)
+    runner.prepare(needed)
+    specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code())]
+
+    store = Store(STATE / "results")
+    history = store.all()
+    done = {s["run_id"] for s in specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
+    todo = [s for s in specs if s["run_id"] not in done]
+    estimates = [_estimate(history, s) for s in todo]
+    total = None if None in estimates else sum(estimates) + ENV_BUILD_S * len(to_build)
+    print(f"\nplan: {len(specs)} runs, profile {profile} on {device}, backend {runner.name}; "
+          f"{len(done)} already finished, {len(todo)} to run, estimated {duration(total)}")
+    for i, s in enumerate(specs, 1):
+        state = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
+        print(f"  {i:>2}. {s['run_id']}  {s['experiment']:<28} {s['framework']:<10} {s['variant']:<10} "
+              f"repeat {s['repeat']}  {state}")
+    print()
+
+    report_dir = REPO / "reports" / name
+    work = STATE / "work"
+    failures = 0
+    try:
+        for i, spec in enumerate(todo, 1):
+            label = f"[run {i}/{len(todo)}] {spec['experiment']} / {spec['framework']} / {spec['variant']} r{spec['repeat']}"
+            progress = RunProgress(label)
+            run_dir = work / spec["run_id"]
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir(parents=True)
+            (run_dir / "spec.json").write_text(json.dumps(spec, indent=1, sort_keys=True))
+            outcome = runner.run(run_dir / "spec.json", run_dir / "result.json", spec["framework"],
+                                 timeout_s=spec["limits"]["timeout_s"], on_progress=progress)
+            if outcome.interrupted:
+                raise KeyboardInterrupt
+            result = collect(spec, outcome, run_dir / "result.json")
+            store.put(result)
+            failures += result["status"] != "ok"
+            progress.done(result["status"] if result["status"] == "ok"
+                          else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
+        return 130
+
+    results = [store.get(s["run_id"]) for s in specs]
+    (report_dir / "results").mkdir(parents=True, exist_ok=True)
+    for old in (report_dir / "results").glob("*.json"):
+        old.unlink()
+    for r in results:
+        Store(report_dir / "results").put(r)
+    path = report.write(report_dir, name, results, experiments)
+    print(f"\nreport: {path.relative_to(REPO)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "reproduce":
+        print("usage: reprokit reproduce [options]   (see reprokit reproduce --help)", file=sys.stderr)
+        return 2
+    try:
+        return reproduce(argv[1:])
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Prepare datasets on the host as one framework-neutral, checksummed .npz each.
+
+Kits never download or decode anything: they read the .npz that ``prepare``
+wrote (``kits/common/data.py``) and check its sha256 against the spec, so both
+frameworks train on the same bytes and a run needs no network.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from reprokit.errors import UserError
+
+DATASETS = ("cifar10", "synthetic", "learnable")
+
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
+# Published on the dataset page and in torchvision; tests replace it with the
+# md5 of a small archive in the same format.
+CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
+CIFAR10_FILE = "cifar10.npz"
+_CIFAR10_DIR = "cifar-10-batches-py"
+_CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+_CIFAR10_TEST = "test_batch"
+
+# (train, test) sizes used when a spec leaves the count as None.
+GENERATED_SIZES = {"synthetic": (50000, 10000), "learnable": (2000, 500)}
+
+DOWNLOAD_TIMEOUT_S = 60
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class PreparedDataset:
+    file: str           # file name inside the cache dir
+    sha256: str         # of the .npz file's bytes
+    train_samples: int  # what the kit will use: min(requested, available)
+    test_samples: int
+
+
+def prepare(data: dict, cache_dir: Path, *, allow_download: bool = True) -> PreparedDataset:
+    """Write the dataset's .npz into cache_dir unless it is there already, and describe it."""
+    name = data["dataset"]
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if name == "cifar10":
+        path = cache_dir / CIFAR10_FILE
+        if not path.exists():
+            _write_npz(path, *_cifar10_arrays(_cifar10_archive(cache_dir, allow_download)))
+    elif name in GENERATED_SIZES:
+        default_train, default_test = GENERATED_SIZES[name]
+        n_train = _or_default(data.get("train_samples"), default_train)
+        n_test = _or_default(data.get("test_samples"), default_test)
+        seed = data.get("seed", 0)
+        path = cache_dir / f"{name}-n{n_train}-t{n_test}-s{seed}.npz"
+        if not path.exists():
+            _write_npz(path, *_generate(name, n_train, n_test, seed))
+    else:
+        raise UserError(f"Unknown dataset {name!r}: use one of {', '.join(DATASETS)}.")
+    available_train, available_test = _counts(path)
+    return PreparedDataset(
+        file=path.name,
+        sha256=_sha256_cached(path),
+        train_samples=_clamp(data.get("train_samples"), available_train),
+        test_samples=_clamp(data.get("test_samples"), available_test),
+    )
+
+
+def _or_default(requested: int | None, default: int) -> int:
+    return default if requested is None else requested
+
+
+def _clamp(requested: int | None, available: int) -> int:
+    return available if requested is None else min(requested, available)
+
+
+def _counts(path: Path) -> tuple[int, int]:
+    # Only the label arrays are read: a lazy NpzFile loads members on access.
+    with np.load(path, allow_pickle=False) as npz:
+        return len(npz["y_train"]), len(npz["y_test"])
+
+
+# --- files: atomic writes and cached checksums ---------------------------------
+
+@contextmanager
+def _atomic(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file that appears at path only once it is complete."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _write_npz(path: Path, x_train: np.ndarray, y_train: np.ndarray,
+               x_test: np.ndarray, y_test: np.ndarray) -> None:
+    with _atomic(path) as fh:
+        np.savez(fh, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+
+
+def _file_digest(path: Path, algorithm: str) -> str:
+    # usedforsecurity=False keeps md5 available on FIPS-restricted hosts.
+    digest = hashlib.new(algorithm, usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sha256_cached(path: Path) -> str:
+    """The file's sha256, from a sidecar (sha256sum format) unless the file is newer."""
+    sidecar = path.with_name(path.name + ".sha256")
+    if sidecar.exists() and sidecar.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+        recorded = sidecar.read_text().split()
+        if recorded and len(recorded[0]) == 64:
+            return recorded[0]
+    sha256 = _file_digest(path, "sha256")
+    with _atomic(sidecar) as fh:
+        fh.write(f"{sha256}  {path.name}\n".encode())
+    return sha256
+
+
+# --- CIFAR-10 -------------------------------------------------------------------
+
+def _cifar10_archive(cache_dir: Path, allow_download: bool) -> Path:
+    """The official archive in cache_dir, downloaded if allowed, its md5 verified."""
+    path = cache_dir / CIFAR10_ARCHIVE
+    if not path.exists():
+        if not allow_download:
+            raise UserError(f"The CIFAR-10 archive is missing: place the official {CIFAR10_URL} "
+                            f"at {path}, or allow downloads, and re-run.")
+        _download(CIFAR10_URL, path)
+    actual = _file_digest(path, "md5")
+    if actual != CIFAR10_MD5:
+        raise UserError(f"{path} has md5 {actual} where the official CIFAR-10 archive has "
+                        f"{CIFAR10_MD5}: delete it and re-run to download it again, "
+                        f"or place the official archive there.")
+    return path
+
+
+def _download(url: str, path: Path) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, _atomic(path) as fh:
+            shutil.copyfileobj(response, fh, _CHUNK)
+    # URLError, HTTPError and timeouts are OSErrors; a cut connection is an HTTPException.
+    except (OSError, http.client.HTTPException) as exc:
+        raise UserError(f"Downloading {url} failed ({exc}): download it by other means "
+                        f"and place it at {path}, then re-run.") from exc
+
+
+def _cifar10_arrays(archive: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    batches = _read_batches(archive, (*_CIFAR10_TRAIN, _CIFAR10_TEST))
+    train = [batches[name] for name in _CIFAR10_TRAIN]
+    x_test, y_test = batches[_CIFAR10_TEST]
+    return (np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]),
+            x_test, y_test)
+
+
+def _read_batches(archive: Path, names: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Decode the named pickled batches, read in one pass over the gzip stream."""
+    wanted = {f"{_CIFAR10_DIR}/{name}": name for name in names}
+    found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    with tarfile.open(archive, "r|gz") as tar:
+        for member in tar:
+            if member.name in wanted:
+                # Unpickling is safe here only because the archive's md5 was checked.
+                batch = pickle.load(tar.extractfile(member), encoding="bytes")
+                found[wanted[member.name]] = _to_nhwc(batch)
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise UserError(f"{archive} lacks {', '.join(missing)} under {_CIFAR10_DIR}/: "
+                        f"delete it and re-run, or place the official archive there.")
+    return found
+
+
+def _to_nhwc(batch: dict) -> tuple[np.ndarray, np.ndarray]:
+    # Each row is 1024 red, then 1024 green, then 1024 blue values, each plane row-major.
+    x = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(x), np.asarray(batch[b"labels"], dtype=np.int64)
+
+
+# --- generated datasets ---------------------------------------------------------
+
+def _generate(name: str, n_train: int, n_test: int,
+              seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    # One stream, train drawn first: the test set is independent of the train set
+    # yet fixed by (n_train, n_test, seed), which the file name records.
+    rng = np.random.default_rng(seed)
+    draw = _synthetic if name == "synthetic" else _gratings
+    return (*draw(n_train, rng), *draw(n_test, rng))
+
+
+def _synthetic(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform noise with random labels: for throughput only, there is nothing to learn."""
+    return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+            rng.integers(0, 10, n, dtype=np.int64))
+
+
+# Class c is a grating at c * 18 degrees (0..162: a grating at t and t + 180 is the
+# same) whose per-channel contrast follows a hue that turns with c.
+_ORIENTATION_STEP_DEG = 18.0
+_FREQUENCY_BAND = (0.08, 0.2)   # cycles per pixel: periods of 5 to 12 pixels
+_AMPLITUDE = 60.0
+_NOISE_STD = 30.0
+_TINT_JITTER = 0.1
+_TINTS = 0.75 + 0.25 * np.cos(2 * np.pi * (np.arange(10)[:, None] / 10 + np.arange(3)[None, :] / 3))
+
+
+def _gratings(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Noisy tinted gratings a small CNN learns in a few CPU epochs.
+
+    Random phase, frequency, tint jitter and pixel noise keep it from being a
+    lookup: colour contrast alone gets about two in three right, orientation
+    the rest, and no single pixel says anything (the phase is random).
+    """
+    labels = rng.permutation(np.arange(n) % 10)  # balanced, in random order
+    # float32 throughout: half the memory traffic of float64, which dominates the cost.
+    theta = np.deg2rad(labels * _ORIENTATION_STEP_DEG).astype(np.float32)
+    frequency = rng.uniform(*_FREQUENCY_BAND, n).astype(np.float32)
+    phase = rng.uniform(0, 2 * np.pi, n).astype(np.float32)
+    rows, cols = np.mgrid[0:32, 0:32].astype(np.float32)
+    along = np.cos(theta)[:, None, None] * cols + np.sin(theta)[:, None, None] * rows
+    grating = np.sin(np.float32(2 * np.pi) * frequency[:, None, None] * along + phase[:, None, None])
+    tint = (_TINTS[labels] + _TINT_JITTER * rng.standard_normal((n, 3))).astype(np.float32)
+    noise = rng.standard_normal((n, 32, 32, 3), dtype=np.float32)
+    image = 127.5 + _AMPLITUDE * grating[..., None] * tint[:, None, None, :] + _NOISE_STD * noise
+    return np.clip(np.rint(image), 0, 255).astype(np.uint8), labels.astype(np.int64)

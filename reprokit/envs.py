@@ -1,0 +1,59 @@
+"""Virtualenvs for the local runner, built once per lock file from its pinned hashes."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from reprokit.errors import UserError
+from reprokit.provenance import REPO, sha256_file
+
+LOCKS = REPO / "locks"
+
+
+def lock_name(framework: str, device: str) -> str:
+    """The lock file a framework installs from: TensorFlow has a CPU-only and a CUDA build."""
+    if framework == "tensorflow":
+        return "tensorflow-cuda" if device == "gpu" else "tensorflow-cpu"
+    return framework
+
+
+def lock_path(name: str) -> Path:
+    path = LOCKS / f"{name}.txt"
+    if not path.exists():
+        raise UserError(f"{path} is missing: run `nox -s lock` on a machine that reaches PyPI to create it.")
+    return path
+
+
+def env_dir(root: Path, name: str) -> Path:
+    return root / f"{name}-{sha256_file(lock_path(name))[:12]}"
+
+
+def python_of(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def ready(root: Path, name: str) -> bool:
+    return (env_dir(root, name) / ".complete").exists()
+
+
+def build(root: Path, name: str, log=print) -> Path:
+    """Create the env unless a complete one exists; a half-built one is started again."""
+    env = env_dir(root, name)
+    if (env / ".complete").exists():
+        return python_of(env)
+    if env.exists():
+        shutil.rmtree(env)
+    log(f"building the {name} environment from {lock_path(name).relative_to(REPO)} into {env} (once per lock file)")
+    venv.EnvBuilder(with_pip=True).create(env)
+    cmd = [str(python_of(env)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+           "--require-hashes", "--no-deps", "-r", str(lock_path(name))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise UserError(f"installing {lock_path(name).name} into {env} failed (pip exit {proc.returncode}); "
+                        f"check the network or the pip configuration and re-run:\n{tail}")
+    (env / ".complete").write_text(sys.version + "\n")
+    return python_of(env)

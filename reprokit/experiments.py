@@ -1,0 +1,113 @@
+"""Experiment specs: read a TOML file, refuse bad input with one clear sentence, apply a profile."""
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+
+from reprokit.errors import UserError
+
+PROFILES = ("quick", "standard", "full")
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "kits" / "experiments"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    path: Path
+    doc: dict          # the file as written, validated
+
+    @property
+    def name(self) -> str:
+        return self.doc["experiment"]["name"]
+
+    @property
+    def frameworks(self) -> list[str]:
+        return self.doc["experiment"]["frameworks"]
+
+    def resolved(self, profile: str) -> dict:
+        """The experiment with the profile's overrides applied (already validated)."""
+        return _merge(self.doc, self.doc.get("profiles", {}).get(profile, {}))
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("reprokit").joinpath("schemas/experiment.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    out.pop("profiles", None)
+    return out
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """Turn a schema violation into 'key: what is wrong; what is allowed'."""
+    path = ".".join(str(p) for p in error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        key = ".".join(filter(None, [path, extra[0] if extra else "?"]))
+        return f"{key}: unknown key; allowed here: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{path}: {error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
+    if error.validator == "const":
+        return f"{path}: must be {error.validator_value!r}"
+    if error.validator == "type":
+        return f"{path}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if error.validator in ("exclusiveMinimum", "minimum"):
+        op = ">" if error.validator == "exclusiveMinimum" else ">="
+        return f"{path}: must be {op} {error.validator_value}, got {error.instance!r}"
+    if error.validator == "required":
+        return f"{path or '(top level)'}: {error.message}"
+    return f"{path or '(top level)'}: {error.message}"
+
+
+def _check(doc: dict, where: str) -> None:
+    errors = list(_validator().iter_errors(doc))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        raise UserError(f"{where}: {_describe(best)}")
+
+
+def load(path: Path) -> Experiment:
+    """Read and validate one experiment file and every profile it defines."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such experiment file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    _check(doc, str(path))
+    experiment = Experiment(path=path, doc=doc)
+    for profile in PROFILES:
+        _check(experiment.resolved(profile), f"{path} (profile {profile})")
+    if path.stem != experiment.name:
+        raise UserError(f"{path}: experiment.name {experiment.name!r} must match the file name {path.stem!r}")
+    return experiment
+
+
+def discover(dirs: list[Path]) -> dict[str, Experiment]:
+    """All experiments in the given folders, by name; a name defined twice is refused."""
+    found: dict[str, Experiment] = {}
+    for folder in dirs:
+        if not folder.is_dir():
+            raise UserError(f"{folder}: no such experiments folder")
+        for path in sorted(folder.glob("*.toml")):
+            exp = load(path)
+            if exp.name in found:
+                raise UserError(f"{path}: experiment {exp.name!r} is already defined in {found[exp.name].path}")
+            found[exp.name] = exp
+    return found

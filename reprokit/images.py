@@ -1,0 +1,384 @@
+"""The kit's images: recipes, content tags, builds and base-digest pins.
+
+One image per framework, built from ``docker/<framework>.Dockerfile`` with the
+Docker SDK. An image's tag is a hash of everything that goes into it (the
+Dockerfile, the lock file, the base reference and digest), so a changed lock
+file or base yields a new tag and an unchanged one is never rebuilt.
+
+    python -m reprokit.images build [--framework F ...] [--flavor cuda|cpu]
+                                    [--base-override IMAGE] [--extra-ca PEM]
+    python -m reprokit.images tags  [--framework F ...] [--flavor ...] [--base-override ...]
+    python -m reprokit.images pin   [--framework F ...] [--dry-run]
+
+``build`` sends a minimal context (the Dockerfile, docker/bases.toml, the lock
+file, the optional extra CA), never the whole repository. ``pin`` asks the
+registry, through the engine, for the current digest of each base tag and
+rewrites the Dockerfile's ``ARG BASE_IMAGE=`` line.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from reprokit.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASES_FILE = "docker/bases.toml"
+FRAMEWORKS = ("pytorch", "tensorflow")
+FLAVORS = ("cuda", "cpu")
+IMAGE_REPO = "reprokit"
+UNRESOLVED = "sha256:UNRESOLVED"
+EXTRA_CA_ENV = "REPROKIT_EXTRA_CA"
+PIN_COMMAND = "nox -s pin"
+BUILD_COMMAND = "nox -s images"
+
+LABEL_BASE_NAME = "org.opencontainers.image.base.name"
+LABEL_BASE_DIGEST = "org.opencontainers.image.base.digest"
+LABEL_CONTENT = "org.reprokit.content-sha256"
+LABEL_LOCK = "org.reprokit.lock-sha256"
+LABEL_LOCK_NAME = "org.reprokit.lock"
+LABEL_FRAMEWORK = "org.reprokit.framework"
+LABEL_BASE_PINNED = "org.reprokit.base-pinned"
+
+_ARG_RE = re.compile(r"^ARG BASE_IMAGE=(?P<ref>\S+)\s*$", re.MULTILINE)
+_PIN_NOTE_RE = re.compile(r"^# base-pin: .*$", re.MULTILINE)
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+Log = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def load_bases(repo_root: Path = REPO_ROOT) -> dict:
+    """docker/bases.toml: per framework its Dockerfile, lock files and GPU requirements."""
+    path = Path(repo_root) / BASES_FILE
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing; restore it from the repository (git checkout {BASES_FILE}).") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path} is not valid TOML ({exc}); fix the file or restore it with git checkout.") from None
+
+
+def base_of(dockerfile: Path) -> str:
+    """The base image reference pinned in a Dockerfile's ``ARG BASE_IMAGE=`` line."""
+    match = _ARG_RE.search(Path(dockerfile).read_text())
+    if match is None:
+        raise UserError(f"{dockerfile} has no `ARG BASE_IMAGE=...` line; restore it from the repository.")
+    return match.group("ref")
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """('repo:tag', 'sha256:...') from 'repo:tag@sha256:...'; digest None when absent."""
+    name, _, digest = ref.partition("@")
+    return name, (digest or None)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides one image; its tag is a hash of it."""
+
+    framework: str
+    flavor: str
+    dockerfile: Path
+    lock: Path
+    base_ref: str           # what FROM gets: repo:tag@sha256:... or a local override
+    base_digest: str        # registry digest, or the local image id of an override
+    base_pinned: bool       # False for a --base-override (a local stand-in, e.g. in CI)
+    content_sha256: str
+
+    @property
+    def tag(self) -> str:
+        # Named after the lock file, so flavors that share one (PyTorch's) share the image.
+        name = re.sub(r"[^a-z0-9._-]+", "-", self.lock.stem.lower()).strip("-._") or self.framework
+        return f"{IMAGE_REPO}/{name}:{self.content_sha256[:12]}"
+
+    @property
+    def lock_sha256(self) -> str:
+        return hashlib.sha256(self.lock.read_bytes()).hexdigest()
+
+
+def recipe(framework: str, flavor: str = "cuda", *, base_override: str | None = None,
+           lock_override: Path | None = None, repo_root: Path = REPO_ROOT, client=None) -> Recipe:
+    """Resolve what the image of one framework is made of; UserError if it cannot be built."""
+    repo_root = Path(repo_root)
+    bases = load_bases(repo_root)
+    if framework not in bases:
+        raise UserError(f"{BASES_FILE} has no entry for framework {framework!r}; "
+                        f"choose one of {', '.join(sorted(bases))}.")
+    if flavor not in FLAVORS:
+        raise UserError(f"unknown image flavor {flavor!r}; choose one of {', '.join(FLAVORS)}.")
+    entry = bases[framework]
+    dockerfile = repo_root / entry["dockerfile"]
+    if not dockerfile.is_file():
+        raise UserError(f"{dockerfile} is missing; restore it from the repository.")
+    lock = Path(lock_override) if lock_override else repo_root / entry["locks"][flavor]
+    if not lock.is_file():
+        raise UserError(f"the lock file {lock} is missing; create it with `nox -s lock`.")
+
+    if base_override:
+        if client is None:
+            raise UserError("a base override needs a Docker engine to look the image up; start Docker first.")
+        import docker.errors
+        try:
+            base_digest = client.images.get(base_override).id
+        except docker.errors.ImageNotFound:
+            raise UserError(f"the base override image {base_override} is not in the local engine; build it "
+                            f"(for the CI stand-in: scripts/build-test-base-image {base_override}).") from None
+        base_ref, pinned = base_override, False
+    else:
+        base_ref = base_of(dockerfile)
+        name, digest = split_ref(base_ref)
+        if digest is None or digest == UNRESOLVED or not _DIGEST_RE.match(digest):
+            raise UserError(f"the base image of {dockerfile.name} ({name}) has no resolved digest; "
+                            f"run `{PIN_COMMAND}` on a machine that reaches its registry to pin it.")
+        base_digest, pinned = digest, True
+
+    h = hashlib.sha256()
+    for part in (framework, base_ref, base_digest):
+        h.update(part.encode() + b"\0")
+    for path in (dockerfile, repo_root / BASES_FILE, lock):
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return Recipe(framework, flavor, dockerfile, lock, base_ref, base_digest, pinned, h.hexdigest())
+
+
+def read_extra_ca(path: str | Path | None) -> bytes | None:
+    """The optional extra CA bundle (PEM) for builds behind a TLS-re-signing proxy."""
+    if path is None:
+        path = os.environ.get(EXTRA_CA_ENV) or None
+    if path is None:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read the extra CA file {path} ({exc.strerror}); give a readable PEM file "
+                        f"with --extra-ca or {EXTRA_CA_ENV}.") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise UserError(f"the extra CA file {path} holds no PEM certificate; give a PEM bundle "
+                        f"(e.g. /etc/ssl/certs/ca-certificates.crt).")
+    return data
+
+
+def _context(r: Recipe, repo_root: Path, extra_ca: bytes | None) -> io.BytesIO:
+    """A tar build context mirroring the repository paths the Dockerfile names."""
+    buf = io.BytesIO()
+    lock_name = "locks/reprokit-build.lock.txt"
+
+    def add(name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), 0o644, 0
+        tar.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        add("Dockerfile", r.dockerfile.read_bytes())
+        add(BASES_FILE, (Path(repo_root) / BASES_FILE).read_bytes())
+        add(lock_name, r.lock.read_bytes())
+        if extra_ca:
+            add("docker/extra-ca.pem", extra_ca)
+    buf.seek(0)
+    return buf
+
+
+def client_or_error():
+    """A Docker client that answers, or UserError saying how to get one."""
+    try:
+        import docker
+    except ImportError:
+        raise UserError("the Docker SDK for Python is not installed; install it with `pip install docker`.") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # DockerException, requests errors: all mean "no engine"
+        raise UserError(f"no Docker engine answers ({_short(exc)}); start it (`sudo systemctl start docker`, "
+                        f"or scripts/start-dockerd) or use --backend local.") from None
+    return client
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[-1] if text else type(exc).__name__)[:300]
+
+
+def find(r: Recipe, client):
+    """The built image for a recipe, or None."""
+    import docker.errors
+    try:
+        return client.images.get(r.tag)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path = REPO_ROOT,
+          log: Log = _stderr, log_dir: Path | None = None):
+    """Build one image with the classic builder; UserError with the failing step when it fails."""
+    import docker.errors
+
+    log_dir = Path(log_dir) if log_dir else Path(repo_root) / ".reprokit" / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"build-{r.framework}-{r.flavor}.log"
+    buildargs = {"BASE_IMAGE": r.base_ref, "BASE_DIGEST": r.base_digest,
+                 "LOCK_FILE": "locks/reprokit-build.lock.txt"}
+    labels = {"reprokit": "1", LABEL_FRAMEWORK: r.framework, LABEL_LOCK_NAME: r.lock.name,
+              LABEL_CONTENT: r.content_sha256, LABEL_LOCK: r.lock_sha256,
+              LABEL_BASE_PINNED: "true" if r.base_pinned else "false"}
+    log(f"building {r.tag} from {r.dockerfile.name} on {r.base_ref} (log: {log_path})")
+    started = time.monotonic()
+    errors: list[str] = []
+    tail: list[str] = []
+    image_id = None
+    try:
+        with open(log_path, "w") as fh:
+            stream = client.api.build(
+                fileobj=_context(r, repo_root, extra_ca), custom_context=True, dockerfile="Dockerfile",
+                tag=r.tag, buildargs=buildargs, labels=labels, rm=True, forcerm=True, decode=True)
+            for chunk in stream:
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if text:
+                    fh.write(text if text.endswith("\n") else text + "\n")
+                    for line in text.splitlines():
+                        if line.strip():
+                            tail = (tail + [line.rstrip()])[-20:]
+                            if line.startswith("Step "):
+                                log(f"  {line.strip()}")
+                if "error" in chunk:
+                    errors.append(chunk["error"].strip())
+                    fh.write(f"ERROR: {chunk['error']}\n")
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and "ID" in aux:
+                    image_id = aux["ID"]
+    except docker.errors.APIError as exc:
+        errors.append(_short(exc))
+    except Exception as exc:  # the engine went away mid-build
+        errors.append(f"the Docker engine stopped answering ({_short(exc)})")
+    if errors:
+        step = next((line for line in reversed(tail) if line.startswith("Step ")), None)
+        where = f" at {step.strip()}" if step else ""
+        raise UserError(f"building {r.tag} failed{where}: {errors[-1][:400]}; the full log is {log_path}.")
+    image = find(r, client)
+    if image is None:  # pragma: no cover - the engine said it built but has no such tag
+        raise UserError(f"building {r.tag} reported success but the engine has no such image "
+                        f"(id {image_id}); see {log_path}.")
+    log(f"built {r.tag} ({image.short_id}) in {time.monotonic() - started:.0f} s")
+    return image
+
+
+def ensure(r: Recipe, client, *, build_missing: bool = True, extra_ca: bytes | None = None,
+           repo_root: Path = REPO_ROOT, log: Log = _stderr):
+    """The image for a recipe, built if missing and allowed; UserError otherwise."""
+    image = find(r, client)
+    if image is not None:
+        return image
+    if not build_missing:
+        raise UserError(f"the image {r.tag} is missing; build it with `{BUILD_COMMAND}`.")
+    return build(r, client, extra_ca=extra_ca, repo_root=repo_root, log=log)
+
+
+def image_facts(image) -> dict:
+    """What a result records about the image a run came from."""
+    labels = image.labels or {}
+    base_name = labels.get(LABEL_BASE_NAME, "")
+    base_digest = labels.get(LABEL_BASE_DIGEST) or split_ref(base_name)[1]
+    return {
+        "ref": (image.tags or [None])[0],
+        "id": image.id,
+        "base": base_name or None,
+        "base_digest": base_digest or None,
+        "base_pinned": labels.get(LABEL_BASE_PINNED) == "true",
+        "lock": labels.get(LABEL_LOCK_NAME),
+        "lock_sha256": labels.get(LABEL_LOCK),
+    }
+
+
+def pin(frameworks=FRAMEWORKS, *, client=None, repo_root: Path = REPO_ROOT, dry_run: bool = False,
+        resolve: Callable[[str], str] | None = None, log: Log = _stderr) -> dict[str, str]:
+    """Resolve each base tag's current digest on its registry and rewrite the Dockerfiles."""
+    bases = load_bases(repo_root)
+    if resolve is None:
+        client = client or client_or_error()
+
+        def resolve(name: str) -> str:
+            return client.images.get_registry_data(name).id
+
+    done: dict[str, str] = {}
+    for fw in frameworks:
+        dockerfile = Path(repo_root) / bases[fw]["dockerfile"]
+        text = dockerfile.read_text()
+        name, old = split_ref(base_of(dockerfile))
+        try:
+            digest = resolve(name)
+        except Exception as exc:
+            raise UserError(f"could not resolve {name} on its registry ({_short(exc)}); run `{PIN_COMMAND}` "
+                            f"on a machine whose Docker engine reaches the registry.") from None
+        if not _DIGEST_RE.match(digest or ""):
+            raise UserError(f"the registry answered {digest!r} for {name}, which is not a sha256 digest.")
+        ref = f"{name}@{digest}"
+        note = (f"# base-pin: index digest of {name} resolved on its registry by `{PIN_COMMAND}` "
+                f"on {time.strftime('%Y-%m-%d', time.gmtime())}")
+        new = _ARG_RE.sub(f"ARG BASE_IMAGE={ref}", text, count=1)
+        new = _PIN_NOTE_RE.sub(note, new, count=1) if _PIN_NOTE_RE.search(new) else new
+        log(f"{dockerfile.name}: {name} {old or '(none)'} -> {digest}" + (" (dry run)" if dry_run else ""))
+        if not dry_run and new != text:
+            dockerfile.write_text(new)
+        done[fw] = ref
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reprokit.images", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, helptext in (("build", "build the images that are missing"),
+                           ("tags", "print the image tags (JSON) without building"),
+                           ("pin", "resolve and rewrite the base image digests")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--framework", action="append", choices=FRAMEWORKS,
+                       help="framework (repeatable; default: all)")
+        if name == "pin":
+            p.add_argument("--dry-run", action="store_true", help="print, do not rewrite")
+            continue
+        p.add_argument("--flavor", choices=FLAVORS, default="cuda",
+                       help="cuda: the GPU images (default); cpu: CPU-only lock files (CI)")
+        p.add_argument("--base-override", metavar="IMAGE",
+                       help="build on this local image instead of the pinned base (CI stand-in)")
+        if name == "build":
+            p.add_argument("--extra-ca", metavar="PEM",
+                           help=f"extra CA bundle for pip behind a TLS-re-signing proxy (or {EXTRA_CA_ENV}); "
+                                "used in the builder stage only, never in the final image")
+            p.add_argument("--rebuild", action="store_true", help="build even if the tag exists")
+    args = parser.parse_args(argv)
+    frameworks = args.framework or list(FRAMEWORKS)
+    try:
+        if args.command == "pin":
+            pin(frameworks, dry_run=args.dry_run)
+            return 0
+        client = client_or_error()
+        recipes = [recipe(fw, args.flavor, base_override=args.base_override, client=client) for fw in frameworks]
+        if args.command == "tags":
+            print(json.dumps({r.framework: r.tag for r in recipes}, indent=1))
+            return 0
+        extra_ca = read_extra_ca(args.extra_ca)
+        for r in recipes:
+            if args.rebuild or find(r, client) is None:
+                build(r, client, extra_ca=extra_ca)
+            else:
+                _stderr(f"{r.tag} exists; nothing to build")
+        return 0
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Where a result came from: the code's commit and content, the lock file, the host."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_sha256(root: Path, pattern: str = "*.py") -> str:
+    """One hash over the names and bytes of every matching file under root."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob(pattern)):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@lru_cache(maxsize=1)
+def code() -> dict:
+    """The commit, whether the tree differs from it, and a hash of the kit code that runs.
+
+    All three go into every RunSpec and so into its id: a new commit or an
+    uncommitted edit of the kits never reuses an old result.
+    """
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "code_commit": commit or "unknown (not a git checkout)",
+        "code_dirty": bool(status) if status is not None else True,
+        "code_sha256": tree_sha256(REPO / "kits"),
+    }

@@ -1,0 +1,1 @@
+"""Runners start one kit process for one RunSpec; they differ only in how."""

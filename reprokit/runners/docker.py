@@ -1,0 +1,583 @@
+"""The Docker runner: one container per run, from the framework's pinned image.
+
+Started through the Docker SDK, never the CLI. Each container gets least
+privilege: a non-root user, a read-only root filesystem (a tmpfs at /tmp),
+all capabilities dropped, no new privileges, no network, the kit code, the
+spec and the dataset mounted read-only and exactly one writable mount (a
+fresh, empty results folder of its own). The Docker socket is never mounted.
+GPUs reach the container through ``device_requests`` (the `--gpus` flag of the
+CLI), with the shared memory and ulimits NVIDIA recommends for training
+containers ("--shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864", NVIDIA
+Deep Learning Frameworks documentation, "Running A Container" /
+"Setting The Shared Memory Flag",
+https://docs.nvidia.com/deeplearning/frameworks/user-guide/index.html).
+
+Containers carry the labels ``reprokit=1`` and ``reprokit.run_id=<id>``, so
+leftovers can be found (``docker ps -a --filter label=reprokit=1``); the runner
+removes its container in every case, Ctrl-C included.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from reprokit import images
+from reprokit.errors import UserError
+from reprokit.runners.base import Outcome, ProgressFn, split_line
+
+KITS_TARGET = "/opt/reprokit/kits"
+SPEC_TARGET = "/opt/reprokit/spec.json"
+DATA_TARGET = "/data"
+RESULTS_TARGET = "/results"
+OUT_NAME = "result.json"
+PYTHONPATH_ROOT = "/opt/reprokit"
+# The image's own user (see docker/*.Dockerfile). A host user that is not root
+# runs the container under its own uid:gid instead, so it owns what the kit writes.
+IMAGE_USER = (10001, 10001)
+RESERVED_TARGETS = (KITS_TARGET, SPEC_TARGET, DATA_TARGET, RESULTS_TARGET, "/tmp", "/opt/venv")
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+
+SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
+ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
+TAIL_LINE_CHARS = 2000
+LABEL = "reprokit"
+LABEL_RUN = "reprokit.run_id"
+LABEL_FRAMEWORK = "reprokit.framework"
+
+TOOLKIT_FIX = ("install nvidia-container-toolkit and restart Docker "
+               "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html), "
+               "or run with --gpus none")
+
+Log = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------
+# The engine and the GPU host
+
+def engine_status() -> tuple[bool, str]:
+    """Whether a Docker engine answers, and why (not)."""
+    try:
+        import docker
+    except ImportError:
+        return False, "the Docker SDK for Python is not installed (pip install docker)"
+    try:
+        client = docker.from_env(timeout=10)
+        version = client.version()
+        where = client.api.base_url.replace("http+docker://localhost", "the local socket")
+        return True, f"Docker engine {version.get('Version', '?')} answers at {where}"
+    except Exception as exc:
+        return False, (f"no Docker engine answers ({images._short(exc)}); start it with "
+                       f"`sudo systemctl start docker` (or scripts/start-dockerd)")
+
+
+def _engine_is_local(client) -> bool:
+    url = client.api.base_url
+    return url.startswith("http+docker://localhost") or "localhost" in url or "127.0.0.1" in url
+
+
+def nvidia_runtime_available(client) -> bool:
+    """Whether the engine can hand GPUs to a container (NVIDIA container toolkit installed).
+
+    Yes when the engine lists an ``nvidia`` runtime (what `nvidia-ctk runtime
+    configure` registers), or when, on a local engine, the toolkit's
+    ``nvidia-container-runtime-hook`` is on the PATH (dockerd then serves
+    `--gpus` requests with it).
+    """
+    try:
+        info = client.info()
+    except Exception:
+        return False
+    if "nvidia" in (info.get("Runtimes") or {}):
+        return True
+    return _engine_is_local(client) and shutil.which("nvidia-container-runtime-hook") is not None
+
+
+def parse_gpus(value: str | Sequence[str] | None) -> str | list[str]:
+    """'none' | 'all' | ['0', '1'] from what a user typed (--gpus none|all|0,1)."""
+    if value is None:
+        return "none"
+    if not isinstance(value, str):
+        ids = [str(v).strip() for v in value if str(v).strip()]
+        return ids or "none"
+    text = value.strip().lower()
+    if text in ("none", "all"):
+        return text
+    ids = [part.strip() for part in value.split(",") if part.strip()]
+    if not ids or not all(re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+", i) for i in ids):
+        raise UserError(f"--gpus {value!r} is not understood; use none, all, or GPU ids such as 0,1.")
+    return ids
+
+
+def device_requests(gpus: str | list[str]) -> list | None:
+    """The engine's DeviceRequests for `--gpus all` or `--gpus device=0,1`; None for no GPU."""
+    import docker.types
+    gpus = parse_gpus(gpus)
+    if gpus == "none":
+        return None
+    if gpus == "all":
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [docker.types.DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+def query_gpus() -> list[dict]:
+    """The host's GPUs from nvidia-smi: index, uuid, name, driver, compute capability ('' if unknown)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        raise UserError("GPUs were requested but this host has no nvidia-smi, so no NVIDIA driver was found; "
+                        "install the NVIDIA driver, or run with --gpus none.")
+    fields = ["index", "uuid", "name", "driver_version", "compute_cap"]
+    for attempt in (fields, fields[:-1]):   # drivers before ~510 do not know compute_cap
+        proc = subprocess.run([exe, f"--query-gpu={','.join(attempt)}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        if proc.returncode == 0:
+            rows = []
+            for line in proc.stdout.strip().splitlines():
+                parts = [p.strip() for p in line.split(",")]
+                row = dict(zip(attempt, parts))
+                rows.append({"index": row.get("index", ""), "uuid": row.get("uuid", ""),
+                             "name": row.get("name", ""), "driver": row.get("driver_version", ""),
+                             "compute_capability": row.get("compute_cap", "")})
+            return rows
+    message = (proc.stderr or proc.stdout).strip().splitlines()
+    raise UserError(f"GPUs were requested but nvidia-smi failed ({message[-1] if message else proc.returncode}); "
+                    f"check the NVIDIA driver with `nvidia-smi`, or run with --gpus none.")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)) or (0,)
+
+
+def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
+                   host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT) -> None:
+    """Check the host's driver and GPU generation against each image's CUDA build.
+
+    Raises UserError with one sentence per mismatch (and the way out) before
+    any GPU run. ``host_gpus`` replaces the nvidia-smi query (tests).
+    """
+    gpus = parse_gpus(gpus)
+    if gpus == "none":
+        return
+    bases = images.load_bases(repo_root)
+    rows = query_gpus() if host_gpus is None else host_gpus
+    if not rows:
+        raise UserError("GPUs were requested but nvidia-smi lists none; check the driver with `nvidia-smi`, "
+                        "or run with --gpus none.")
+    if gpus != "all":
+        known = {r["index"]: r for r in rows} | {r["uuid"]: r for r in rows if r.get("uuid")}
+        missing = [g for g in gpus if g not in known]
+        if missing:
+            raise UserError(f"GPU id {', '.join(missing)} is not on this host (it has "
+                            f"{', '.join(r['index'] for r in rows)}); choose ids from `nvidia-smi -L`.")
+        rows = [known[g] for g in gpus]
+    problems = []
+    for fw in sorted(set(frameworks)):
+        need = bases[fw]
+        min_driver = need["min_driver"]
+        min_cc = need["min_compute_capability"]
+        driver = rows[0]["driver"]
+        if _version(driver) < _version(min_driver):
+            problems.append(f"The NVIDIA driver {driver} is older than the {min_driver} that the {fw} image's "
+                            f"CUDA {need['cuda']} build needs; upgrade the driver, or run with --gpus none.")
+        for r in rows:
+            cc = r.get("compute_capability") or ""
+            if cc and _version(cc) < _version(min_cc):
+                problems.append(f"GPU {r['index']} ({r['name']}, compute capability {cc}) is older than the "
+                                f"{min_cc} that the {fw} image's CUDA {need['cuda']} build supports; use a newer "
+                                f"GPU (choose it with --gpus), or run with --gpus none.")
+    if problems:
+        raise UserError(" ".join(problems))
+
+
+def default_gpus(client) -> str:
+    """'all' where the engine has the NVIDIA runtime and the host lists a GPU, else 'none'."""
+    if not nvidia_runtime_available(client):
+        return "none"
+    try:
+        return "all" if query_gpus() else "none"
+    except (UserError, OSError, subprocess.SubprocessError):
+        return "none"
+
+
+def leftovers(client) -> list:
+    """Containers this kit started and did not remove (e.g. after a killed orchestrator)."""
+    return client.containers.list(all=True, filters={"label": LABEL})
+
+
+def remove_leftovers(client, *, include_running: bool = False) -> int:
+    """Remove leftover kit containers; running ones only when asked (another session may own them)."""
+    n = 0
+    for c in leftovers(client):
+        if c.status == "running" and not include_running:
+            continue
+        try:
+            c.remove(force=True)
+            n += 1
+        except Exception:
+            pass
+    return n
+
+
+# ---------------------------------------------------------------------------
+# The runner
+
+def _container_user() -> tuple[int, int]:
+    uid, gid = os.getuid(), os.getgid()
+    return IMAGE_USER if uid == 0 else (uid, gid)
+
+
+def _unreadable(root: Path, uid: int, limit: int = 10000) -> Path | None:
+    """The first file or folder under root that uid cannot read (by owner or other bits)."""
+    def denied(p: Path, need_x: bool) -> bool:
+        st = p.stat()
+        if st.st_uid == uid:
+            return False
+        mode = st.st_mode
+        return not (mode & 0o004) or (need_x and not (mode & 0o001))
+
+    if denied(root, root.is_dir()):
+        return root
+    if root.is_file():
+        return None
+    for n, (dirpath, dirnames, filenames) in enumerate(os.walk(root)):
+        if n > limit:
+            break
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for d in dirnames:
+            if denied(Path(dirpath, d), True):
+                return Path(dirpath, d)
+        for f in filenames:
+            if denied(Path(dirpath, f), False):
+                return Path(dirpath, f)
+    return None
+
+
+class DockerRunner:
+    """Runs one kit process per container; satisfies ``reprokit.runners.base.Runner``."""
+
+    name = "docker"
+
+    def __init__(self, repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[str] = "none",
+                 extra_mounts: Sequence[tuple[Path | str, str]] = (), *, flavor: str | None = None,
+                 base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
+                 lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
+                 shm_size: str = SHM_SIZE, kits_dir: Path | None = None, client=None,
+                 log: Log = print) -> None:
+        self.repo_root = Path(repo_root).resolve()
+        self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
+        self.data_dir = Path(data_dir).resolve()
+        self.results_dir = Path(results_dir).resolve()
+        self.gpus = parse_gpus(gpus)
+        self.extra_mounts = [(Path(h).resolve(), str(c)) for h, c in extra_mounts]
+        self.flavor = flavor or ("cpu" if self.gpus == "none" else "cuda")
+        self.base_override = base_override
+        self.build_missing = build_missing
+        self.extra_ca = extra_ca
+        self.lock_overrides = dict(lock_overrides or {})
+        self.mem_limit = mem_limit
+        self.shm_size = shm_size
+        self.ulimits = list(ULIMITS)
+        self.log = log
+        self._client = client
+        self._recipes: dict[str, images.Recipe] = {}
+        self._images: dict[str, object] = {}
+        self._engine_version: str | None = None
+        self._check_mounts()
+
+    # -- set-up ------------------------------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = images.client_or_error()
+        return self._client
+
+    def _check_mounts(self) -> None:
+        for host, target in self.extra_mounts:
+            if not target.startswith("/") or any(target == t or target.startswith(t.rstrip("/") + "/")
+                                                 for t in RESERVED_TARGETS) or target == "/":
+                raise UserError(f"the extra mount target {target!r} is not allowed; choose an absolute path "
+                                f"outside {', '.join(RESERVED_TARGETS)} (e.g. /opt/reprokit/user).")
+            for sock in DOCKER_SOCKETS:
+                s = Path(sock)
+                if host == s or s.is_relative_to(host) or (s.exists() and host == s.resolve()):
+                    raise UserError(f"the extra mount {host} would expose the Docker socket to the container; "
+                                    f"mount a folder that does not contain {sock}.")
+
+    def recipe(self, framework: str) -> images.Recipe:
+        if framework not in self._recipes:
+            self._recipes[framework] = images.recipe(
+                framework, self.flavor, base_override=self.base_override,
+                lock_override=self.lock_overrides.get(framework), repo_root=self.repo_root, client=self.client)
+        return self._recipes[framework]
+
+    def prepare(self, frameworks: set[str], log: Log | None = None) -> None:
+        """Everything a run needs, checked before any run: UserError names what is missing and the fix."""
+        log = log or self.log
+        client = self.client
+        self._engine_version = client.version().get("Version")
+        if self.gpus != "none":
+            if not nvidia_runtime_available(client):
+                raise UserError(f"GPUs were requested (--gpus {self._gpus_text()}) but this Docker engine has no "
+                                f"NVIDIA container runtime; {TOOLKIT_FIX}.")
+            if _engine_is_local(client):
+                check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root)
+        for what, path in (("kit code", self.kits_dir), ("data cache", self.data_dir),
+                           *((f"extra mount {t}", h) for h, t in self.extra_mounts)):
+            if not path.exists():
+                raise UserError(f"the {what} folder {path} does not exist; create it (the data cache is filled "
+                                f"by the plan step) or fix the path.")
+            uid = _container_user()[0]
+            bad = _unreadable(path, uid) if uid != os.getuid() else None
+            if bad is not None:
+                raise UserError(f"{bad} is not readable by the container's user (uid {uid}); make the {what} "
+                                f"readable with `chmod -R a+rX {path}`.")
+        old = [c for c in leftovers(client) if c.status != "running"]
+        if old:
+            log(f"note: {len(old)} stopped reprokit container(s) are left over from earlier runs; remove them "
+                f"with `docker rm $(docker ps -aq --filter label={LABEL}=1 --filter status=exited)`.")
+        extra_ca = images.read_extra_ca(self.extra_ca) if self.build_missing else None
+        for fw in sorted(frameworks):
+            r = self.recipe(fw)
+            self._images[fw] = images.ensure(r, client, build_missing=self.build_missing, extra_ca=extra_ca,
+                                             repo_root=self.repo_root, log=log)
+
+    def describe(self, framework: str) -> dict:
+        r = self.recipe(framework)
+        lock = r.lock.relative_to(self.repo_root) if r.lock.is_relative_to(self.repo_root) else r.lock
+        return {"lock": str(lock), "lock_sha256": r.lock_sha256, "image": r.tag}
+
+    def _gpus_text(self) -> str:
+        return self.gpus if isinstance(self.gpus, str) else ",".join(self.gpus)
+
+    def _image(self, framework: str):
+        if framework not in self._images:
+            self.prepare({framework})
+        return self._images[framework]
+
+    # -- one run -----------------------------------------------------------
+
+    def container_config(self, framework: str, spec_file: Path, out_dir: Path, run_id: str,
+                         name: str | None = None) -> dict:
+        """The keyword arguments of ``client.containers.create`` for one run."""
+        import docker.types
+        uid, gid = _container_user()
+        mounts = [
+            docker.types.Mount(KITS_TARGET, str(self.kits_dir), type="bind", read_only=True),
+            docker.types.Mount(SPEC_TARGET, str(spec_file), type="bind", read_only=True),
+            docker.types.Mount(DATA_TARGET, str(self.data_dir), type="bind", read_only=True),
+            docker.types.Mount(RESULTS_TARGET, str(out_dir), type="bind", read_only=False),
+        ] + [docker.types.Mount(t, str(h), type="bind", read_only=True) for h, t in self.extra_mounts]
+        pythonpath = ":".join([PYTHONPATH_ROOT, *(t for _, t in self.extra_mounts)])
+        config = dict(
+            image=self.recipe(framework).tag,
+            command=["python", "-m", "kits.run", "--spec", SPEC_TARGET,
+                     "--out", f"{RESULTS_TARGET}/{OUT_NAME}", "--data-dir", DATA_TARGET],
+            name=name or f"reprokit-{run_id}-{secrets.token_hex(3)}",
+            labels={LABEL: "1", LABEL_RUN: run_id, LABEL_FRAMEWORK: framework},
+            user=f"{uid}:{gid}",
+            environment={"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+            working_dir="/tmp",
+            mounts=mounts,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
+            shm_size=self.shm_size,
+            ulimits=[docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
+            device_requests=device_requests(self.gpus),
+            stdin_open=False, tty=False,
+        )
+        if self.mem_limit is not None:
+            config.update(mem_limit=self.mem_limit, memswap_limit=self.mem_limit)  # no swap: OOM is OOM
+        return config
+
+    def _stage(self, run_id: str, spec_path: Path) -> tuple[Path, Path, Path]:
+        """A fresh folder with a read-only copy of the spec and the one writable results folder."""
+        root = self.results_dir / ".docker-runs"
+        root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f"{run_id}-", dir=root))
+        stage.chmod(0o755)
+        spec_file = stage / "spec.json"
+        shutil.copyfile(spec_path, spec_file)
+        spec_file.chmod(0o444)
+        out_dir = stage / "out"
+        out_dir.mkdir(mode=0o700)
+        uid, gid = _container_user()
+        if (uid, gid) != (os.getuid(), os.getgid()):
+            os.chown(out_dir, uid, gid)
+        return stage, spec_file, out_dir
+
+    def run(self, spec_path: Path, out_path: Path, framework: str, *,
+            timeout_s: float, on_progress: ProgressFn) -> Outcome:
+        spec_path, out_path = Path(spec_path), Path(out_path)
+        run_id = json.loads(spec_path.read_text())["run_id"]
+        image = self._image(framework)
+        client = self.client
+        stage, spec_file, out_dir = self._stage(run_id, spec_path)
+        config = self.container_config(framework, spec_file, out_dir, run_id)
+        launcher = {"backend": "docker", "image": images.image_facts(image),
+                    "container": {"name": config["name"], "user": config["user"], "gpus": self._gpus_text(),
+                                  "network": "none", "engine": self._engine_version}}
+        tail: list[str] = []
+        container = None
+        exit_code = None
+        timed_out = oom = interrupted = False
+        t0 = time.perf_counter()
+        try:
+            container = self._start(client, config, launcher)
+            pump = threading.Thread(target=_pump, args=(container, on_progress, tail), daemon=True)
+            pump.start()
+            try:
+                exit_code = container.wait(timeout=max(float(timeout_s), 0.001))["StatusCode"]
+            except Exception as exc:          # the engine's read timed out: the run did
+                if not _is_timeout(exc):
+                    raise
+                timed_out = True
+                _kill(container)
+            pump.join(10)
+            container.reload()
+            state = container.attrs.get("State", {})
+            oom = bool(state.get("OOMKilled"))
+            if not timed_out and exit_code is None:
+                exit_code = state.get("ExitCode")
+            wall = time.perf_counter() - t0
+            self._deliver(out_dir / OUT_NAME, out_path)
+        except _StartFailed as exc:
+            tail.append(f"docker: the engine could not start the container: {exc}")
+            wall = time.perf_counter() - t0
+            exit_code = 125              # what `docker run` returns when the engine fails
+        except KeyboardInterrupt:
+            interrupted = True
+            wall = time.perf_counter() - t0
+        finally:
+            _remove(client, container, config["name"])
+            shutil.rmtree(stage, ignore_errors=True)
+            try:
+                stage.parent.rmdir()         # only when no other run is staged there
+            except OSError:
+                pass
+        if interrupted:
+            return Outcome(None, wall, tail, interrupted=True, launcher=launcher)
+        return Outcome(None if timed_out else exit_code, wall, tail, timed_out=timed_out,
+                       oom_killed=oom and not timed_out, launcher=launcher)
+
+    def _start(self, client, config: dict, launcher: dict):
+        """Create and start the container; _StartFailed with the engine's reason if it cannot start.
+
+        Where the engine may not raise RLIMIT_MEMLOCK (dockerd itself runs
+        with a capped hard limit, e.g. inside another container), the run
+        goes on without that one ulimit, says so once, and records it.
+        """
+        import docker.errors
+        for attempt in range(2):
+            container = client.containers.create(**config)
+            launcher["container"]["id"] = container.id[:12]
+            launcher["container"]["ulimits"] = {u["Name"]: u["Hard"] for u in config["ulimits"]}
+            try:
+                container.start()
+                return container
+            except docker.errors.APIError as exc:
+                _remove(client, container, config["name"])
+                reason = str(exc.explanation or exc)
+                if attempt == 0 and "rlimit" in reason and any(u["Name"] == "memlock" for u in config["ulimits"]):
+                    self.ulimits = [u for u in self.ulimits if u[0] != "memlock"]
+                    config["ulimits"] = [u for u in config["ulimits"] if u["Name"] != "memlock"]
+                    self.log("warning: this Docker engine may not raise the memlock ulimit (NVIDIA recommends "
+                             "unlimited); running with the engine's default, recorded in each result.")
+                    continue
+                launcher["container"]["start_error"] = reason
+                raise _StartFailed(reason) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _deliver(written: Path, out_path: Path) -> None:
+        """Move what the kit wrote to out_path (as the host user); no file there if it wrote none."""
+        if not written.is_file():
+            out_path.unlink(missing_ok=True)    # never let collect read a stale file
+            return
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh, open(written, "rb") as src:
+                shutil.copyfileobj(src, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+class _StartFailed(Exception):
+    """The engine refused to start a container (bad device request, runtime error)."""
+
+
+def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
+    """Forward the container's output line by line: progress events out, the rest to the tail."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    buf = ""
+
+    def emit(line: str) -> None:
+        try:
+            split_line(line[:TAIL_LINE_CHARS] if not line.startswith("REPROKIT-PROGRESS ") else line,
+                       on_progress, tail)
+        except Exception:               # a broken progress display must not lose the run
+            pass
+
+    try:
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            buf += decoder.decode(chunk)
+            *lines, buf = buf.split("\n")
+            for line in lines:
+                emit(line)
+    except Exception:
+        pass                             # the container was removed under us (timeout, Ctrl-C)
+    buf += decoder.decode(b"", final=True)
+    if buf:
+        emit(buf)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import requests
+    if isinstance(exc, (requests.exceptions.ReadTimeout, requests.exceptions.Timeout)):
+        return True
+    return isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in str(exc).lower()
+
+
+def _kill(container) -> None:
+    try:
+        container.kill()
+    except Exception:
+        pass                             # it ended by itself in the meantime
+
+
+def _remove(client, container, name: str) -> None:
+    """Remove the run's container whatever happened; find it by name if create was interrupted."""
+    for attempt in range(3):
+        try:
+            if container is None:
+                import docker.errors
+                try:
+                    container = client.containers.get(name)
+                except docker.errors.NotFound:
+                    return
+            container.remove(force=True)
+            return
+        except KeyboardInterrupt:
+            continue                     # a second Ctrl-C must not leave the container behind
+        except Exception as exc:
+            if "No such container" in str(exc) or "is already in progress" in str(exc):
+                return
+            time.sleep(0.2)

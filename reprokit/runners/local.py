@@ -1,0 +1,87 @@
+"""The local runner: the kit in a virtualenv built from the framework's lock file.
+
+The default where Docker or a GPU is missing. With ``python=`` it uses an
+existing interpreter instead (a GPU box with the framework preinstalled and
+no network); the result then records the versions that interpreter had.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from reprokit import envs
+from reprokit.provenance import REPO, sha256_file
+from reprokit.runners.base import Outcome, ProgressFn, split_line
+
+
+class LocalRunner:
+    name = "local"
+
+    def __init__(self, envs_root: Path, data_dir: Path, device: str, python: Path | None = None,
+                 extra_paths: tuple[Path, ...] = ()) -> None:
+        self.envs_root = envs_root
+        self.data_dir = data_dir
+        self.device = device
+        self.python = python
+        self.extra_paths = extra_paths
+        self._pythons: dict[str, Path] = {}
+
+    def missing(self, frameworks: set[str]) -> list[str]:
+        """Lock files whose environment still has to be built (for the time estimate)."""
+        if self.python:
+            return []
+        return [n for n in {envs.lock_name(f, self.device) for f in frameworks}
+                if not envs.ready(self.envs_root, n)]
+
+    def prepare(self, frameworks: set[str], log=print) -> None:
+        for framework in sorted(frameworks):
+            name = envs.lock_name(framework, self.device)
+            self._pythons[framework] = self.python or envs.build(self.envs_root, name, log)
+
+    def describe(self, framework: str) -> dict:
+        if self.python:
+            return {"lock": None, "lock_sha256": None, "image": None, "interpreter": str(self.python)}
+        lock = envs.lock_path(envs.lock_name(framework, self.device))
+        return {"lock": str(lock.relative_to(REPO)), "lock_sha256": sha256_file(lock), "image": None}
+
+    def run(self, spec_path: Path, out_path: Path, framework: str, *,
+            timeout_s: float, on_progress: ProgressFn) -> Outcome:
+        cmd = [str(self._pythons[framework]), "-m", "kits.run",
+               "--spec", str(spec_path), "--out", str(out_path), "--data-dir", str(self.data_dir)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
+               "PYTHONUNBUFFERED": "1"}
+        tail: list[str] = []
+        t0 = time.perf_counter()
+        # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started.
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        reader = threading.Thread(target=lambda: [split_line(line, on_progress, tail) for line in proc.stdout],
+                                  daemon=True)
+        reader.start()
+        launcher = {"backend": "local", "python": cmd[0]}
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            reader.join(5)
+            return Outcome(None, time.perf_counter() - t0, tail, timed_out=True, launcher=launcher)
+        except KeyboardInterrupt:
+            _kill(proc)
+            reader.join(5)
+            return Outcome(None, time.perf_counter() - t0, tail, interrupted=True, launcher=launcher)
+        reader.join(5)
+        # SIGKILL from outside the kit is, on Linux, almost always the kernel's OOM killer.
+        return Outcome(code, time.perf_counter() - t0, tail, oom_killed=code == -signal.SIGKILL,
+                       launcher=launcher)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,42 @@
+"""Finished results, by run id: the resume cache and the report's own copies."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kits.common.files import write_json_atomic
+from reprokit import results
+
+
+class Store:
+    """``root/<run_id>.json``: one validated result per run, written the moment a run ends."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, run_id: str) -> Path:
+        return self.root / f"{run_id}.json"
+
+    def get(self, run_id: str) -> dict | None:
+        """A finished run's result, or None (a missing, unreadable or invalid file counts as unfinished)."""
+        try:
+            result = json.loads(self.path(run_id).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return None if results.problems(result) else result
+
+    def put(self, result: dict) -> Path:
+        path = self.path(result["run_id"])
+        write_json_atomic(path, result)
+        return path
+
+    def all(self) -> list[dict]:
+        """Every valid result here; files that fail validation are reported, not used."""
+        out = []
+        for path in sorted(self.root.glob("*.json")):
+            result = json.loads(path.read_text())
+            problem = results.problems(result)
+            if problem:
+                raise ValueError(f"{path} is not a valid result file: {problem}")
+            out.append(result)
+        return out

@@ -1,0 +1,230 @@
+"""Dataset preparation (host) and reading (kit), on real files in the official formats."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kits.common import data as kitdata
+from reprokit import datasets
+from reprokit.errors import UserError
+
+PER_BATCH = 20  # images in each of the small archive's six batches
+# A pixel planted in data_batch_2, image 3: green channel, row 5, column 7.
+PLANTED = {"batch": "data_batch_2", "image": 3, "channel": 1, "row": 5, "col": 7, "value": 251}
+
+
+def _batch(index: int) -> dict:
+    """One pickled batch as the official archive holds it: (n, 3072) CHW rows and labels."""
+    data = np.full((PER_BATCH, 3072), index, dtype=np.uint8)
+    labels = [(index + i) % 10 for i in range(PER_BATCH)]
+    return {b"batch_label": f"batch {index}".encode(), b"data": data, b"labels": labels}
+
+
+def write_small_cifar10(directory: Path, *, with_test_batch: bool = True) -> Path:
+    """A cifar-10-python.tar.gz in the official layout, with PER_BATCH images per batch."""
+    batches = {f"data_batch_{i}": _batch(i) for i in range(1, 6)}
+    if with_test_batch:
+        batches["test_batch"] = _batch(6)
+    p = PLANTED
+    batches[p["batch"]][b"data"][p["image"], p["channel"] * 1024 + p["row"] * 32 + p["col"]] = p["value"]
+    batches["batches.meta"] = {b"label_names": [f"class{i}".encode() for i in range(10)]}
+    path = directory / datasets.CIFAR10_ARCHIVE
+    with tarfile.open(path, "w:gz") as tar:
+        for name, content in batches.items():
+            payload = pickle.dumps(content)
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+@pytest.fixture
+def small_cifar10(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache dir holding the small archive, accepted as the official one."""
+    archive = write_small_cifar10(tmp_path)
+    monkeypatch.setattr(datasets, "CIFAR10_MD5", hashlib.md5(archive.read_bytes()).hexdigest())
+    return tmp_path
+
+
+def _cifar10(train: int | None = None, test: int | None = None) -> dict:
+    return {"dataset": "cifar10", "train_samples": train, "test_samples": test, "seed": 0}
+
+
+def _learnable(train: int, test: int, seed: int = 0) -> dict:
+    return {"dataset": "learnable", "train_samples": train, "test_samples": test, "seed": seed}
+
+
+# --- CIFAR-10 conversion ----------------------------------------------------------
+
+def test_cifar10_converts_to_nhwc_with_labels_and_counts(small_cifar10: Path) -> None:
+    prepared = datasets.prepare(_cifar10(), small_cifar10, allow_download=False)
+    assert (prepared.file, prepared.train_samples, prepared.test_samples) == ("cifar10.npz", 100, 20)
+    path = small_cifar10 / prepared.file
+    assert prepared.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    with np.load(path) as npz:
+        x_train, y_train, x_test, y_test = (npz[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+    assert x_train.shape == (100, 32, 32, 3) and x_train.dtype == np.uint8
+    assert x_test.shape == (20, 32, 32, 3) and y_train.dtype == y_test.dtype == np.int64
+    p = PLANTED
+    image = x_train[PER_BATCH * 1 + p["image"]]  # data_batch_2 follows data_batch_1
+    assert image[p["row"], p["col"], p["channel"]] == p["value"]
+    assert np.count_nonzero(image != 2) == 1  # every other value is the batch's fill
+    assert (x_train[:PER_BATCH] == 1).all() and (x_test == 6).all()
+    assert y_train[:3].tolist() == [1, 2, 3] and y_test[:3].tolist() == [6, 7, 8]
+
+
+def test_cifar10_counts_are_the_ones_the_kit_will_use(small_cifar10: Path) -> None:
+    prepared = datasets.prepare(_cifar10(train=30, test=1000), small_cifar10, allow_download=False)
+    assert (prepared.train_samples, prepared.test_samples) == (30, 20)
+    arrays = kitdata.load(small_cifar10 / prepared.file, prepared.sha256,
+                          prepared.train_samples, prepared.test_samples)
+    assert (len(arrays.x_train), len(arrays.y_train), len(arrays.x_test)) == (30, 30, 20)
+
+
+def test_cifar10_wrong_md5_is_refused(tmp_path: Path) -> None:
+    archive = write_small_cifar10(tmp_path)  # the official md5 stays expected
+    with pytest.raises(UserError) as refused:
+        datasets.prepare(_cifar10(), tmp_path, allow_download=False)
+    message = str(refused.value)
+    assert str(archive) in message and datasets.CIFAR10_MD5 in message
+    assert hashlib.md5(archive.read_bytes()).hexdigest() in message
+    assert not (tmp_path / datasets.CIFAR10_FILE).exists()
+
+
+def test_cifar10_archive_lacking_a_batch_is_refused_and_leaves_no_file(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = write_small_cifar10(tmp_path, with_test_batch=False)
+    monkeypatch.setattr(datasets, "CIFAR10_MD5", hashlib.md5(archive.read_bytes()).hexdigest())
+    with pytest.raises(UserError, match="lacks test_batch"):
+        datasets.prepare(_cifar10(), tmp_path, allow_download=False)
+    assert os.listdir(tmp_path) == [archive.name]
+
+
+def test_cifar10_missing_archive_without_download_names_where_to_put_it(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="missing") as refused:
+        datasets.prepare(_cifar10(), tmp_path, allow_download=False)
+    assert str(tmp_path / datasets.CIFAR10_ARCHIVE) in str(refused.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_prepared_file_is_reused_and_no_temp_file_is_left(small_cifar10: Path) -> None:
+    first = datasets.prepare(_cifar10(), small_cifar10, allow_download=False)
+    path = small_cifar10 / first.file
+    mtime = path.stat().st_mtime_ns
+    (small_cifar10 / datasets.CIFAR10_ARCHIVE).unlink()  # reuse must not need the archive
+    second = datasets.prepare(_cifar10(), small_cifar10, allow_download=False)
+    assert second == first and path.stat().st_mtime_ns == mtime
+    assert sorted(os.listdir(small_cifar10)) == ["cifar10.npz", "cifar10.npz.sha256"]
+
+
+def test_stale_checksum_sidecar_is_recomputed(tmp_path: Path) -> None:
+    first = datasets.prepare(_learnable(20, 10), tmp_path)
+    path = tmp_path / first.file
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["y_test"][0] = (arrays["y_test"][0] + 1) % 10
+    np.savez(path, **arrays)
+    sidecar = path.with_name(path.name + ".sha256")
+    os.utime(sidecar, ns=(path.stat().st_mtime_ns - 10**9,) * 2)
+    second = datasets.prepare(_learnable(20, 10), tmp_path)
+    assert second.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() != first.sha256
+
+
+def test_unknown_dataset_lists_the_allowed_names(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cifar10, synthetic, learnable"):
+        datasets.prepare({"dataset": "mnist", "train_samples": None, "test_samples": None, "seed": 0},
+                         tmp_path)
+
+
+# --- generated datasets -----------------------------------------------------------
+
+def test_synthetic_is_seeded_noise_in_the_common_layout(tmp_path: Path) -> None:
+    spec = {"dataset": "synthetic", "train_samples": 50, "test_samples": 10, "seed": 3}
+    prepared = datasets.prepare(spec, tmp_path)
+    assert prepared.file == "synthetic-n50-t10-s3.npz"
+    again = datasets.prepare(spec, tmp_path / "elsewhere")
+    assert again.sha256 == prepared.sha256
+    arrays = kitdata.load(tmp_path / prepared.file, prepared.sha256, None, None)
+    assert arrays.x_train.shape == (50, 32, 32, 3) and arrays.x_test.shape == (10, 32, 32, 3)
+    assert arrays.x_train.dtype == np.uint8 and arrays.y_train.dtype == np.int64
+    assert set(arrays.y_train.tolist()) <= set(range(10))
+
+
+def test_learnable_is_deterministic_in_its_seed_and_balanced(tmp_path: Path) -> None:
+    a = datasets.prepare(_learnable(200, 50, seed=1), tmp_path / "a")
+    b = datasets.prepare(_learnable(200, 50, seed=1), tmp_path / "b")
+    c = datasets.prepare(_learnable(200, 50, seed=2), tmp_path / "c")
+    assert a.file == "learnable-n200-t50-s1.npz" and a.sha256 == b.sha256 != c.sha256
+    arrays = kitdata.load(tmp_path / "a" / a.file, a.sha256, None, None)
+    assert np.bincount(arrays.y_train, minlength=10).tolist() == [20] * 10
+    assert np.bincount(arrays.y_test, minlength=10).tolist() == [5] * 10
+
+
+def test_learnable_default_sizes(tmp_path: Path) -> None:
+    prepared = datasets.prepare({"dataset": "learnable", "train_samples": None,
+                                 "test_samples": None, "seed": 0}, tmp_path)
+    assert (prepared.file, prepared.train_samples, prepared.test_samples) == \
+        ("learnable-n2000-t500-s0.npz", 2000, 500)
+
+
+def _spectrum(x: np.ndarray) -> np.ndarray:
+    """Phase-invariant features: the normalised amplitude spectrum of the grey image."""
+    grey = x.astype(np.float32).mean(axis=-1)
+    amplitude = np.abs(np.fft.rfft2(grey - grey.mean(axis=(1, 2), keepdims=True))).reshape(len(x), -1)
+    return amplitude / np.linalg.norm(amplitude, axis=1, keepdims=True)
+
+
+def test_learnable_carries_signal_a_simple_classifier_finds(tmp_path: Path) -> None:
+    prepared = datasets.prepare(_learnable(1000, 300), tmp_path)
+    arrays = kitdata.load(tmp_path / prepared.file, prepared.sha256, None, None)
+    train, test = _spectrum(arrays.x_train), _spectrum(arrays.x_test)
+    means = np.stack([train[arrays.y_train == c].mean(axis=0) for c in range(10)])
+    nearest = ((test[:, None, :] - means[None]) ** 2).sum(axis=-1).argmin(axis=1)
+    assert (nearest == arrays.y_test).mean() > 0.5
+
+
+# --- kit side ---------------------------------------------------------------------
+
+def test_kit_load_refuses_a_tampered_or_missing_file(tmp_path: Path) -> None:
+    prepared = datasets.prepare(_learnable(20, 10), tmp_path)
+    path = tmp_path / prepared.file
+    with open(path, "r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        last = fh.read(1)
+        fh.seek(-1, os.SEEK_END)
+        fh.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(kitdata.DataError, match=prepared.sha256):
+        kitdata.load(path, prepared.sha256, None, None)
+    with pytest.raises(kitdata.DataError, match="missing"):
+        kitdata.load(tmp_path / "absent.npz", prepared.sha256, None, None)
+
+
+def test_kit_load_refuses_more_samples_than_the_file_holds(tmp_path: Path) -> None:
+    prepared = datasets.prepare(_learnable(20, 10), tmp_path)
+    with pytest.raises(kitdata.DataError, match="holds 20"):
+        kitdata.load(tmp_path / prepared.file, prepared.sha256, 21, None)
+
+
+def test_epoch_order_is_deterministic_and_changes_per_epoch() -> None:
+    first = kitdata.epoch_order(100, seed=7, epoch=0, shuffle=True)
+    assert np.array_equal(first, kitdata.epoch_order(100, seed=7, epoch=0, shuffle=True))
+    assert sorted(first.tolist()) == list(range(100))
+    assert not np.array_equal(first, kitdata.epoch_order(100, seed=7, epoch=1, shuffle=True))
+    assert not np.array_equal(first, kitdata.epoch_order(100, seed=8, epoch=0, shuffle=True))
+    assert kitdata.epoch_order(5, seed=7, epoch=3, shuffle=False).tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("drop_last", "sizes"), [(False, [4, 4, 2]), (True, [4, 4])])
+def test_batches_cover_the_order_and_drop_last_drops_the_short_one(drop_last: bool,
+                                                                    sizes: list[int]) -> None:
+    order = np.arange(10)[::-1]
+    got = list(kitdata.batches(order, 4, drop_last))
+    assert [len(b) for b in got] == sizes
+    assert np.concatenate(got).tolist() == order[:sum(sizes)].tolist()
