@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from reprokit import plan as planning
-from reprokit import report, runners
+from reprokit import report
 from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
@@ -20,6 +20,7 @@ from reprokit.runners.local import LocalRunner
 from reprokit.store import Store
 
 STATE = REPO / ".reprokit"
+ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
 # A priori guesses per run, used until this machine has finished a run of the same kind.
 FIRST_GUESS_S = {"quick": 90}
 ENV_BUILD_S = 120
@@ -40,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
     p.add_argument("--dataset", choices=("cifar10", "synthetic", "learnable"), help="override the profile's dataset")
     p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
+    p.add_argument("--state-dir", type=Path, default=STATE,
+                   help="finished results and scratch space (default .reprokit)")
+    p.add_argument("--reports-dir", type=Path, default=REPO / "reports", help="where reports/<name>/ goes")
     p.add_argument("--offline", action="store_true", help="never download; fail early if data is missing")
     p.add_argument("--name", help="report name: reports/<name>/ (default <profile>-<device>)")
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
@@ -60,20 +64,21 @@ def _estimate(store_results: list[dict], spec: dict) -> float | None:
 
 
 def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...]):
+    state = args.state_dir.resolve()
     if args.backend in ("auto", "docker") and args.python is None:
         from reprokit.runners import docker as docker_backend
         ok, why = docker_backend.engine_status()
         if ok or args.backend == "docker":
             if not ok:
                 raise UserError(why)
-            return docker_backend.select(REPO, data_dir, STATE / "work", args.gpus, extra, device,
+            return docker_backend.select(REPO, data_dir, state / "work", args.gpus, extra, device,
                                          forced=args.backend == "docker")
         print(f"backend: local ({why})")
     elif args.backend == "auto":
         print("backend: local (--python given)")
     else:
         print("backend: local (asked for)")
-    return LocalRunner(STATE / "envs", data_dir, device, python=args.python, extra_paths=extra), None
+    return LocalRunner(ENVS, data_dir, device, python=args.python, extra_paths=extra), None
 
 
 def reproduce(argv: list[str] | None = None) -> int:
@@ -110,7 +115,8 @@ def reproduce(argv: list[str] | None = None) -> int:
     runner.prepare(needed)
     specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code())]
 
-    store = Store(STATE / "results")
+    state = args.state_dir.resolve()
+    store = Store(state / "results")
     history = store.all()
     done = {s["run_id"] for s in specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
     todo = [s for s in specs if s["run_id"] not in done]
@@ -119,13 +125,13 @@ def reproduce(argv: list[str] | None = None) -> int:
     print(f"\nplan: {len(specs)} runs, profile {profile} on {device}, backend {runner.name}; "
           f"{len(done)} already finished, {len(todo)} to run, estimated {duration(total)}")
     for i, s in enumerate(specs, 1):
-        state = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
+        when = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
         print(f"  {i:>2}. {s['run_id']}  {s['experiment']:<28} {s['framework']:<10} {s['variant']:<10} "
-              f"repeat {s['repeat']}  {state}")
+              f"repeat {s['repeat']}  {when}")
     print()
 
-    report_dir = REPO / "reports" / name
-    work = STATE / "work"
+    report_dir = args.reports_dir.resolve() / name
+    work = state / "work"
     failures = 0
     try:
         for i, spec in enumerate(todo, 1):
@@ -155,8 +161,12 @@ def reproduce(argv: list[str] | None = None) -> int:
     for r in results:
         Store(report_dir / "results").put(r)
     path = report.write(report_dir, name, results, experiments)
-    print(f"\nreport: {path.relative_to(REPO)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
+    print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def main(argv: list[str] | None = None) -> int:

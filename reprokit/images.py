@@ -54,6 +54,8 @@ LABEL_BASE_PINNED = "org.reprokit.base-pinned"
 _ARG_RE = re.compile(r"^ARG BASE_IMAGE=(?P<ref>\S+)\s*$", re.MULTILINE)
 _PIN_NOTE_RE = re.compile(r"^# base-pin: .*$", re.MULTILINE)
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_FROM_STEP_RE = re.compile(r"^Step \d+/\d+ : FROM ", re.IGNORECASE)
+_ID_LINE_RE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$")
 
 Log = Callable[[str], None]
 
@@ -272,7 +274,32 @@ def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path =
         raise UserError(f"building {r.tag} reported success but the engine has no such image "
                         f"(id {image_id}); see {log_path}.")
     log(f"built {r.tag} ({image.short_id}) in {time.monotonic() - started:.0f} s")
+    remove_stages(client, builder_stages(log_path.read_text()))
     return image
+
+
+def remove_stages(client, stage_ids: list[str]) -> None:
+    """Drop the builder stages' untagged images: they held the extra CA and duplicate the virtualenv.
+
+    The final image never contains them; removing them also keeps the CA out
+    of the local engine's cache and halves the disk a build needs.
+    """
+    for stage_id in stage_ids:
+        try:
+            client.images.remove(stage_id, noprune=False)
+        except Exception:
+            pass                # shared with another image, or already gone
+
+
+def builder_stages(log_text: str) -> list[str]:
+    """The ids of the builder stages' last images, from a classic-builder log."""
+    stages, last_id = [], None
+    for line in log_text.splitlines():
+        if _FROM_STEP_RE.match(line) and last_id:
+            stages.append(last_id)
+        elif m := _ID_LINE_RE.match(line):
+            last_id = m.group(1)
+    return stages
 
 
 def ensure(r: Recipe, client, *, build_missing: bool = True, extra_ca: bytes | None = None,

@@ -152,7 +152,7 @@ def _differences(runs: dict[str, list[dict]]) -> str:
         rows.append([md(d["field"]), md(d["pytorch"]), md(d["tensorflow"]), md(d["why"])])
     pt, tf = runs.get("pytorch"), runs.get("tensorflow")
     if pt and tf:
-        for key in ("framework_version", "tf32", "cudnn_autotune", "cpu_threads", "device_name"):
+        for key in ("tf32", "cudnn_autotune", "cpu_threads", "device_name"):
             a, b = pt[0]["environment"].get(key), tf[0]["environment"].get(key)
             if a != b:
                 rows.append([md(key), md(a), md(b), "as reported by each framework at run time"])

@@ -7,7 +7,7 @@ import numpy as np
 
 from kits.common import data as datalib
 from kits.common.backend import Backend
-from kits.common.measure import WindowTimer, now, step_stats
+from kits.common.measure import WindowTimer, now
 from kits.common.progress import Progress
 
 

@@ -47,7 +47,7 @@ class Backend:
             "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
             "data_layout": "NCHW",
             "execution": "eager",
-            "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
+            "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
             "cudnn_autotune": torch.backends.cudnn.benchmark,
         }
 

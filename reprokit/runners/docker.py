@@ -433,9 +433,12 @@ class DockerRunner:
         container = None
         exit_code = None
         timed_out = oom = interrupted = False
+        timing: dict = {}
+        launcher["timing"] = timing
         t0 = time.perf_counter()
         try:
             container = self._start(client, config, launcher)
+            t_started = time.perf_counter()
             pump = threading.Thread(target=_pump, args=(container, on_progress, tail), daemon=True)
             pump.start()
             try:
@@ -449,6 +452,7 @@ class DockerRunner:
             container.reload()
             state = container.attrs.get("State", {})
             oom = bool(state.get("OOMKilled"))
+            timing.update(start_s=t_started - t0, process_s=_lifetime(state))
             if not timed_out and exit_code is None:
                 exit_code = state.get("ExitCode")
             wall = time.perf_counter() - t0
@@ -467,6 +471,8 @@ class DockerRunner:
                 stage.parent.rmdir()         # only when no other run is staged there
             except OSError:
                 pass
+        # The orchestrator's own cost is total_s minus process_s (the kit process's lifetime).
+        timing["total_s"] = time.perf_counter() - t0
         if interrupted:
             return Outcome(None, wall, tail, interrupted=True, launcher=launcher)
         return Outcome(None if timed_out else exit_code, wall, tail, timed_out=timed_out,
@@ -547,6 +553,24 @@ def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
     buf += decoder.decode(b"", final=True)
     if buf:
         emit(buf)
+
+
+def _lifetime(state: dict) -> float | None:
+    """Seconds between the engine's StartedAt and FinishedAt of a container (None if unknown)."""
+    from datetime import datetime
+
+    def parse(text: str | None):
+        if not text or text.startswith("0001-"):
+            return None
+        m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+        if not m:
+            return None
+        frac = (m.group(2) or "0")[:6].ljust(6, "0")
+        zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{zone}")
+
+    start, end = parse(state.get("StartedAt")), parse(state.get("FinishedAt"))
+    return (end - start).total_seconds() if start and end else None
 
 
 def _is_timeout(exc: BaseException) -> bool:

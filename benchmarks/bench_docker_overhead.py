@@ -1,0 +1,113 @@
+"""The Docker runner's own cost per run, with a real kit image and the real kit.
+
+Measures, for N runs of a tiny real training spec, the time from just before
+``DockerRunner.run`` (container create) to the result collected
+(``collect``), and subtracts the kit process's own lifetime as the engine
+recorded it (State.StartedAt -> FinishedAt): what remains is the orchestrator's
+cost (staging, create, start, log streaming, wait, inspect, result delivery,
+removal, collect), the training and the kit's own start-up excluded.
+Target: median under 1.5 s.
+
+    PYTHONPATH=. python benchmarks/bench_docker_overhead.py [--runs 10] [--framework tensorflow]
+        [--base-override reprokit/test-base:bookworm-py311] [--extra-ca /etc/ssl/certs/ca-certificates.crt]
+        [--gpus none]
+
+Builds the framework's image first if it is missing (not timed). Needs a Docker
+engine; prints one table and exits 1 when the median misses the target.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from reprokit import plan, results  # noqa: E402
+from reprokit.errors import UserError  # noqa: E402
+from reprokit.experiments import load  # noqa: E402
+from reprokit.provenance import code  # noqa: E402
+from reprokit.runners import base  # noqa: E402
+from reprokit.runners import docker as dr  # noqa: E402
+
+TARGET_S = 1.5
+EXPERIMENT = REPO / "kits" / "experiments" / "simplecnn_cifar10_memory.toml"
+
+
+def tiny_spec(runner: dr.DockerRunner, framework: str, data_dir: Path, device: str) -> dict:
+    """The built-in experiment's quick profile cut to a few steps: the training is ~0."""
+    opts = plan.Options(profile="quick", device=device, repeats=1, frameworks=(framework,), data_dir=data_dir,
+                        allow_download=False)
+    (spec,) = [s for s in plan.specs_for(load(EXPERIMENT), opts, runner.describe, code())
+               if s["framework"] == framework]
+    spec["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=0)
+    spec["data"]["test_samples"] = min(spec["data"]["test_samples"], 64)
+    spec["run_id"] = plan.run_id(spec)
+    return spec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--framework", default="tensorflow", choices=("tensorflow", "pytorch"))
+    ap.add_argument("--base-override", default=None, help="local base image (CI stand-in for the pinned base)")
+    ap.add_argument("--extra-ca", default=None, help="CA bundle for pip behind a TLS-re-signing proxy")
+    ap.add_argument("--gpus", default="none")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="reprokit-bench-"))
+    data_dir, results_dir = work / "data", work / "results"
+    data_dir.mkdir()
+    results_dir.mkdir()
+    try:
+        runner = dr.DockerRunner(REPO, data_dir, results_dir, gpus=args.gpus, base_override=args.base_override,
+                                 extra_ca=args.extra_ca, log=lambda line: print(line, file=sys.stderr))
+        spec = tiny_spec(runner, args.framework, data_dir, "cpu" if runner.gpus == "none" else "gpu")
+        for p in [work, *work.rglob("*")]:            # the container's user must read the data (host may be root)
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        runner.prepare({args.framework})              # builds the image if missing: not timed
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        rows = []
+        for i in range(args.runs + 1):                # run 0 warms the engine and the page cache: dropped
+            out = results_dir / f"{spec['run_id']}.json"
+            t0 = time.perf_counter()
+            outcome = runner.run(spec_path, out, args.framework, timeout_s=600, on_progress=lambda e: None)
+            result = base.collect(spec, outcome, out)
+            total = time.perf_counter() - t0
+            if result["status"] != "ok" or results.problems(result):
+                print(f"run {i} failed: {result.get('failure')}", file=sys.stderr)
+                return 2
+            timing = outcome.launcher["timing"]
+            if i:
+                rows.append({"total": total, "process": timing["process_s"], "kit_wall": result["timing"]["wall_s"],
+                             "start": timing["start_s"], "overhead": total - timing["process_s"]})
+            out.unlink()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    over = sorted(r["overhead"] for r in rows)
+    print(f"image {runner.recipe(args.framework).tag}, {args.runs} runs (after 1 warm-up), engine {runner._engine_version}")
+    print(f"  run() + collect() wall          median {med('total'):.3f} s")
+    print(f"  kit process lifetime (engine)   median {med('process'):.3f} s   (kit's own timing.wall_s {med('kit_wall'):.3f} s)")
+    print(f"  create + start                  median {med('start'):.3f} s")
+    print(f"  orchestrator overhead           median {statistics.median(over):.3f} s   "
+          f"min {over[0]:.3f}  max {over[-1]:.3f}   target < {TARGET_S} s")
+    return 0 if statistics.median(over) < TARGET_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

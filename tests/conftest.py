@@ -1,0 +1,99 @@
+"""Shared fixtures: the kits' real environments and a tiny experiment that trains in seconds."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reprokit import envs
+from reprokit.cli import ENVS
+from reprokit.experiments import load
+from reprokit.plan import Options, specs_for
+from reprokit.provenance import code
+
+TINY = textwrap.dedent("""\
+    [experiment]
+    name = "tiny"
+    title = "A tiny SimpleCNN that trains in seconds"
+    frameworks = ["pytorch", "tensorflow"]
+
+    [model]
+    name = "simplecnn"
+    num_classes = 10
+    width_multiplier = 0.125
+    dropout = [0.1, 0.1, 0.1]
+    dropout_kind = "element"
+    batchnorm = { momentum_keep = 0.9, epsilon = 1e-5 }
+    init = { conv = "he_uniform", dense = "glorot_uniform", bias = "zeros" }
+
+    [data]
+    dataset = "learnable"
+    input_size = 32
+    resize = "none"
+    scale = "unit"
+    shuffle = true
+    drop_last = true
+    train_samples = 256
+    test_samples = 64
+
+    [train]
+    batch_size = 32
+    epochs = 2
+    optimizer = { name = "sgd", lr = 0.05, momentum = 0.9, nesterov = false }
+    loss = "cross_entropy_from_logits"
+    seed = 0
+    warmup_steps = 2
+
+    [numerics]
+    precision = "fp32"
+    tf32 = false
+    cudnn_autotune = false
+    compile = false
+    cpu_threads = { intra_op = 1, inter_op = 1 }
+    """)
+
+
+@pytest.fixture(scope="session")
+def kit_python():
+    """The interpreter of each framework's real environment, built from its lock file once."""
+    built: dict[str, Path] = {}
+
+    def get(framework: str) -> Path:
+        if framework not in built:
+            built[framework] = envs.build(ENVS, envs.lock_name(framework, "cpu"))
+        return built[framework]
+    return get
+
+
+@pytest.fixture
+def tiny_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "experiments"
+    folder.mkdir()
+    (folder / "tiny.toml").write_text(TINY)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+def tiny_specs(folder: Path, data_dir: Path, profile: str = "quick", edit=None) -> dict[str, dict]:
+    """RunSpecs of the tiny experiment by framework; edit(spec) may change a spec before its id is set."""
+    exp = load(folder / "tiny.toml")
+    opts = Options(profile=profile, device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
+                   data_dir=data_dir, allow_download=False)
+    out = {}
+    for spec in specs_for(exp, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code()):
+        if edit:
+            edit(spec)
+        out[spec["framework"]] = spec
+    return out
+
+
+def write_spec(tmp_path: Path, spec: dict) -> Path:
+    path = tmp_path / f"{spec['framework']}-spec.json"
+    path.write_text(json.dumps(spec))
+    return path

@@ -1,0 +1,92 @@
+"""The whole path, for real: experiment -> plan -> local runner -> result files -> report."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reprokit import results
+from reprokit.provenance import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _cmd(tiny_dir: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
+            "--backend", "local", "--state-dir", str(tmp_path / "state"), "--reports-dir", str(tmp_path / "reports"),
+            "--data-dir", str(tmp_path / "data"), "--name", "t", *extra]
+
+
+def _reproduce(tiny_dir, tmp_path, *extra, timeout=900):
+    return subprocess.run(_cmd(tiny_dir, tmp_path, *extra), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_reproduce_writes_results_and_report_then_resumes(kit_python, tiny_dir, tmp_path):
+    kit_python("pytorch"), kit_python("tensorflow")      # envs built outside the timed command
+    first = _reproduce(tiny_dir, tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    out = first.stdout
+    assert "plan: 2 runs, profile quick on cpu, backend local; 0 already finished, 2 to run" in out
+    assert "[run 1/2] tiny / pytorch / fixed r0 · ok" in out and "[run 2/2] tiny / tensorflow / fixed r0 · ok" in out
+    report_dir = tmp_path / "reports" / "t"
+    assert f"report: {report_dir / 'report.md'}" in out
+    files = sorted((report_dir / "results").glob("*.json"))
+    assert len(files) == 2
+    for f in files:
+        assert results.problems(json.loads(f.read_text())) is None
+    text = (report_dir / "report.md").read_text()
+    assert "Quick profile on CPU: not the published setting" in text
+    assert "| throughput (samples/s, after warmup)" in text and "| PyTorch / TensorFlow" in text
+    assert "## Environment and provenance" in text
+    for f in files:
+        assert f"(results/{f.name})" in text
+
+    again = _reproduce(tiny_dir, tmp_path)
+    assert again.returncode == 0
+    assert "2 already finished, 0 to run" in again.stdout and "[run" not in again.stdout
+
+    fresh = _reproduce(tiny_dir, tmp_path, "--fresh", "--frameworks", "pytorch")
+    assert "0 already finished, 1 to run" in fresh.stdout and fresh.returncode == 0
+
+
+def test_ctrl_c_keeps_finished_results_and_records_nothing_unfinished(kit_python, tiny_dir, tmp_path):
+    kit_python("pytorch"), kit_python("tensorflow")
+    # Finish PyTorch first, then interrupt TensorFlow while it trains.
+    assert _reproduce(tiny_dir, tmp_path, "--frameworks", "pytorch").returncode == 0
+    proc = subprocess.Popen(_cmd(tiny_dir, tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "[run 1/1] tiny / tensorflow" in line and "epoch" in line:
+            break
+        if "[run 1/1]" in line and line.rstrip().endswith(("ok", "s")) and "· ok ·" in line:
+            pytest.fail("the run finished before it could be interrupted")
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(lines) + rest
+    assert "interrupted: finished results are kept" in rest
+    stored = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
+    assert [r["framework"] for r in stored] == ["pytorch"]
+    resumed = _reproduce(tiny_dir, tmp_path)
+    assert "1 already finished, 1 to run" in resumed.stdout and resumed.returncode == 0
+
+
+def test_a_timeout_is_recorded_and_the_matrix_goes_on(kit_python, tiny_dir, tmp_path):
+    kit_python("pytorch"), kit_python("tensorflow")
+    proc = _reproduce(tiny_dir, tmp_path, "--timeout", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.count("FAILED (timeout: the run exceeded its 2 s limit)") == 2
+    text = (tmp_path / "reports" / "t" / "report.md").read_text()
+    assert "## Failed runs" in text and "**timeout**" in text
+    stored = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
+    assert {r["failure"]["kind"] for r in stored} == {"timeout"}
+    # A failed run is not a finished one: the next invocation tries it again.
+    retry = _reproduce(tiny_dir, tmp_path)
+    assert "0 already finished, 2 to run" in retry.stdout and retry.returncode == 0
