@@ -6,15 +6,15 @@ import nox
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
-
-PYTHON = "3.11"
+# Sessions run on the interpreter nox itself runs on (3.11 or newer): the
+# lock files carry every platform's hashes, so no particular minor version is needed.
 
 
 def _host(session: nox.Session, *extra: str) -> None:
     session.install("-e", ".", *extra)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def reproduce(session: nox.Session) -> None:
     """Run both seed experiments in PyTorch and TensorFlow and write reports/<name>/report.md.
 
@@ -26,14 +26,14 @@ def reproduce(session: nox.Session) -> None:
     session.run("python", "-m", "reprokit", "reproduce", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite: real frameworks, real files, a real Docker engine where one answers."""
     _host(session, "pytest>=8")
     session.run("python", "-m", "pytest", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def lock(session: nox.Session) -> None:
     """Rewrite the hash-pinned lock files in locks/ from locks/versions.toml (needs PyPI)."""
     session.install("pip-tools>=7.4")

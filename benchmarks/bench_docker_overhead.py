@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -29,12 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reprokit import plan, results  # noqa: E402
-from reprokit.errors import UserError  # noqa: E402
-from reprokit.experiments import load  # noqa: E402
-from reprokit.provenance import code  # noqa: E402
-from reprokit.runners import base  # noqa: E402
-from reprokit.runners import docker as dr  # noqa: E402
+from reprokit import plan, results
+from reprokit.errors import UserError
+from reprokit.experiments import load
+from reprokit.provenance import code
+from reprokit.runners import base
+from reprokit.runners import docker as dr
 
 TARGET_S = 1.5
 EXPERIMENT = REPO / "kits" / "experiments" / "simplecnn_cifar10_memory.toml"

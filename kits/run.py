@@ -45,11 +45,12 @@ def run(spec: dict, data_dir: Path) -> dict:
                          f"({env.get('device_name')}); refusing to run on the CPU instead")
     d = spec["data"]
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
-    model = backend.build()
-    m = train(backend, spec, arrays, Progress())
+    model = backend.build(arrays)
+    m = train(backend, spec, len(arrays.x_train), Progress())
     result = report.header(spec, "ok", None)
-    result.update(report.sections(spec, m, time.perf_counter() - t0))
-    result["memory"] = {**backend.memory_report(), "over_steps": [list(p) for p in m.memory_over_steps]}
+    result.update(report.sections(spec, m, time.perf_counter() - t0, backend.averaged_over))
+    result["memory"] = {**backend.memory_report(), "over_steps": [list(p) for p in m.memory_over_steps],
+                        "train_peak_bytes": m.train_memory_peak, "eval_peak_bytes": m.eval_memory_peak}
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
     result["provenance"] = {**spec["provenance"], "data_sha256": arrays.sha256}

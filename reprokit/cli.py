@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="also load experiments from this folder (repeatable)")
     p.add_argument("--frameworks", default="pytorch,tensorflow", help="comma-separated subset")
     p.add_argument("--repeats", type=int, default=1, help="runs of each configuration, each in a fresh process")
+    p.add_argument("--variants", default="fixed",
+                   help="comma-separated: fixed and/or variants the experiments define, e.g. fixed,as_posted")
+    p.add_argument("--ablation", action="store_true",
+                   help="also run each pitfall of the chosen variants alone")
     p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto")
     p.add_argument("--gpus", default=None, help="none, all, or comma-separated GPU ids (default: all if any)")
     p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
@@ -109,7 +113,9 @@ def reproduce(argv: list[str] | None = None) -> int:
         print(f"backend: {runner.name} ({reason})")
     opts = planning.Options(profile=profile, device=device, repeats=args.repeats, frameworks=frameworks,
                             data_dir=args.data_dir.resolve(), allow_download=not args.offline,
-                            dataset=args.dataset, timeout_s=args.timeout)
+                            dataset=args.dataset, timeout_s=args.timeout,
+                            variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
+                            ablation=args.ablation)
     needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
     to_build = runner.missing(needed)
     runner.prepare(needed)

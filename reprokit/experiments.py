@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
+from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
 
 PROFILES = ("quick", "standard", "full")
@@ -29,6 +30,11 @@ class Experiment:
     @property
     def frameworks(self) -> list[str]:
         return self.doc["experiment"]["frameworks"]
+
+    @property
+    def variants(self) -> dict[str, dict]:
+        """Named lists of pitfalls; "fixed" (none) is implicit."""
+        return self.doc.get("variants", {})
 
     def resolved(self, profile: str) -> dict:
         """The experiment with the profile's overrides applied (already validated)."""
@@ -94,6 +100,14 @@ def load(path: Path) -> Experiment:
     experiment = Experiment(path=path, doc=doc)
     for profile in PROFILES:
         _check(experiment.resolved(profile), f"{path} (profile {profile})")
+    for name, variant in experiment.variants.items():
+        for pitfall in variant["pitfalls"]:
+            if pitfall not in PITFALLS:
+                raise UserError(f"{path}: variants.{name}.pitfalls: unknown pitfall {pitfall!r}; "
+                                f"known: {', '.join(sorted(PITFALLS))}")
+            if PITFALLS[pitfall]["framework"] not in experiment.frameworks:
+                raise UserError(f"{path}: variants.{name}.pitfalls: {pitfall!r} is a "
+                                f"{PITFALLS[pitfall]['framework']} pitfall but the experiment does not run it")
     if path.stem != experiment.name:
         raise UserError(f"{path}: experiment.name {experiment.name!r} must match the file name {path.stem!r}")
     return experiment

@@ -18,6 +18,7 @@ rewrites the Dockerfile's ``ARG BASE_IMAGE=`` line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -25,11 +26,12 @@ import os
 import re
 import sys
 import tarfile
+import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from reprokit.errors import UserError
 
@@ -40,6 +42,7 @@ FLAVORS = ("cuda", "cpu")
 IMAGE_REPO = "reprokit"
 UNRESOLVED = "sha256:UNRESOLVED"
 EXTRA_CA_ENV = "REPROKIT_EXTRA_CA"
+BASE_OVERRIDE_ENV = "REPROKIT_BASE_OVERRIDE"   # a local stand-in base for machines without the registry
 PIN_COMMAND = "nox -s pin"
 BUILD_COMMAND = "nox -s images"
 
@@ -200,10 +203,11 @@ def client_or_error():
         import docker
     except ImportError:
         raise UserError("the Docker SDK for Python is not installed; install it with `pip install docker`.") from None
+    import requests
     try:
         client = docker.from_env(timeout=120)
         client.ping()
-    except Exception as exc:  # DockerException, requests errors: all mean "no engine"
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:  # all mean "no engine"
         raise UserError(f"no Docker engine answers ({_short(exc)}); start it (`sudo systemctl start docker`, "
                         f"or scripts/start-dockerd) or use --backend local.") from None
     return client
@@ -223,14 +227,27 @@ def find(r: Recipe, client):
         return None
 
 
+def _log_path(folder: Path, name: str) -> Path:
+    """folder/name if it can be written, else the same name in a per-user temporary folder."""
+    for candidate in (folder, Path(tempfile.gettempdir()) / f"reprokit-logs-{os.getuid()}"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+            path = candidate / name
+            path.touch()
+            return path
+        except OSError:
+            continue
+    raise UserError(f"cannot write a build log in {folder} or the temporary folder; free some disk space.")
+
+
 def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path = REPO_ROOT,
           log: Log = _stderr, log_dir: Path | None = None):
     """Build one image with the classic builder; UserError with the failing step when it fails."""
     import docker.errors
+    import requests
 
-    log_dir = Path(log_dir) if log_dir else Path(repo_root) / ".reprokit" / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"build-{r.framework}-{r.flavor}.log"
+    log_path = _log_path(Path(log_dir) if log_dir else Path(repo_root) / ".reprokit" / "logs",
+                         f"build-{r.framework}-{r.flavor}.log")
     buildargs = {"BASE_IMAGE": r.base_ref, "BASE_DIGEST": r.base_digest,
                  "LOCK_FILE": "locks/reprokit-build.lock.txt"}
     labels = {"reprokit": "1", LABEL_FRAMEWORK: r.framework, LABEL_LOCK_NAME: r.lock.name,
@@ -263,7 +280,7 @@ def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path =
                     image_id = aux["ID"]
     except docker.errors.APIError as exc:
         errors.append(_short(exc))
-    except Exception as exc:  # the engine went away mid-build
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:  # engine went away
         errors.append(f"the Docker engine stopped answering ({_short(exc)})")
     if errors:
         step = next((line for line in reversed(tail) if line.startswith("Step ")), None)
@@ -284,11 +301,10 @@ def remove_stages(client, stage_ids: list[str]) -> None:
     The final image never contains them; removing them also keeps the CA out
     of the local engine's cache and halves the disk a build needs.
     """
+    import docker.errors
     for stage_id in stage_ids:
-        try:
+        with contextlib.suppress(docker.errors.APIError):   # shared with another image, or already gone
             client.images.remove(stage_id, noprune=False)
-        except Exception:
-            pass                # shared with another image, or already gone
 
 
 def builder_stages(log_text: str) -> list[str]:
@@ -346,7 +362,7 @@ def pin(frameworks=FRAMEWORKS, *, client=None, repo_root: Path = REPO_ROOT, dry_
         name, old = split_ref(base_of(dockerfile))
         try:
             digest = resolve(name)
-        except Exception as exc:
+        except (OSError, ValueError, *_docker_errors()) as exc:
             raise UserError(f"could not resolve {name} on its registry ({_short(exc)}); run `{PIN_COMMAND}` "
                             f"on a machine whose Docker engine reaches the registry.") from None
         if not _DIGEST_RE.match(digest or ""):
@@ -363,6 +379,15 @@ def pin(frameworks=FRAMEWORKS, *, client=None, repo_root: Path = REPO_ROOT, dry_
     return done
 
 
+def _docker_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import docker.errors
+        import requests
+    except ImportError:
+        return ()
+    return (docker.errors.DockerException, requests.exceptions.RequestException)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reprokit.images", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -377,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         p.add_argument("--flavor", choices=FLAVORS, default="cuda",
                        help="cuda: the GPU images (default); cpu: CPU-only lock files (CI)")
-        p.add_argument("--base-override", metavar="IMAGE",
-                       help="build on this local image instead of the pinned base (CI stand-in)")
+        p.add_argument("--base-override", metavar="IMAGE", default=os.environ.get(BASE_OVERRIDE_ENV) or None,
+                       help=f"build on this local image instead of the pinned base (CI stand-in; "
+                            f"default ${BASE_OVERRIDE_ENV})")
         if name == "build":
             p.add_argument("--extra-ca", metavar="PEM",
                            help=f"extra CA bundle for pip behind a TLS-re-signing proxy (or {EXTRA_CA_ENV}); "

@@ -12,7 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kits.common.pitfalls import PITFALLS, for_framework
 from reprokit import datasets
+from reprokit.errors import UserError
 from reprokit.experiments import Experiment
 
 SPEC_SCHEMA = "reprokit.runspec/1"
@@ -30,6 +32,8 @@ class Options:
     allow_download: bool
     dataset: str | None = None      # override the profile's dataset (e.g. synthetic on an offline GPU box)
     timeout_s: float | None = None
+    variants: tuple[str, ...] = ("fixed",)
+    ablation: bool = False          # also each pitfall of the chosen variants alone, as "+<pitfall>"
 
 
 def run_id(spec: dict) -> str:
@@ -54,37 +58,57 @@ def _data(resolved: dict, opts: Options) -> dict:
     return data
 
 
+def variants_of(exp: Experiment, opts: Options) -> dict[str, list[str]]:
+    """Variant name -> its pitfalls, for the variants this experiment defines among those asked for."""
+    out = {"fixed": []} if "fixed" in opts.variants else {}
+    for name in opts.variants:
+        if name == "fixed":
+            continue
+        if name not in exp.variants:
+            if name in ("as_posted",):
+                continue    # asked for every experiment; this one has none
+            raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
+                            f"it has: fixed, {', '.join(exp.variants) or '(no others)'}")
+        out[name] = exp.variants[name]["pitfalls"]
+        if opts.ablation:
+            for pitfall in exp.variants[name]["pitfalls"]:
+                out[f"+{pitfall}"] = [pitfall]
+    return out
+
+
 def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict]:
     """The RunSpecs of one experiment; describe(framework) gives the runner's facts (lock, image)."""
     resolved = exp.resolved(opts.profile)
-    data = _data(resolved, opts)
     numerics = dict(resolved["numerics"])
     numerics["cpu_threads"] = {k: _threads(v) for k, v in numerics["cpu_threads"].items()}
-    train = dict(resolved["train"])
-    train.setdefault("eval_batch_size", train["batch_size"])
-    train.setdefault("max_steps_per_epoch", None)
+    train = {"eval_batch_size": resolved["train"]["batch_size"], "max_steps_per_epoch": None, **resolved["train"]}
+    common = {
+        "schema": SPEC_SCHEMA,
+        "experiment": exp.name,
+        "profile": opts.profile,
+        "device": opts.device,
+        "model": resolved["model"],
+        "data": _data(resolved, opts),
+        "train": train,
+        "numerics": numerics,
+        "differences": resolved.get("differences", []),
+        "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5},
+        "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
+    }
     out = []
     for framework in exp.frameworks:
         if framework not in opts.frameworks:
             continue
-        for repeat in range(opts.repeats):
-            spec = {
-                "schema": SPEC_SCHEMA,
-                "experiment": exp.name,
-                "variant": "fixed",
-                "framework": framework,
-                "profile": opts.profile,
-                "repeat": repeat,
-                "device": opts.device,
-                "model": resolved["model"],
-                "data": data,
-                "train": train,
-                "numerics": numerics,
-                "differences": resolved.get("differences", []),
-                "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5},
-                "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
-                "provenance": {**code, **describe(framework)},
-            }
-            spec["run_id"] = run_id(spec)
-            out.append(spec)
+        seen: set[tuple[str, ...]] = set()
+        for variant, pitfalls in variants_of(exp, opts).items():
+            mine = for_framework(pitfalls, framework)
+            if (pitfalls and not mine) or tuple(mine) in seen:
+                continue    # the other framework's pitfall, or the same runs under another name
+            seen.add(tuple(mine))
+            for repeat in range(opts.repeats):
+                spec = {**common, "framework": framework, "variant": variant, "repeat": repeat,
+                        "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
+                        "provenance": {**code, **describe(framework)}}
+                spec["run_id"] = run_id(spec)
+                out.append(spec)
     return out

@@ -285,7 +285,7 @@ def test_settings_reach_the_container(make_runner, tmp_path, client, dirs):
     host = attrs["HostConfig"]
     uid = 10001 if os.getuid() == 0 else os.getuid()
 
-    assert attrs["Config"]["User"] == (f"10001:10001" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}")
+    assert attrs["Config"]["User"] == ("10001:10001" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}")
     assert attrs["Config"]["Labels"][dr.LABEL] == "1" and attrs["Config"]["Labels"][dr.LABEL_RUN] == run_id
     assert host["NetworkMode"] == "none"
     assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
@@ -498,7 +498,7 @@ def test_gpus_without_nvidia_runtime_fail_before_any_container(client, test_base
     assert "--gpus none" in message and message.count(";") == 1
     assert {c.id for c in client.containers.list(all=True)} == before
     # and run() without prepare() checks the same before creating anything
-    spec, spec_path = make_spec(Path(dirs["results"]), {})
+    _, spec_path = make_spec(Path(dirs["results"]), {})
     with pytest.raises(UserError):
         runner.run(spec_path, dirs["results"] / "x.json", "tensorflow", timeout_s=5, on_progress=lambda e: None)
     assert {c.id for c in client.containers.list(all=True)} == before
@@ -616,7 +616,7 @@ def _repo_copy(tmp_path: Path, digest: str | None = None) -> Path:
 
 def test_base_images_are_pinned_by_digest_or_explicitly_unresolved():
     bases = images.load_bases(REPO)
-    for fw, entry in bases.items():
+    for entry in bases.values():
         ref = images.base_of(REPO / entry["dockerfile"])
         name, digest = images.split_ref(ref)
         assert name.startswith("docker.io/library/python:3.11-slim-bookworm"), ref
@@ -771,3 +771,39 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     assert result["environment"]["framework"] == "tensorflow" and result["environment"]["device"] == "cpu"
     assert events, "the kit's progress lines reach the host while it runs"
     assert_removed(client, spec["run_id"])
+
+
+# ---------------------------------------------------------------------------
+# Backend choice (what `nox -s reproduce` calls once an engine answers)
+
+@pytest.mark.docker
+def test_select_says_why_it_falls_back_to_local(client, monkeypatch, tmp_path):
+    monkeypatch.setattr(dr, "_registry_reachable", lambda c, ref: False)    # as on an offline machine
+    monkeypatch.setattr(dr, "_local_image", lambda c, ref: False)
+    runner, why = dr.select(REPO, tmp_path, tmp_path, "none", device="cpu", client=client, log=lambda line: None)
+    if runner.name == "docker":                      # this engine already has every image
+        assert "answers" in why
+        return
+    assert runner.name == "local"
+    assert "can neither be found locally nor pulled" in why and "`nox -s images`" in why
+    with pytest.raises(UserError, match="can neither be found locally nor pulled"):
+        dr.select(REPO, tmp_path, tmp_path, "none", device="cpu", forced=True, client=client)
+
+
+@pytest.mark.docker
+def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp_path):
+    runner, why = dr.select(REPO, tmp_path, tmp_path, "none", (tmp_path,), device="cpu", base_override=test_base,
+                            client=client, log=lambda line: None)
+    assert runner.name == "docker" and why.startswith("Docker engine ") and "GPUs: none" in why
+    assert runner.flavor == "cpu" and runner.extra_mounts == [(tmp_path.resolve(), "/opt/reprokit/user/0")]
+
+
+@pytest.mark.docker
+def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
+    if dr.nvidia_runtime_available(client):
+        pytest.skip("this engine has the NVIDIA runtime")
+    runner, why = dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client)
+    assert runner.name == "local" and "nvidia-container-toolkit" in why
+    for kw in ({"forced": True}, {"gpus_explicit": True}):
+        with pytest.raises(UserError, match="no NVIDIA container runtime; install nvidia-container-toolkit"):
+            dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client, **kw)

@@ -2,26 +2,31 @@
 
 The training loop, the batch order, the clocks and the result file are
 framework-free (kits/common), so both frameworks are driven by the same code
-and can only differ where a backend is told to differ.
+and can only differ where a backend is told to differ (the spec's pitfalls).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
-import numpy as np
+from kits.common.data import Arrays
 
 
 class Backend(Protocol):
-    name: str            # "pytorch" | "tensorflow"
+    name: str                 # "pytorch" | "tensorflow"
+    averaged_over: str        # "samples", or "batches" where the run reproduces code that divides by batches
 
     def environment(self) -> dict:
         """Framework, version, build, device and the settings it actually applied."""
 
-    def build(self) -> dict:
-        """Create model, optimizer and loss from the spec; return {"parameters": {...}}."""
+    def build(self, arrays: Arrays) -> dict:
+        """Create model, optimizer, loss and input pipeline; return {"parameters": {...}}."""
 
-    def to_device(self, x: np.ndarray, y: np.ndarray) -> Any:
-        """Hand one uint8 NHWC batch and its int64 labels to the device (may be asynchronous)."""
+    def train_batches(self, epoch: int) -> Iterator[Any]:
+        """This epoch's training batches, on their way to the device."""
+
+    def test_batches(self) -> Iterator[Any]:
+        """The held-out batches."""
 
     def batch_size_of(self, batch: Any) -> int:
         """The number of samples in the tensors the model receives (read from their shape)."""
@@ -30,10 +35,13 @@ class Backend(Protocol):
         """One optimizer step; adds the batch's summed loss and correct count to on-device sums."""
 
     def eval_step(self, batch: Any) -> None:
-        """Forward only, in evaluation mode, without gradients; adds to the on-device sums."""
+        """Forward only; adds to the on-device sums."""
 
     def set_mode(self, training: bool) -> None:
         """Switch layers such as Dropout and BatchNorm between training and evaluation."""
+
+    def end_epoch(self, train_loss_sum: float) -> None:
+        """Per-epoch work such as a learning-rate scheduler (none in a fixed run)."""
 
     def take_sums(self) -> tuple[float, float]:
         """Read and reset the summed loss and correct count (this synchronises)."""

@@ -24,7 +24,7 @@ def header(spec: dict, status: str, failure: dict | None) -> dict:
     }
 
 
-def sections(spec: dict, m: Measurements, wall_s: float) -> dict:
+def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> dict:
     sizes = np.asarray(m.observed_batch_sizes or [0])
     train_s = m.measured_train_s
     return {
@@ -46,5 +46,5 @@ def sections(spec: dict, m: Measurements, wall_s: float) -> dict:
             "samples_per_s": m.measured_samples / train_s if train_s > 0 else 0.0,
             "data_wait_fraction": min(1.0, m.data_wait_s / train_s) if train_s > 0 else 0.0,
         },
-        "metrics": {"averaged_over": "samples", "epochs": m.epoch_metrics},
+        "metrics": {"averaged_over": averaged_over, "epochs": m.epoch_metrics},
     }

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from kits.common import data as datalib
 from kits.common.backend import Backend
 from kits.common.measure import WindowTimer, now
 from kits.common.progress import Progress
@@ -19,6 +16,8 @@ class Measurements:
     epoch_times: list[dict] = field(default_factory=list)
     epoch_metrics: list[dict] = field(default_factory=list)
     memory_over_steps: list[tuple[int, int]] = field(default_factory=list)
+    train_memory_peak: int = 0        # max of the sampled current memory while training
+    eval_memory_peak: int = 0         # ... and while evaluating
     data_wait_s: float = 0.0
     measured_train_s: float = 0.0      # training time after warmup, synchronised at its edges
     measured_samples: int = 0          # samples trained after warmup
@@ -27,35 +26,37 @@ class Measurements:
     window_steps: int = 1
 
 
-def train(backend: Backend, spec: dict, arrays: datalib.Arrays, progress: Progress) -> Measurements:
-    train_cfg, data_cfg = spec["train"], spec["data"]
-    batch_size = train_cfg["batch_size"]
-    warmup = train_cfg["warmup_steps"]
-    max_steps = train_cfg.get("max_steps_per_epoch")
+def steps_per_epoch(spec: dict, n_train: int) -> int:
+    """What the loop asks for each epoch: whole batches of the configured size, like Keras's
+    ``steps_per_epoch = len(train) // batch_size``; the data may run out sooner."""
+    batch, cap = spec["train"]["batch_size"], spec["train"].get("max_steps_per_epoch")
+    steps = n_train // batch if spec["data"]["drop_last"] else -(-n_train // batch)
+    return min(steps, cap) if cap else steps
+
+
+def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Measurements:
+    warmup = spec["train"]["warmup_steps"]
     memory_every = spec["measure"]["memory_every_steps"]
+    epochs = spec["train"]["epochs"]
     m = Measurements(window_steps=spec["measure"]["window_steps"])
     timer = WindowTimer(m.window_steps, backend.sync)
-    epochs = train_cfg["epochs"]
-    n_train = len(arrays.x_train)
-    steps_planned = n_train // batch_size if data_cfg["drop_last"] else -(-n_train // batch_size)
-    if max_steps:
-        steps_planned = min(steps_planned, max_steps)
+    planned = steps_per_epoch(spec, n_train)
 
     global_step = 0
     for epoch in range(1, epochs + 1):
         backend.set_mode(training=True)
-        order = datalib.epoch_order(n_train, train_cfg["seed"], epoch, data_cfg["shuffle"])
+        batches = backend.train_batches(epoch)
         samples = steps = 0
         backend.sync()
         t_epoch = now()
         t_measured = t_epoch if global_step >= warmup else None
         if t_measured is not None:
             timer.start()
-        for idx in datalib.batches(order, batch_size, data_cfg["drop_last"]):
-            if max_steps and steps >= max_steps:
-                break
+        while steps < planned:
             t_fetch = now()
-            batch = backend.to_device(arrays.x_train[idx], arrays.y_train[idx])
+            batch = next(batches, None)
+            if batch is None:
+                break       # a non-repeating dataset ran out
             if t_measured is not None:
                 m.data_wait_s += now() - t_fetch
             n = backend.batch_size_of(batch)
@@ -72,8 +73,10 @@ def train(backend: Backend, spec: dict, arrays: datalib.Arrays, progress: Progre
                 t_measured = now()
                 timer.start()
             if global_step % memory_every == 0:
-                m.memory_over_steps.append((global_step, backend.memory_now()))
-            progress.emit(phase="train", epoch=epoch, epochs=epochs, step=steps, steps=steps_planned)
+                current = backend.memory_now()
+                m.memory_over_steps.append((global_step, current))
+                m.train_memory_peak = max(m.train_memory_peak, current)
+            progress.emit(phase="train", epoch=epoch, epochs=epochs, step=steps, steps=planned)
         backend.sync()
         t_end = now()
         if t_measured is not None:
@@ -82,25 +85,30 @@ def train(backend: Backend, spec: dict, arrays: datalib.Arrays, progress: Progre
 
         backend.set_mode(training=False)
         t_eval = now()
-        test_n = 0
-        for idx in datalib.batches(np.arange(len(arrays.x_test)), train_cfg["eval_batch_size"], drop_last=False):
-            batch = backend.to_device(arrays.x_test[idx], arrays.y_test[idx])
+        test_n = eval_steps = 0
+        for batch in backend.test_batches():
             test_n += backend.batch_size_of(batch)
             backend.eval_step(batch)
+            eval_steps += 1
+            m.eval_memory_peak = max(m.eval_memory_peak, backend.memory_now())
         test_loss, test_correct = backend.take_sums()
         t_eval_end = now()
 
+        # Averaged over samples, unless the run reproduces code that divides by the number of batches.
+        per_batch = backend.averaged_over == "batches"
+        train_div, test_div = (steps, eval_steps) if per_batch else (samples, test_n)
         m.samples_per_epoch.append(samples)
         m.steps_per_epoch.append(steps)
         m.test_samples = test_n
         m.epoch_times.append({"train_s": t_end - t_epoch, "eval_s": t_eval_end - t_eval})
         m.epoch_metrics.append({
             "epoch": epoch,
-            "train_loss": train_loss / samples if samples else None,
-            "train_accuracy": train_correct / samples if samples else None,
-            "test_loss": test_loss / test_n if test_n else None,
-            "test_accuracy": test_correct / test_n if test_n else None,
+            "train_loss": train_loss / train_div if train_div else None,
+            "train_accuracy": train_correct / train_div if train_div else None,
+            "test_loss": test_loss / test_div if test_div else None,
+            "test_accuracy": test_correct / test_div if test_div else None,
         })
+        backend.end_epoch(train_loss)
         progress.emit(force=True, phase="epoch", epoch=epoch, epochs=epochs,
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
     m.step_s = timer.per_step

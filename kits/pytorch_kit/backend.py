@@ -6,8 +6,13 @@ import platform
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms
 
+from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
+from kits.common.feeding import NumpyFeeder
 from kits.common.measure import peak_rss_bytes, rss_bytes
 from kits.pytorch_kit import models
 
@@ -17,6 +22,7 @@ class Backend:
 
     def __init__(self, spec: dict) -> None:
         self.spec = spec
+        self.pitfalls = frozenset(spec.get("pitfalls", []))
         numerics = spec["numerics"]
         threads = numerics["cpu_threads"]
         torch.set_num_threads(threads["intra_op"])
@@ -29,8 +35,10 @@ class Backend:
         data = spec["data"]
         self.resize = data["input_size"] if data["resize"] == "bilinear" else None
         self.scale = 1.0 / 255.0 if data["scale"] == "unit" else 1.0
+        self.averaged_over = "batches" if "pt_metrics_per_batch" in self.pitfalls else "samples"
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
+        self.scheduler = None
 
     def environment(self) -> dict:
         cuda = self.device.type == "cuda"
@@ -51,9 +59,9 @@ class Backend:
             "cudnn_autotune": torch.backends.cudnn.benchmark,
         }
 
-    def build(self) -> dict:
+    def build(self, arrays: datalib.Arrays) -> dict:
         cfg, train = self.spec["model"], self.spec["train"]
-        self.model = models.build(cfg, self.spec["data"]["input_size"]).to(self.device)
+        self.model = models.build(cfg, self.spec["data"]["input_size"], self.pitfalls).to(self.device)
         opt = train["optimizer"]
         if opt["name"] == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=opt["lr"],
@@ -61,20 +69,37 @@ class Backend:
         else:
             self.optimizer = torch.optim.SGD(self.model.parameters(), lr=opt["lr"],
                                              momentum=opt["momentum"], nesterov=opt["nesterov"])
+        if "pt_plateau_on_sum" in self.pitfalls:
+            # As posted, less verbose=True, which torch 2.14 no longer accepts (a declared adaptation).
+            self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+                self.optimizer, "min", patience=3, factor=0.9817)
+        if "pt_eval_once" in self.pitfalls:
+            self.model.eval()        # CNN.eval() before trainNet; nothing switches it back
+        self.feeder = (_CpuResizeLoader(arrays, self.spec, self._to_device)
+                       if "pt_cpu_resize_dataloader" in self.pitfalls
+                       else NumpyFeeder(arrays, self.spec, self._to_device))
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         return {"parameters": models.parameter_counts(self.model)}
 
-    def to_device(self, x: np.ndarray, y: np.ndarray):
-        xt = torch.from_numpy(x).to(self.device, non_blocking=True)
-        yt = torch.from_numpy(y).to(self.device, non_blocking=True)
-        return xt, yt
+    def _to_device(self, x, y):
+        x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+        y = torch.from_numpy(y) if isinstance(y, np.ndarray) else y
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def train_batches(self, epoch: int):
+        return self.feeder.train(epoch)
+
+    def test_batches(self):
+        return self.feeder.test()
 
     def batch_size_of(self, batch) -> int:
         return int(batch[0].shape[0])
 
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
-        # uint8 NHWC -> float NCHW in [0,1], resized on the device
+        if x.dtype != torch.uint8:
+            return x          # already scaled and resized on the CPU by the as-posted loader
+        # uint8 NHWC -> float NCHW, scaled, resized on the device
         x = x.permute(0, 3, 1, 2).float().mul_(self.scale).contiguous()
         if self.resize:
             x = F.interpolate(x, size=(self.resize, self.resize), mode="bilinear",
@@ -83,32 +108,48 @@ class Backend:
 
     def train_step(self, batch) -> None:
         x, y = batch
-        logits = self.model(self._inputs(x))
-        loss = F.cross_entropy(logits, y)
+        outputs = self.model(self._inputs(x))
+        loss = F.cross_entropy(outputs, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        self._accumulate(logits, y, loss)
+        self._accumulate(outputs, y, loss)
 
     def eval_step(self, batch) -> None:
         x, y = batch
+        if "pt_val_grad" in self.pitfalls:
+            outputs = self.model(self._inputs(x))       # no torch.no_grad(): a graph per batch
+            self._accumulate(outputs, y, F.cross_entropy(outputs, y))
+            return
         with torch.no_grad():
-            logits = self.model(self._inputs(x))
-            self._accumulate(logits, y, F.cross_entropy(logits, y))
+            outputs = self.model(self._inputs(x))
+            self._accumulate(outputs, y, F.cross_entropy(outputs, y))
 
-    def _accumulate(self, logits: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
+    def _accumulate(self, outputs: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
         # On-device sums: no .item() here, so the step adds no synchronisation.
+        if "pt_running_acc_tensor" in self.pitfalls:
+            # As posted: torch.max(outputs.data, 1), then total_train_acc += acc (a tensor).
+            _, predictions = torch.max(outputs.data, 1)
+            self._correct = self._correct + (y == predictions).sum()
+        else:
+            with torch.no_grad():
+                self._correct += (outputs.argmax(1) == y).sum()
         with torch.no_grad():
             self._loss_sum += loss.detach() * y.shape[0]
-            self._correct += (logits.argmax(1) == y).sum()
 
     def set_mode(self, training: bool) -> None:
-        self.model.train(training)
+        if "pt_eval_once" not in self.pitfalls:
+            self.model.train(training)
+
+    def end_epoch(self, train_loss_sum: float) -> None:
+        if self.scheduler is not None:
+            # total_train_loss in the post: the per-batch mean losses, summed
+            self.scheduler.step(train_loss_sum / self.spec["train"]["batch_size"])
 
     def take_sums(self) -> tuple[float, float]:
         loss, correct = float(self._loss_sum), float(self._correct)
         self._loss_sum.zero_()
-        self._correct.zero_()
+        self._correct = torch.zeros_like(self._correct)
         return loss, correct
 
     def sync(self) -> None:
@@ -127,3 +168,38 @@ class Backend:
                                   "peak_reserved": torch.cuda.max_memory_reserved()}}
         return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
                 "framework": {}}
+
+
+class _ResizedImages(Dataset):
+    def __init__(self, x: np.ndarray, y: np.ndarray, transform) -> None:
+        self.x, self.y, self.transform = x, y, transform
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.transform(Image.fromarray(self.x[i])), int(self.y[i])
+
+
+class _CpuResizeLoader:
+    """The post's pipeline: transforms.Resize((S, S)) + ToTensor per PIL image, in a
+    single-process DataLoader, in the same batch order as every other run."""
+
+    def __init__(self, arrays: datalib.Arrays, spec: dict, to_device) -> None:
+        size = spec["data"]["input_size"]
+        self.transform = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor()])
+        self.arrays, self.spec, self.to_device = arrays, spec, to_device
+
+    def _load(self, x: np.ndarray, y: np.ndarray, batches):
+        loader = DataLoader(_ResizedImages(x, y, self.transform), batch_sampler=list(batches), num_workers=0)
+        return (self.to_device(xb, yb) for xb, yb in loader)
+
+    def train(self, epoch: int):
+        a, t = self.arrays, self.spec["train"]
+        order = datalib.epoch_order(len(a.x_train), t["seed"], epoch, self.spec["data"]["shuffle"])
+        return self._load(a.x_train, a.y_train, datalib.batches(order, t["batch_size"], True))
+
+    def test(self):
+        a = self.arrays
+        order = np.arange(len(a.x_test))
+        return self._load(a.x_test, a.y_test, datalib.batches(order, self.spec["train"]["eval_batch_size"], False))

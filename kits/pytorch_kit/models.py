@@ -1,4 +1,7 @@
-"""The spec's models in PyTorch, built layer for layer like the Keras ones."""
+"""The spec's models in PyTorch, built layer for layer like the Keras ones.
+
+``pitfalls`` rebuilds what the seed posts wrote instead (see kits/common/pitfalls.py).
+"""
 from __future__ import annotations
 
 from torch import nn
@@ -21,7 +24,7 @@ def _init(model: nn.Module, init: dict) -> None:
             nn.init.zeros_(module.bias)
 
 
-def vgg16(cfg: dict, input_size: int) -> nn.Module:
+def vgg16(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> nn.Module:
     layers: list[nn.Module] = []
     channels = 3
     for block in VGG16_BLOCKS:
@@ -32,37 +35,48 @@ def vgg16(cfg: dict, input_size: int) -> nn.Module:
         layers.append(nn.MaxPool2d(2, 2))
     spatial = input_size // 32
     hidden = cfg["classifier_width"]
+    classes = 1000 if "pt_head_1000" in pitfalls else cfg["num_classes"]
     layers += [
         nn.Flatten(),
         nn.Linear(channels * spatial * spatial, hidden), nn.ReLU(inplace=True), nn.Dropout(cfg["dropout"]),
         nn.Linear(hidden, hidden), nn.ReLU(inplace=True), nn.Dropout(cfg["dropout"]),
-        nn.Linear(hidden, cfg["num_classes"]),
+        nn.Linear(hidden, classes),
     ]
     return nn.Sequential(*layers)
 
 
-def simplecnn(cfg: dict) -> nn.Module:
-    """Conv-ReLU-Dropout-BatchNorm blocks as posted, one BatchNorm per conv, logits out."""
+def simplecnn(cfg: dict, pitfalls: frozenset[str]) -> nn.Module:
+    """Conv-ReLU-Dropout-BatchNorm blocks as posted; one BatchNorm per conv, logits out."""
     p12, p34, p5 = cfg["dropout"]
     rates = [p12, p12, p34, p34, p5]
-    drop = nn.Dropout2d if cfg["dropout_kind"] == "channel" else nn.Dropout
+    channel_dropout = cfg["dropout_kind"] == "channel" or "pt_dropout2d" in pitfalls
+    drop = nn.Dropout2d if channel_dropout else nn.Dropout
     bn = cfg["batchnorm"]
+    shared: dict[int, nn.BatchNorm2d] = {}     # the post's Batchnorm_1..4, one per width
+
+    def batchnorm(width: int) -> nn.BatchNorm2d:
+        made = nn.BatchNorm2d(width, eps=bn["epsilon"], momentum=1.0 - bn["momentum_keep"])
+        return shared.setdefault(width, made) if "pt_shared_batchnorm" in pitfalls else made
+
     layers: list[nn.Module] = []
     channels = 3
     for i, block in enumerate(SIMPLECNN_BLOCKS):
         for width in block:
             out = _width(width, cfg["width_multiplier"])
-            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.ReLU(inplace=True), drop(rates[i]),
-                       nn.BatchNorm2d(out, eps=bn["epsilon"], momentum=1.0 - bn["momentum_keep"])]
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.ReLU(inplace=True), drop(rates[i]), batchnorm(out)]
             channels = out
         # The last block pools by averaging (the post's AvgPool2d / GlobalAveragePooling2D).
         layers.append(nn.MaxPool2d(2, 2) if i < len(SIMPLECNN_BLOCKS) - 1 else nn.AdaptiveAvgPool2d(1))
     layers += [nn.Flatten(), nn.Dropout(p5), nn.Linear(channels, cfg["num_classes"])]
+    if "pt_relu_logits" in pitfalls:
+        layers += [nn.ReLU(), nn.Dropout(p5)]      # x = dropout1d(F.relu(self.fc(x)))
+    if "pt_softmax_before_ce" in pitfalls:
+        layers.append(nn.Softmax(dim=1))           # x = F.softmax(x), then CrossEntropyLoss
     return nn.Sequential(*layers)
 
 
-def build(cfg: dict, input_size: int) -> nn.Module:
-    model = vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg)
+def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> nn.Module:
+    model = vgg16(cfg, input_size, pitfalls) if cfg["name"] == "vgg16" else simplecnn(cfg, pitfalls)
     _init(model, cfg["init"])
     return model
 
@@ -73,4 +87,3 @@ def parameter_counts(model: nn.Module) -> dict:
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     stats = sum(b.numel() for name, b in model.named_buffers() if name.endswith(("running_mean", "running_var")))
     return {"total": trainable + frozen + stats, "trainable": trainable}
-

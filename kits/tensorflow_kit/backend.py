@@ -11,15 +11,20 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
+from kits.common.feeding import NumpyFeeder  # noqa: E402
 from kits.common.measure import peak_rss_bytes, rss_bytes  # noqa: E402
 from kits.tensorflow_kit import models  # noqa: E402
+from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
 
 class Backend:
     name = "tensorflow"
 
+    averaged_over = "samples"
+
     def __init__(self, spec: dict) -> None:
         self.spec = spec
+        self.pitfalls = frozenset(spec.get("pitfalls", []))
         numerics = spec["numerics"]
         threads = numerics["cpu_threads"]
         # Thread pools are fixed at the first op: set them before anything runs.
@@ -36,7 +41,8 @@ class Backend:
         keras.utils.set_random_seed(spec["train"]["seed"])
         data = spec["data"]
         self.resize = data["input_size"] if data["resize"] == "bilinear" else None
-        self.scale = 1.0 / 255.0 if data["scale"] == "unit" else 1.0
+        unit = data["scale"] == "unit" and "tf_inputs_0_255" not in self.pitfalls
+        self.scale = 1.0 / 255.0 if unit else 1.0
         self._loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
         self._correct = tf.Variable(0, dtype=tf.int64, trainable=False)
 
@@ -63,9 +69,9 @@ class Backend:
             "cudnn_autotune": os.environ["TF_CUDNN_USE_AUTOTUNE"] == "1",
         }
 
-    def build(self) -> dict:
+    def build(self, arrays) -> dict:
         cfg, train = self.spec["model"], self.spec["train"]
-        self.model = models.build(cfg, self.spec["data"]["input_size"])
+        self.model = models.build(cfg, self.spec["data"]["input_size"], self.pitfalls)
         opt = train["optimizer"]
         if opt["name"] == "adam":
             self.optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"],
@@ -74,21 +80,38 @@ class Backend:
             self.optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
                                                   nesterov=opt["nesterov"])
         self.optimizer.build(self.model.trainable_variables)
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        signature = [tf.TensorSpec([None, None, None, 3], tf.uint8), tf.TensorSpec([None], tf.int64)]
-        self._train = tf.function(self._train_step, input_signature=signature)
-        self._eval = tf.function(self._eval_step, input_signature=signature)
+        # The posted model ends in softmax and uses categorical cross-entropy on its probabilities;
+        # integer labels with the sparse form of the same loss are a declared adaptation.
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits="tf_posted_model" not in self.pitfalls)
+        # One trace per input dtype and shape: uint8 batches here, float batches of one from the posted pipeline.
+        self._train = tf.function(self._train_step, reduce_retracing=True)
+        self._eval = tf.function(self._eval_step, reduce_retracing=True)
+        shuffle = self.spec["data"]["shuffle"] and "tf_shuffle_ignored" not in self.pitfalls
+        resume = "tf_epochs_resume" in self.pitfalls
+        single = "tf_validation_single_examples" in self.pitfalls
+        numpy_feeder = NumpyFeeder(arrays, self.spec, self._to_device, shuffle=shuffle, resume=resume,
+                                   eval_batch_size=1 if single else None)
+        self.feeder = (PostedFeeder(arrays, self.spec, self.scale, shuffle, resume, single, numpy_feeder.test)
+                       if "tf_batch_of_one" in self.pitfalls else numpy_feeder)
         if self.gpus:
             tf.config.experimental.reset_memory_stats("GPU:0")
         return {"parameters": models.parameter_counts(self.model)}
 
-    def to_device(self, x: np.ndarray, y: np.ndarray):
+    def _to_device(self, x: np.ndarray, y: np.ndarray):
         return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+
+    def train_batches(self, epoch: int):
+        return self.feeder.train(epoch)
+
+    def test_batches(self):
+        return self.feeder.test()
 
     def batch_size_of(self, batch) -> int:
         return int(batch[0].shape[0])
 
     def _inputs(self, x: tf.Tensor) -> tf.Tensor:
+        if x.dtype != tf.uint8:
+            return x          # already resized (and scaled, or not) by the posted pipeline
         x = tf.cast(x, tf.float32) * self.scale
         if self.resize:
             x = tf.image.resize(x, (self.resize, self.resize), method="bilinear", antialias=False)
@@ -119,6 +142,9 @@ class Backend:
 
     def set_mode(self, training: bool) -> None:
         """Keras has no global mode: each step passes training=True or False to the model."""
+
+    def end_epoch(self, train_loss_sum: float) -> None:
+        """No scheduler on the TensorFlow side (the post had none)."""
 
     def take_sums(self) -> tuple[float, float]:
         loss, correct = float(self._loss_sum.numpy()), float(self._correct.numpy())

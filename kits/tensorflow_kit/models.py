@@ -36,7 +36,7 @@ def vgg16(cfg: dict, input_size: int) -> keras.Model:
     return keras.Model(inputs, _dense(cfg["num_classes"], init)(x), name="vgg16")
 
 
-def simplecnn(cfg: dict, input_size: int) -> keras.Model:
+def simplecnn(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> keras.Model:
     """Conv-ReLU-Dropout-BatchNorm blocks as posted, one BatchNorm per conv, logits out."""
     init, bn = cfg["init"], cfg["batchnorm"]
     p12, p34, p5 = cfg["dropout"]
@@ -51,11 +51,16 @@ def simplecnn(cfg: dict, input_size: int) -> keras.Model:
             x = layers.BatchNormalization(momentum=bn["momentum_keep"], epsilon=bn["epsilon"])(x)
         x = layers.MaxPooling2D(2, 2)(x) if i < len(SIMPLECNN_BLOCKS) - 1 else layers.GlobalAveragePooling2D()(x)
     x = layers.Dropout(p5)(x)
+    if "tf_posted_model" in pitfalls:
+        # As posted: Flatten, Dense(10, relu), Dropout, then Dense(10, softmax) into categorical cross-entropy.
+        x = layers.Flatten()(x)
+        x = layers.Dropout(p5)(layers.ReLU()(_dense(cfg["num_classes"], init)(x)))
+        return keras.Model(inputs, layers.Softmax()(_dense(cfg["num_classes"], init)(x)), name="simplecnn_posted")
     return keras.Model(inputs, _dense(cfg["num_classes"], init)(x), name="simplecnn")
 
 
-def build(cfg: dict, input_size: int) -> keras.Model:
-    return vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg, input_size)
+def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> keras.Model:
+    return vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg, input_size, pitfalls)
 
 
 def parameter_counts(model: keras.Model) -> dict:

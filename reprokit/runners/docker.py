@@ -19,6 +19,7 @@ removes its container in every case, Ctrl-C included.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import os
 import re
@@ -28,8 +29,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from reprokit import images
 from reprokit.errors import UserError
@@ -70,12 +71,13 @@ def engine_status() -> tuple[bool, str]:
         import docker
     except ImportError:
         return False, "the Docker SDK for Python is not installed (pip install docker)"
+    import requests
     try:
         client = docker.from_env(timeout=10)
         version = client.version()
         where = client.api.base_url.replace("http+docker://localhost", "the local socket")
         return True, f"Docker engine {version.get('Version', '?')} answers at {where}"
-    except Exception as exc:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         return False, (f"no Docker engine answers ({images._short(exc)}); start it with "
                        f"`sudo systemctl start docker` (or scripts/start-dockerd)")
 
@@ -93,9 +95,11 @@ def nvidia_runtime_available(client) -> bool:
     ``nvidia-container-runtime-hook`` is on the PATH (dockerd then serves
     `--gpus` requests with it).
     """
+    import docker.errors
+    import requests
     try:
         info = client.info()
-    except Exception:
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
         return False
     if "nvidia" in (info.get("Runtimes") or {}):
         return True
@@ -138,7 +142,7 @@ def query_gpus() -> list[dict]:
     fields = ["index", "uuid", "name", "driver_version", "compute_cap"]
     for attempt in (fields, fields[:-1]):   # drivers before ~510 do not know compute_cap
         proc = subprocess.run([exe, f"--query-gpu={','.join(attempt)}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=30, check=False)
         if proc.returncode == 0:
             rows = []
             for line in proc.stdout.strip().splitlines():
@@ -215,15 +219,14 @@ def leftovers(client) -> list:
 
 def remove_leftovers(client, *, include_running: bool = False) -> int:
     """Remove leftover kit containers; running ones only when asked (another session may own them)."""
+    import docker.errors
     n = 0
     for c in leftovers(client):
         if c.status == "running" and not include_running:
             continue
-        try:
+        with contextlib.suppress(docker.errors.APIError):
             c.remove(force=True)
             n += 1
-        except Exception:
-            pass
     return n
 
 
@@ -279,7 +282,7 @@ class DockerRunner:
         self.gpus = parse_gpus(gpus)
         self.extra_mounts = [(Path(h).resolve(), str(c)) for h, c in extra_mounts]
         self.flavor = flavor or ("cpu" if self.gpus == "none" else "cuda")
-        self.base_override = base_override
+        self.base_override = base_override or os.environ.get(images.BASE_OVERRIDE_ENV) or None
         self.build_missing = build_missing
         self.extra_ca = extra_ca
         self.lock_overrides = dict(lock_overrides or {})
@@ -331,6 +334,7 @@ class DockerRunner:
                                 f"NVIDIA container runtime; {TOOLKIT_FIX}.")
             if _engine_is_local(client):
                 check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root)
+        self.data_dir.mkdir(parents=True, exist_ok=True)     # the plan fills it after prepare()
         for what, path in (("kit code", self.kits_dir), ("data cache", self.data_dir),
                            *((f"extra mount {t}", h) for h, t in self.extra_mounts)):
             if not path.exists():
@@ -350,6 +354,10 @@ class DockerRunner:
             r = self.recipe(fw)
             self._images[fw] = images.ensure(r, client, build_missing=self.build_missing, extra_ca=extra_ca,
                                              repo_root=self.repo_root, log=log)
+
+    def missing(self, frameworks: set[str]) -> list[str]:
+        """Image tags that prepare() will have to build (for the time estimate)."""
+        return [self.recipe(fw).tag for fw in sorted(frameworks) if images.find(self.recipe(fw), self.client) is None]
 
     def describe(self, framework: str) -> dict:
         r = self.recipe(framework)
@@ -378,29 +386,50 @@ class DockerRunner:
             docker.types.Mount(RESULTS_TARGET, str(out_dir), type="bind", read_only=False),
         ] + [docker.types.Mount(t, str(h), type="bind", read_only=True) for h, t in self.extra_mounts]
         pythonpath = ":".join([PYTHONPATH_ROOT, *(t for _, t in self.extra_mounts)])
-        config = dict(
-            image=self.recipe(framework).tag,
-            command=["python", "-m", "kits.run", "--spec", SPEC_TARGET,
-                     "--out", f"{RESULTS_TARGET}/{OUT_NAME}", "--data-dir", DATA_TARGET],
-            name=name or f"reprokit-{run_id}-{secrets.token_hex(3)}",
-            labels={LABEL: "1", LABEL_RUN: run_id, LABEL_FRAMEWORK: framework},
-            user=f"{uid}:{gid}",
-            environment={"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
-            working_dir="/tmp",
-            mounts=mounts,
-            network_mode="none",
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            read_only=True,
-            tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
-            shm_size=self.shm_size,
-            ulimits=[docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
-            device_requests=device_requests(self.gpus),
-            stdin_open=False, tty=False,
-        )
+        config = {
+            "image": self.recipe(framework).tag,
+            "command": ["python", "-m", "kits.run", "--spec", SPEC_TARGET,
+                        "--out", f"{RESULTS_TARGET}/{OUT_NAME}", "--data-dir", DATA_TARGET],
+            "name": name or f"reprokit-{run_id}-{secrets.token_hex(3)}",
+            "labels": {LABEL: "1", LABEL_RUN: run_id, LABEL_FRAMEWORK: framework},
+            "user": f"{uid}:{gid}",
+            "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+            "working_dir": "/tmp",
+            "mounts": mounts,
+            "network_mode": "none",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
+            "shm_size": self.shm_size,
+            "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
+            "device_requests": device_requests(self.gpus),
+            "stdin_open": False,
+            "tty": False,
+        }
         if self.mem_limit is not None:
             config.update(mem_limit=self.mem_limit, memswap_limit=self.mem_limit)  # no swap: OOM is OOM
         return config
+
+    def _share_data(self, spec: dict) -> None:
+        """Let the container's user read the dataset file the spec names.
+
+        Where the host user is root the container runs as the image's user,
+        and the cache files written on the host (0600 by default for atomic
+        writes) would be unreadable to it. Files this host user owns in the
+        data cache are made world-readable (they are public datasets);
+        anything else is left as it is, and the kit reports it.
+        """
+        uid = _container_user()[0]
+        if uid == os.getuid():
+            return
+        name = (spec.get("data") or {}).get("file")
+        targets = [(self.data_dir, 0o005)] + ([(self.data_dir / name, 0o004)] if name else [])
+        for path, bits in targets:
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                if st.st_uid == os.getuid() and st.st_mode & bits != bits:
+                    path.chmod(st.st_mode | bits)
 
     def _stage(self, run_id: str, spec_path: Path) -> tuple[Path, Path, Path]:
         """A fresh folder with a read-only copy of the spec and the one writable results folder."""
@@ -421,8 +450,10 @@ class DockerRunner:
     def run(self, spec_path: Path, out_path: Path, framework: str, *,
             timeout_s: float, on_progress: ProgressFn) -> Outcome:
         spec_path, out_path = Path(spec_path), Path(out_path)
-        run_id = json.loads(spec_path.read_text())["run_id"]
+        spec = json.loads(spec_path.read_text())
+        run_id = spec["run_id"]
         image = self._image(framework)
+        self._share_data(spec)
         client = self.client
         stage, spec_file, out_dir = self._stage(run_id, spec_path)
         config = self.container_config(framework, spec_file, out_dir, run_id)
@@ -539,8 +570,8 @@ def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
         try:
             split_line(line[:TAIL_LINE_CHARS] if not line.startswith("REPROKIT-PROGRESS ") else line,
                        on_progress, tail)
-        except Exception:               # a broken progress display must not lose the run
-            pass
+        except Exception as exc:  # noqa: BLE001 - a broken progress display must not lose the run
+            tail.append(f"(reprokit: the progress display failed: {exc!r})")
 
     try:
         for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
@@ -548,8 +579,8 @@ def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
             *lines, buf = buf.split("\n")
             for line in lines:
                 emit(line)
-    except Exception:
-        pass                             # the container was removed under us (timeout, Ctrl-C)
+    except Exception:  # noqa: BLE001, S110 - the container was removed under us (timeout, Ctrl-C)
+        pass
     buf += decoder.decode(b"", final=True)
     if buf:
         emit(buf)
@@ -581,18 +612,18 @@ def _is_timeout(exc: BaseException) -> bool:
 
 
 def _kill(container) -> None:
-    try:
+    import docker.errors
+    with contextlib.suppress(docker.errors.APIError):   # it ended by itself in the meantime
         container.kill()
-    except Exception:
-        pass                             # it ended by itself in the meantime
 
 
 def _remove(client, container, name: str) -> None:
     """Remove the run's container whatever happened; find it by name if create was interrupted."""
-    for attempt in range(3):
+    import docker.errors
+    import requests
+    for _ in range(3):
         try:
             if container is None:
-                import docker.errors
                 try:
                     container = client.containers.get(name)
                 except docker.errors.NotFound:
@@ -601,7 +632,81 @@ def _remove(client, container, name: str) -> None:
             return
         except KeyboardInterrupt:
             continue                     # a second Ctrl-C must not leave the container behind
-        except Exception as exc:
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if "No such container" in str(exc) or "is already in progress" in str(exc):
                 return
             time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------
+# Backend choice for the CLI
+
+def _registry_reachable(client, ref: str) -> bool:
+    import docker.errors
+    import requests
+    try:
+        client.images.get_registry_data(ref)
+        return True
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return False
+
+
+def select(repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[str] | None,
+           extra_dirs: Sequence[Path] = (), device: str | None = None, *, forced: bool = False,
+           gpus_explicit: bool | None = None, frameworks: Iterable[str] = images.FRAMEWORKS,
+           base_override: str | None = None, client=None, log: Log = print):
+    """(runner, reason): the Docker runner where it can work here, else the local runner and why.
+
+    Called once a Docker engine answers. With ``forced`` (--backend docker)
+    or explicitly requested GPUs, what stops Docker is a UserError instead of
+    a fallback. Checks, in order: GPUs requested but no NVIDIA container
+    runtime; an image that cannot be described (missing lock file,
+    unresolved base digest); an image that is missing and whose base can be
+    neither found locally nor pulled.
+    """
+    gpus = parse_gpus(gpus or "none")
+    strict = forced or bool(gpus_explicit)
+    client = client or images.client_or_error()
+    extra = [(Path(d), f"/opt/reprokit/user/{i}") for i, d in enumerate(extra_dirs)]
+
+    def fallback(why: str):
+        if forced:
+            raise UserError(why)
+        from reprokit.cli import ENVS
+        from reprokit.runners.local import LocalRunner
+        return LocalRunner(ENVS, Path(data_dir), device or ("cpu" if gpus == "none" else "gpu"),
+                           extra_paths=tuple(Path(d) for d in extra_dirs)), why
+
+    if gpus != "none" and not nvidia_runtime_available(client):
+        if strict:
+            raise UserError(f"GPUs were requested (--gpus {gpus if isinstance(gpus, str) else ','.join(gpus)}) "
+                            f"but this Docker engine has no NVIDIA container runtime; {TOOLKIT_FIX}.")
+        return fallback("the Docker engine has no NVIDIA container runtime for this host's GPU; install "
+                        "nvidia-container-toolkit to run in the pinned images")
+    runner = DockerRunner(repo_root, data_dir, results_dir, gpus, extra, base_override=base_override,
+                          client=client, log=log)
+    try:
+        recipes = [runner.recipe(fw) for fw in frameworks]
+    except UserError as exc:
+        return fallback(str(exc).rstrip("."))
+    missing = [r for r in recipes if images.find(r, client) is None]
+    for r in missing:
+        if r.base_pinned and not _local_image(client, r.base_ref) and not _registry_reachable(client, r.base_ref):
+            return fallback(f"the image {r.tag} is missing and its base {images.split_ref(r.base_ref)[0]} can "
+                            f"neither be found locally nor pulled; build it with `{images.BUILD_COMMAND}` where "
+                            f"the registry is reachable")
+    engine = client.version().get("Version", "?")
+    state = (f"to build: {', '.join(r.tag for r in missing)}" if missing
+             else f"images {', '.join(r.tag for r in recipes)}")
+    return runner, f"Docker engine {engine} answers; {state}; GPUs: {runner._gpus_text()}"
+
+
+def _local_image(client, ref: str) -> bool:
+    import docker.errors
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.APIError:
+        return False

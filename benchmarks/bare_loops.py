@@ -1,0 +1,316 @@
+"""Bare training loops, and the kit and the bare loop alternating in one process.
+
+Runs INSIDE one framework's environment (the kits' own virtualenv or image),
+started by benchmarks/bench_kit_overhead.py:
+
+    PYTHONPATH=. .reprokit/envs/pytorch-*/bin/python benchmarks/bare_loops.py \
+        --specs specs.json --data-dir .reprokit/data --rounds 7 --warmup 5 --steps 40 --out out.json
+
+For every RunSpec in specs.json (one per seed model) it runs, round after
+round, the kit with all its instrumentation (``kits.run.run``: progress lines,
+memory readings, per-window clocks, on-device loss sums, evaluation) and a
+bare loop of the same model, data, optimizer and batch size with nothing else:
+
+- PyTorch: eager; zero_grad(set_to_none=True), forward, cross_entropy, backward,
+  step; no .item() per step.
+- TensorFlow: one ``tf.function`` train step with a GradientTape (the fastest
+  idiomatic loop, and the kit's own execution model); traced once per shape.
+
+Both take the same uint8 NHWC batches of the same .npz in the same order and
+scale and resize them on the device in the same way. Each side builds a fresh
+model per round, runs ``warmup`` untimed steps, then ``steps`` timed steps
+between two synchronisations; samples/s = steps * batch / seconds. The kit's
+figure is the one it reports (``timing.samples_per_s``); an outer clock around
+the same steps, taken by a thin wrapper of its Backend, checks it. Kit first
+in even rounds, bare first in odd ones, so drift cancels in the pairwise ratios.
+Standard library, numpy, the framework and kits/ only.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from kits.common import data as datalib  # noqa: E402
+
+
+def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
+    """The batches the kit's first epoch uses, in its order: the same index arrays."""
+    order = datalib.epoch_order(len(arrays.x_train), spec["train"]["seed"], 1, spec["data"]["shuffle"])
+    idx = list(datalib.batches(order, spec["train"]["batch_size"], spec["data"]["drop_last"]))
+    return idx[:warmup + steps]
+
+
+def _scale_resize(spec: dict) -> tuple[float, int | None]:
+    data = spec["data"]
+    return (1.0 / 255.0 if data["scale"] == "unit" else 1.0,
+            data["input_size"] if data["resize"] == "bilinear" else None)
+
+
+# --- PyTorch ----------------------------------------------------------------------------------
+
+def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> float:
+    """Seconds for `steps` steps after `warmup`, the plainest fast eager loop."""
+    import torch
+    import torch.nn.functional as F
+
+    from kits.pytorch_kit import models
+
+    torch.manual_seed(spec["train"]["seed"])
+    device = torch.device("cuda" if spec["device"] == "gpu" else "cpu")
+    scale, resize = _scale_resize(spec)
+    model = models.build(spec["model"], spec["data"]["input_size"]).to(device)
+    model.train()
+    opt = spec["train"]["optimizer"]
+    if opt["name"] == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]),
+                                     eps=opt["epsilon"])
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
+                                    nesterov=opt["nesterov"])
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    t0 = 0.0
+    for i, idx in enumerate(_sched(spec, arrays, warmup, steps)):
+        if i == warmup:
+            sync()
+            t0 = time.perf_counter()
+        x = torch.from_numpy(arrays.x_train[idx]).to(device, non_blocking=True)
+        y = torch.from_numpy(arrays.y_train[idx]).to(device, non_blocking=True)
+        x = x.permute(0, 3, 1, 2).float().mul_(scale).contiguous()
+        if resize:
+            x = F.interpolate(x, size=(resize, resize), mode="bilinear", align_corners=False, antialias=False)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+    sync()
+    return time.perf_counter() - t0
+
+
+def _pytorch_process_setup(spec: dict) -> None:
+    """Thread pools as the kit sets them, once; later kit Backends may ask again for the same.
+
+    torch refuses a second set_num_interop_threads in one process even with the
+    same value; a kit runs once per process, the bench many times. Asking for
+    the value already in force becomes a no-op here, any other value still fails.
+    """
+    import torch
+
+    threads = spec["numerics"]["cpu_threads"]
+    torch.set_num_threads(threads["intra_op"])
+    torch.set_num_interop_threads(threads["inter_op"])
+    original = torch.set_num_interop_threads
+
+    def same_or_fail(n: int) -> None:
+        if n != torch.get_num_interop_threads():
+            original(n)
+
+    torch.set_num_interop_threads = same_or_fail
+
+
+# --- TensorFlow -------------------------------------------------------------------------------
+
+def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> float:
+    """Seconds for `steps` steps after `warmup`: a tf.function step with a GradientTape."""
+    import keras
+    import tensorflow as tf
+
+    from kits.tensorflow_kit import models
+
+    keras.utils.set_random_seed(spec["train"]["seed"])
+    scale, resize = _scale_resize(spec)
+    model = models.build(spec["model"], spec["data"]["input_size"])
+    opt = spec["train"]["optimizer"]
+    if opt["name"] == "adam":
+        optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"], beta_2=opt["beta2"],
+                                          epsilon=opt["epsilon"])
+    else:
+        optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
+                                         nesterov=opt["nesterov"])
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def train_step(x, y):
+        x = tf.cast(x, tf.float32) * scale
+        if resize:
+            x = tf.image.resize(x, (resize, resize), method="bilinear", antialias=False)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    t0 = 0.0
+    loss = None
+    for i, idx in enumerate(_sched(spec, arrays, warmup, steps)):
+        if i == warmup:
+            if loss is not None:
+                loss.numpy()              # the warmup's last step has finished
+            t0 = time.perf_counter()
+        loss = train_step(arrays.x_train[idx], arrays.y_train[idx])
+    loss.numpy()                          # steps chain through the variables: the last one done means all
+    return time.perf_counter() - t0
+
+
+def _tensorflow_process_setup(spec: dict) -> None:
+    """Thread pools before the first op, as the kit's Backend sets them (it may repeat the same values)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    threads = spec["numerics"]["cpu_threads"]
+    tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
+    tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
+    if spec["device"] != "gpu":
+        tf.config.set_visible_devices([], "GPU")
+
+
+BARE = {"pytorch": bare_pytorch, "tensorflow": bare_tensorflow}
+SETUP = {"pytorch": _pytorch_process_setup, "tensorflow": _tensorflow_process_setup}
+
+
+# --- the kit ----------------------------------------------------------------------------------
+
+class _OuterClock:
+    """Wraps the kit's Backend: a clock outside the kit's own around the same timed steps.
+
+    Starts (after a sync) when the loop asks for the first timed batch, before
+    it is sliced and handed to the device; stops when the loop reads its sums
+    after its end-of-epoch sync. Adds one generator hop per batch, nothing else.
+    """
+
+    def __init__(self, backend, warmup: int) -> None:
+        self._b = backend
+        self._warmup = warmup
+        self._fetched = 0
+        self.t0 = self.t1 = None
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+    def train_batches(self, epoch: int):
+        inner = iter(self._b.train_batches(epoch))
+        while True:
+            if self._fetched == self._warmup and self.t0 is None:
+                self._b.sync()
+                self.t0 = time.perf_counter()
+            batch = next(inner, None)
+            if batch is None:
+                return
+            self._fetched += 1
+            yield batch
+
+    def take_sums(self):
+        if self.t1 is None:
+            self.t1 = time.perf_counter()
+        return self._b.take_sums()
+
+
+def kit_spec(spec: dict, warmup: int, steps: int) -> dict:
+    """The RunSpec cut to one epoch of warmup + steps (evaluation kept, on two batches)."""
+    s = copy.deepcopy(spec)
+    s["train"].update(epochs=1, warmup_steps=warmup, max_steps_per_epoch=warmup + steps)
+    s["data"]["test_samples"] = min(s["data"]["test_samples"], 2 * s["train"]["eval_batch_size"])
+    return s
+
+
+def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int) -> dict:
+    """One in-process run of the kit: its reported samples/s and the outer clock's."""
+    import kits.run as kitrun
+
+    s = kit_spec(spec, warmup, steps)
+    clocks: list[_OuterClock] = []
+    real_train = kitrun.train
+
+    def clocked_train(backend, *args, **kwargs):
+        clocks.append(_OuterClock(backend, warmup))
+        return real_train(clocks[-1], *args, **kwargs)
+
+    kitrun.train = clocked_train
+    try:
+        result = kitrun.run(s, data_dir)
+    finally:
+        kitrun.train = real_train
+    timing, eff = result["timing"], result["effective"]
+    if eff["train_steps_per_epoch"] != [warmup + steps]:
+        raise RuntimeError(f"the kit ran {eff['train_steps_per_epoch']} steps, not {warmup + steps}")
+    samples = steps * spec["train"]["batch_size"]
+    clock = clocks[-1]
+    return {"kit_sps": timing["samples_per_s"], "outer_sps": samples / (clock.t1 - clock.t0),
+            "step_p50_s": timing["step_s"]["p50"], "data_wait_fraction": timing["data_wait_fraction"],
+            "wall_s": timing["wall_s"]}
+
+
+# --- alternation ------------------------------------------------------------------------------
+
+def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, log=print) -> dict:
+    d = spec["data"]
+    arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
+    per_epoch = len(arrays.x_train) // spec["train"]["batch_size"]
+    if warmup + steps > per_epoch:
+        raise SystemExit(f"{spec['experiment']}: warmup {warmup} + steps {steps} exceed the {per_epoch} "
+                         f"steps of one epoch; ask for fewer steps")
+    bare = BARE[spec["framework"]]
+    batch = spec["train"]["batch_size"]
+    rows = []
+    for r in range(rounds + 1):          # round 0 warms the process (allocator, kernels, caches): dropped
+        row = {}
+        for side in (("kit", "bare") if r % 2 == 0 else ("bare", "kit")):
+            gc.collect()
+            if side == "kit":
+                row.update(kit_round(spec, data_dir, warmup, steps))
+            else:
+                row["bare_sps"] = steps * batch / bare(spec, arrays, warmup, steps)
+        row["ratio"] = row["kit_sps"] / row["bare_sps"]
+        row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
+        log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}: "
+            f"kit {row['kit_sps']:8.1f} samples/s (outer clock {row['outer_sps']:8.1f}), "
+            f"bare {row['bare_sps']:8.1f}, kit/bare {row['ratio']:.3f}")
+        if r:
+            rows.append(row)
+    return {"experiment": spec["experiment"], "framework": spec["framework"], "model": spec["model"]["name"],
+            "batch_size": batch, "warmup": warmup, "steps": steps, "rounds": rows,
+            "median_ratio": statistics.median(x["ratio"] for x in rows),
+            "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--specs", type=Path, required=True, help="JSON list of resolved RunSpecs, one framework")
+    ap.add_argument("--data-dir", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    specs = json.loads(args.specs.read_text())
+    frameworks = {s["framework"] for s in specs}
+    if len(frameworks) != 1:
+        raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
+    SETUP[specs[0]["framework"]](specs[0])
+    out = []
+    for spec in specs:
+        d = spec["data"]
+        per_epoch = d["train_samples"] // spec["train"]["batch_size"]
+        steps = min(args.steps, per_epoch - args.warmup)
+        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps,
+                           log=lambda line: print(line, flush=True)))
+    args.out.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Batches in the spec's order, from the host-prepared arrays, the same in every framework."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from kits.common import data as datalib
+
+
+class NumpyFeeder:
+    """Slices uint8 batches with numpy and hands each to the backend's to_device.
+
+    ``shuffle=False`` and ``resume=True`` exist for the as-posted TensorFlow
+    pipelines: a dataset that is never shuffled, and one iterator that runs on
+    across epochs instead of starting again.
+    """
+
+    def __init__(self, arrays: datalib.Arrays, spec: dict, to_device: Callable,
+                 shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None) -> None:
+        self.arrays = arrays
+        self.seed = spec["train"]["seed"]
+        self.batch_size = spec["train"]["batch_size"]
+        self.eval_batch_size = eval_batch_size or spec["train"]["eval_batch_size"]
+        self.drop_last = spec["data"]["drop_last"]
+        self.shuffle = spec["data"]["shuffle"] if shuffle is None else shuffle
+        self.to_device = to_device
+        self._stream: Iterator[np.ndarray] | None = None
+        self.resume = resume
+
+    def _indices(self, epoch: int) -> Iterator[np.ndarray]:
+        order = datalib.epoch_order(len(self.arrays.x_train), self.seed, epoch, self.shuffle)
+        return datalib.batches(order, self.batch_size, self.drop_last)
+
+    def train(self, epoch: int) -> Iterator:
+        if self.resume:
+            self._stream = self._stream or self._indices(1)
+            indices = self._stream
+        else:
+            indices = self._indices(epoch)
+        x, y = self.arrays.x_train, self.arrays.y_train
+        return (self.to_device(x[idx], y[idx]) for idx in indices)
+
+    def test(self) -> Iterator:
+        x, y = self.arrays.x_test, self.arrays.y_test
+        order = np.arange(len(x))
+        return (self.to_device(x[idx], y[idx]) for idx in datalib.batches(order, self.eval_batch_size, False))

@@ -1,0 +1,450 @@
+"""Published claims as data: what a seed post said, what of it transfers, and how it is checked.
+
+A claims file (``claims/<name>.toml``, schema ``reprokit/schemas/claims.schema.json``) lists
+claims. Each one names its experiment, its source in the seed post, the published words and
+figures (each with a unit), a metric from a small generic vocabulary, a tolerance, and where it
+is comparable at all. ``reprokit.verdicts`` is the one evaluator; nothing here is specific to a
+seed. A bad file is refused with one sentence naming the file, the claim, the key and what is
+allowed, before anything runs.
+
+Metric kinds:
+
+- ``value``: one quantity of one framework and variant, against a published figure.
+- ``ratio``: a quantity of ``numerator`` over one of ``denominator`` (between frameworks,
+  between variants, or between two quantities of one run).
+- ``accuracy_vs_chance``: final accuracy against 1/num_classes; ``expect`` at or above chance.
+- ``effect_disappears_with_fix``: a ratio outside the ``range`` band as posted and inside it
+  once fixed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+
+from kits.common.pitfalls import PITFALLS
+from reprokit.errors import UserError
+
+SCHEMA_ID = "reprokit.claims/1"
+CLAIMS_DIR = Path(__file__).resolve().parent.parent / "claims"
+
+# unit -> (dimension, factor to the dimension's base unit)
+UNITS: dict[str, tuple[str, float]] = {
+    "s": ("time", 1.0), "ms": ("time", 1e-3), "min": ("time", 60.0), "h": ("time", 3600.0),
+    "it/s": ("step_rate", 1.0), "samples/s": ("sample_rate", 1.0),
+    "B": ("bytes", 1.0), "KB": ("bytes", 1e3), "MB": ("bytes", 1e6), "GB": ("bytes", 1e9),
+    "KiB": ("bytes", 2.0**10), "MiB": ("bytes", 2.0**20), "GiB": ("bytes", 2.0**30),
+    "B/step": ("bytes_per_step", 1.0), "KiB/step": ("bytes_per_step", 2.0**10),
+    "MiB/step": ("bytes_per_step", 2.0**20),
+    "samples/step": ("batch", 1.0), "samples": ("samples", 1.0),
+    "x": ("ratio", 1.0), "fraction": ("fraction", 1.0), "%": ("fraction", 0.01),
+    "correct/batch": ("per_batch", 1.0),     # a sum of correct predictions divided by the number of batches
+    "qualitative": ("qualitative", 1.0),     # words only; the figure carries `text`
+}
+
+# quantity -> (dimension, what it is). verdicts.py computes each from a result file.
+QUANTITIES: dict[str, tuple[str, str]] = {
+    "samples_per_s": ("sample_rate", "training samples per second after warmup"),
+    "steps_per_s": ("step_rate", "training steps per second of training time"),
+    "step_time_s": ("time", "training time per step (epoch time / steps)"),
+    "step_time_p50_s": ("time", "median synchronised step time after warmup"),
+    "train_time_per_epoch_s": ("time", "training time per epoch"),
+    "eval_time_per_epoch_s": ("time", "evaluation time per epoch"),
+    "epoch_time_s": ("time", "training plus evaluation time per epoch"),
+    "total_time_s": ("time", "training plus evaluation time over all epochs"),
+    "effective_batch_size": ("batch", "samples per training step, as observed in the tensors"),
+    "train_samples_per_epoch": ("samples", "training samples per epoch, as observed"),
+    "final_test_accuracy": ("fraction", "test accuracy after the last epoch, per sample"),
+    "final_train_accuracy": ("fraction", "training accuracy of the last epoch, per sample"),
+    "peak_memory_bytes": ("bytes", "peak memory, by reading"),
+    "train_peak_memory_bytes": ("bytes", "highest sampled current memory while training"),
+    "eval_peak_memory_bytes": ("bytes", "highest sampled current memory while evaluating"),
+    "memory_growth": ("fraction", "growth of sampled memory over training steps, relative to its level"),
+    "memory_growth_bytes_per_step": ("bytes_per_step", "slope of sampled memory over training steps"),
+}
+ACCURACIES = ("final_test_accuracy", "final_train_accuracy")
+# Memory readings: `reported` is the result's own peak_bytes (its source says which); `allocated`
+# and `reserved` are the framework allocator's peaks; `device` the device-level figure (NVML);
+# `any` measures every reading the result has and says which one matches.
+READINGS = ("reported", "allocated", "reserved", "device", "any")
+KINDS = ("value", "ratio", "accuracy_vs_chance", "effect_disappears_with_fix")
+BOUNDS = ("range", "at_least", "at_most")
+AROUND = ("relative", "absolute")
+FIGURE_FORMS = ("value", "range", "at_least", "at_most", "text")
+
+
+@dataclass(frozen=True)
+class Operand:
+    quantity: str
+    framework: str
+    variant: str
+    reading: str = "reported"
+
+    def label(self) -> str:
+        return f"{self.framework}/{self.variant}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    experiment: str
+    role: str                       # "figure" (a published number) or "explanation" (a posted cause)
+    title: str
+    source: dict                    # {"seed": ..., "where": ...}
+    statement: str                  # the published words
+    published: tuple[dict, ...]     # figures, each with a unit
+    kind: str
+    operands: dict[str, Operand]    # "value" for value/accuracy kinds; "numerator"/"denominator" otherwise
+    tolerance: dict
+    transfers: str
+    comparable: dict = field(default_factory=dict)
+    expect: str | None = None
+    fixed_variant: str = "fixed"
+    note: str = ""
+    file: str = ""
+
+    def variants(self) -> set[str]:
+        out = {o.variant for o in self.operands.values()}
+        if self.kind == "effect_disappears_with_fix":
+            out.add(self.fixed_variant)
+        return out
+
+    def frameworks(self) -> set[str]:
+        return {o.framework for o in self.operands.values()}
+
+    @property
+    def dimension(self) -> str:
+        """The dimension of the metric: a ratio's is "ratio", otherwise its quantity's."""
+        if self.kind in ("ratio", "effect_disappears_with_fix"):
+            return "ratio"
+        return QUANTITIES[self.operands["value"].quantity][0]
+
+    def bounds(self) -> tuple[float, float] | None:
+        """A bounds tolerance in the metric's base unit: (low, high), either may be infinite."""
+        t = self.tolerance
+        factor = UNITS[t["unit"]][1] if "unit" in t else 1.0
+        if "range" in t:
+            return t["range"][0] * factor, t["range"][1] * factor
+        if "at_least" in t:
+            return t["at_least"] * factor, math.inf
+        if "at_most" in t:
+            return -math.inf, t["at_most"] * factor
+        return None
+
+    def figures_for(self, operand: Operand) -> list[dict]:
+        """Numeric published figures that state this operand (each key a figure sets must match)."""
+        return [f for f in self.published if "text" not in f and _matches(f, operand)]
+
+    def ratio_figure(self) -> dict | None:
+        ratios = [f for f in self.published if f["unit"] == "x" and "text" not in f]
+        return ratios[0] if len(ratios) == 1 else None
+
+
+def _matches(figure: dict, operand: Operand) -> bool:
+    return all(figure.get(k) in (None, getattr(operand, k)) for k in ("framework", "variant", "quantity"))
+
+
+def interval(figure: dict) -> tuple[float, float]:
+    """A numeric figure as an interval in its dimension's base unit."""
+    factor = UNITS[figure["unit"]][1]
+    if "value" in figure:
+        return figure["value"] * factor, figure["value"] * factor
+    if "range" in figure:
+        return figure["range"][0] * factor, figure["range"][1] * factor
+    if "at_least" in figure:
+        return figure["at_least"] * factor, math.inf
+    return 0.0, figure["at_most"] * factor
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("reprokit").joinpath("schemas/claims.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A claims file by name (claims/<name>.toml) or by path."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.suffix == ".toml" or "/" in text or path.exists():
+        if not path.is_file():
+            raise UserError(f"{path}: no such claims file")
+        return path
+    candidate = CLAIMS_DIR / f"{text}.toml"
+    if not candidate.is_file():
+        known = sorted(p.stem for p in CLAIMS_DIR.glob("*.toml")) if CLAIMS_DIR.is_dir() else []
+        raise UserError(f"--claims: no claims file named {text!r}; known: {', '.join(known) or '(none)'} "
+                        f"in {CLAIMS_DIR}, or give a path to a .toml file")
+    return candidate
+
+
+def load(name_or_path: str | Path) -> list[Claim]:
+    """Read, validate and resolve one claims file; any problem is a UserError naming file, claim and key."""
+    path = resolve(name_or_path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    errors = list(_validator().iter_errors(doc))
+    if errors:
+        raise UserError(_describe(path, doc, jsonschema.exceptions.best_match(errors)))
+    claims, seen = [], set()
+    for raw in doc["claim"]:
+        if raw["id"] in seen:
+            raise UserError(f"{path}: claim {raw['id']!r}: id: defined twice; every claim id must be unique")
+        seen.add(raw["id"])
+        claims.append(_build(path, raw))
+    return claims
+
+
+def _describe(path: Path, doc: dict, error: jsonschema.ValidationError) -> str:
+    parts = list(error.absolute_path)
+    where = f"{path}"
+    if len(parts) >= 2 and parts[0] == "claim" and isinstance(parts[1], int):
+        raw = doc["claim"][parts[1]]
+        cid = raw.get("id") if isinstance(raw, dict) else None
+        where += f": claim {cid!r}" if cid else f": claim #{parts[1] + 1}"
+        parts = parts[2:]
+    key = ".".join(str(p) for p in parts) or "(top level)"
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    v = error.validator
+    if v == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        key = ".".join(filter(None, [".".join(str(p) for p in parts), extra[0] if extra else "?"]))
+        return f"{where}: {key}: unknown key; allowed here: {', '.join(allowed)}"
+    if v == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        name = ".".join(filter(None, [".".join(str(p) for p in parts), missing[0] if missing else "?"]))
+        hint = f"; units allowed: {', '.join(UNITS)}" if missing and missing[0] == "unit" else ""
+        return f"{where}: {name}: missing; required here: {', '.join(error.validator_value)}{hint}"
+    if v == "enum":
+        return f"{where}: {key}: {error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if v == "const":
+        return f"{where}: {key}: must be {error.validator_value!r}"
+    if v == "type":
+        return f"{where}: {key}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if v in ("minItems", "maxItems") and schema.get("minItems") == schema.get("maxItems") == 2:
+        return f"{where}: {key}: must be a pair [low, high], got {error.instance!r}"
+    if v in ("exclusiveMinimum", "minimum"):
+        op = ">" if v == "exclusiveMinimum" else ">="
+        return f"{where}: {key}: must be {op} {error.validator_value}, got {error.instance!r}"
+    if v == "pattern":
+        return f"{where}: {key}: {error.instance!r} must match {error.validator_value}"
+    return f"{where}: {key}: {error.message}"
+
+
+def _build(path: Path, raw: dict) -> Claim:
+    def bad(key: str, problem: str) -> UserError:
+        return UserError(f"{path}: claim {raw['id']!r}: {key}: {problem}")
+
+    metric = raw["metric"]
+    kind = metric["kind"]
+    base = {k: metric[k] for k in ("quantity", "framework", "variant", "reading") if k in metric}
+    if kind == "accuracy_vs_chance":
+        base.setdefault("quantity", "final_test_accuracy")
+
+    def operand(key: str, extra: dict) -> Operand:
+        merged = {"reading": "reported", **base, **extra}
+        for k in ("quantity", "framework", "variant"):
+            if k not in merged:
+                raise bad(f"metric.{key}.{k}" if key != "value" else f"metric.{k}",
+                          f"missing; a {kind} metric needs quantity, framework and variant "
+                          f"(at metric level or in {'numerator/denominator' if key != 'value' else 'the metric'})")
+        op = Operand(**merged)
+        where = "metric" if key == "value" else f"metric.{key}"
+        if op.reading != "reported" and op.quantity != "peak_memory_bytes":
+            raise bad(f"{where}.reading", f"a reading applies to peak_memory_bytes only, not {op.quantity}")
+        if op.reading == "any" and kind != "value":
+            raise bad(f"{where}.reading", "'any' (every reading, saying which matches) is allowed for a value "
+                                          "metric only; a ratio needs one reading: reported, allocated, reserved "
+                                          "or device")
+        if op.variant.startswith("+"):
+            pitfall = op.variant[1:]
+            if pitfall not in PITFALLS:
+                raise bad(f"{where}.variant", f"unknown pitfall {pitfall!r} in {op.variant!r}; "
+                                              f"known: {', '.join(sorted(PITFALLS))}")
+            if PITFALLS[pitfall]["framework"] != op.framework:
+                raise bad(f"{where}.variant", f"{op.variant!r} is a {PITFALLS[pitfall]['framework']} pitfall; "
+                                              f"the planner runs it on {PITFALLS[pitfall]['framework']} only, "
+                                              f"not {op.framework}")
+        return op
+
+    if kind in ("value", "accuracy_vs_chance"):
+        for k in ("numerator", "denominator", "fixed_variant"):
+            if k in metric:
+                raise bad(f"metric.{k}", f"not used by a {kind} metric; allowed: quantity, framework, variant, "
+                                         "reading" + (", expect" if kind == "accuracy_vs_chance" else ""))
+        operands = {"value": operand("value", {})}
+    else:
+        for k in ("numerator", "denominator"):
+            if k not in metric:
+                raise bad(f"metric.{k}", f"missing; a {kind} metric needs numerator and denominator")
+        operands = {k: operand(k, metric[k]) for k in ("numerator", "denominator")}
+        if operands["numerator"] == operands["denominator"]:
+            raise bad("metric", "numerator and denominator are the same measurement; a ratio needs two")
+        if kind == "ratio" and "fixed_variant" in metric:
+            raise bad("metric.fixed_variant", "used by effect_disappears_with_fix only")
+    if kind == "accuracy_vs_chance":
+        if operands["value"].quantity not in ACCURACIES:
+            raise bad("metric.quantity", f"accuracy_vs_chance needs one of {', '.join(ACCURACIES)}")
+        if "expect" not in metric:
+            raise bad("metric.expect", "missing; allowed: at_chance, above_chance")
+    elif "expect" in metric:
+        raise bad("metric.expect", "used by accuracy_vs_chance only")
+    fixed_variant = metric.get("fixed_variant", "fixed")
+    if kind == "effect_disappears_with_fix" and fixed_variant in {o.variant for o in operands.values()}:
+        raise bad("metric.fixed_variant", f"{fixed_variant!r} is also the posted variant; they must differ")
+
+    claim = Claim(
+        id=raw["id"], experiment=raw["experiment"], role=raw["role"], title=raw["title"],
+        source=raw["source"], statement=raw["statement"], published=tuple(raw["published"]), kind=kind,
+        operands=operands, tolerance=raw["tolerance"], transfers=raw["transfers"],
+        comparable=raw.get("comparable", {}), expect=metric.get("expect"), fixed_variant=fixed_variant,
+        note=raw.get("note", ""), file=str(path))
+    for i, fig in enumerate(claim.published):
+        _check_figure(fig, f"published[{i}]", bad)
+    _check_tolerance(claim, bad)
+    return claim
+
+
+def _check_figure(fig: dict, key: str, bad) -> None:
+    forms = [k for k in FIGURE_FORMS if k in fig]
+    if len(forms) != 1:
+        raise bad(key, f"a figure states exactly one of {', '.join(FIGURE_FORMS)}; this one states "
+                       f"{', '.join(forms) or 'none'}")
+    if forms[0] == "text" and fig["unit"] != "qualitative":
+        raise bad(f"{key}.unit", f"a text-only figure has unit 'qualitative', not {fig['unit']!r}")
+    if forms[0] != "text" and fig["unit"] == "qualitative":
+        raise bad(f"{key}.unit", f"a numeric figure needs a measurement unit; allowed: "
+                                 f"{', '.join(u for u in UNITS if u != 'qualitative')}")
+    if forms[0] == "range" and fig["range"][0] > fig["range"][1]:
+        raise bad(f"{key}.range", f"must be [low, high], got {fig['range']!r}")
+
+
+def _check_tolerance(claim: Claim, bad) -> None:
+    t = claim.tolerance
+    forms = [k for k in (*AROUND, *BOUNDS) if k in t]
+    if len(forms) != 1:
+        raise bad("tolerance", f"state exactly one of relative, absolute, range, at_least, at_most "
+                               f"(plus unit for a bound); got {', '.join(forms) or 'none'}")
+    form = forms[0]
+    if "unit" in t:
+        if form == "relative":
+            raise bad("tolerance.unit", "a relative tolerance has no unit")
+        if UNITS[t["unit"]][0] != claim.dimension:
+            allowed = [u for u, (d, _) in UNITS.items() if d == claim.dimension]
+            raise bad("tolerance.unit", f"{t['unit']!r} does not measure {claim.dimension}; "
+                                        f"allowed: {', '.join(allowed) or '(none: give the bound in base units)'}")
+    if form == "range" and t["range"][0] >= t["range"][1]:
+        raise bad("tolerance.range", f"must be [low, high] with low < high, got {t['range']!r}")
+    if claim.kind == "effect_disappears_with_fix" and form != "range":
+        raise bad("tolerance", "effect_disappears_with_fix needs range = [low, high]: the band in which the "
+                               "two frameworks count as similar")
+    if claim.kind == "accuracy_vs_chance" and form != "absolute":
+        raise bad("tolerance", "accuracy_vs_chance needs absolute = <margin above chance that counts as learning>")
+    if claim.kind in ("value", "ratio") and form in AROUND:
+        _reference_figures(claim, bad)       # must be derivable from the published figures
+    # a bound needs the metric's unit: base units unless `unit` says otherwise
+    if form in BOUNDS and "unit" not in t and claim.dimension not in ("ratio", "fraction", "batch", "samples"):
+        allowed = [u for u, (d, _) in UNITS.items() if d == claim.dimension]
+        raise bad("tolerance.unit", f"missing; a bound on {claim.dimension} needs a unit: {', '.join(allowed)}")
+
+
+def _reference_figures(claim: Claim, bad) -> list[dict]:
+    """The published figure(s) a relative/absolute tolerance is taken around; refuses ambiguity."""
+    def one(op: Operand, role: str) -> dict:
+        found = claim.figures_for(op)
+        found = [f for f in found if f["unit"] != "x"]
+        if len(found) != 1:
+            form = next(k for k in AROUND if k in claim.tolerance)
+            raise bad("published", f"a {form} tolerance needs exactly "
+                                   f"one numeric figure for the {role} ({op.framework}, {op.variant}, "
+                                   f"{op.quantity}); found {len(found)}: set framework, variant and quantity "
+                                   f"on the figures, or use a bound (range, at_least, at_most)")
+        fig = found[0]
+        dim = QUANTITIES[op.quantity][0]
+        if UNITS[fig["unit"]][0] != dim:
+            allowed = [u for u, (d, _) in UNITS.items() if d == dim]
+            raise bad("published", f"figure {fig['label']!r} has unit {fig['unit']!r}, which does not measure "
+                                   f"{op.quantity}; allowed: {', '.join(allowed)}")
+        return fig
+
+    if claim.kind == "value":
+        return [one(claim.operands["value"], "value")]
+    if claim.ratio_figure() is not None:
+        return [claim.ratio_figure()]
+    num, den = one(claim.operands["numerator"], "numerator"), one(claim.operands["denominator"], "denominator")
+    if UNITS[num["unit"]][0] != UNITS[den["unit"]][0]:
+        raise bad("published", f"figures {num['label']!r} ({num['unit']}) and {den['label']!r} ({den['unit']}) "
+                               "measure different things; a ratio needs one dimension")
+    return [num, den]
+
+
+def reference(claim: Claim) -> tuple[float, float] | None:
+    """The published figure a relative/absolute tolerance is taken around, as an interval (base units)."""
+    if claim.kind not in ("value", "ratio") or not any(k in claim.tolerance for k in AROUND):
+        return None
+    figs = _reference_figures(claim, lambda key, problem: UserError(problem))
+    if claim.kind == "value":
+        return interval(figs[0])
+    if len(figs) == 1:
+        return interval(figs[0])
+    (nlo, nhi), (dlo, dhi) = interval(figs[0]), interval(figs[1])
+    return nlo / dhi if dhi else math.inf, (nhi / dlo if dlo else math.inf)
+
+
+# --- what the claims need ----------------------------------------------------------------------
+
+def needs(claims: list[Claim], experiments: dict | None = None) -> dict[str, dict]:
+    """Experiment name -> {"variants": set of named variants (always "fixed"), "ablation": bool}.
+
+    A "+<pitfall>" operand needs ablation on and a named variant that contains the pitfall; with
+    ``experiments`` given, the first such variant of the experiment is added to the set.
+    """
+    out: dict[str, dict] = {}
+    for claim in claims:
+        entry = out.setdefault(claim.experiment, {"variants": {"fixed"}, "ablation": False})
+        for variant in sorted(claim.variants()):
+            if not variant.startswith("+"):
+                entry["variants"].add(variant)
+                continue
+            entry["ablation"] = True
+            exp = (experiments or {}).get(claim.experiment)
+            if exp is None:
+                continue
+            pitfall = variant[1:]
+            if not any(pitfall in exp.variants.get(v, {}).get("pitfalls", []) for v in entry["variants"]):
+                holders = [v for v, d in exp.variants.items() if pitfall in d["pitfalls"]]
+                if holders:
+                    entry["variants"].add("as_posted" if "as_posted" in holders else holders[0])
+    return out
+
+
+def check_against(claims: list[Claim], experiments: dict) -> None:
+    """Refuse claims whose experiment or variants the experiments do not define."""
+    for claim in claims:
+        exp = experiments.get(claim.experiment)
+        where = f"{claim.file}: claim {claim.id!r}"
+        if exp is None:
+            raise UserError(f"{where}: experiment: no experiment named {claim.experiment!r}; "
+                            f"known: {', '.join(sorted(experiments))}")
+        for variant in sorted(claim.variants()):
+            if variant == "fixed":
+                continue
+            if variant.startswith("+"):
+                if not any(variant[1:] in d["pitfalls"] for d in exp.variants.values()):
+                    raise UserError(f"{where}: variant: {variant!r} needs a variant of {exp.name!r} that "
+                                    f"contains {variant[1:]!r}; its variants: "
+                                    f"{', '.join(exp.variants) or '(none besides fixed)'}")
+            elif variant not in exp.variants:
+                raise UserError(f"{where}: variant: {exp.name!r} has no variant {variant!r}; it has: fixed"
+                                + "".join(f", {v}" for v in exp.variants))
