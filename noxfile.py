@@ -34,6 +34,21 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def images(session: nox.Session) -> None:
+    """Build the pinned Docker image of each framework (only those missing); options after --."""
+    _host(session)
+    session.run("python", "-m", "reprokit.images", "build", *session.posargs)
+
+
+@nox.session
+def pin(session: nox.Session) -> None:
+    """Resolve the base images' digests, rewrite docker/*.Dockerfile, then the lock files (needs Docker Hub, PyPI)."""
+    _host(session)
+    session.run("python", "-m", "reprokit.images", "pin", *session.posargs)
+    session.notify("lock")
+
+
+@nox.session
 def lock(session: nox.Session) -> None:
     """Rewrite the hash-pinned lock files in locks/ from locks/versions.toml (needs PyPI)."""
     session.install("pip-tools>=7.4")

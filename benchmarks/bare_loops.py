@@ -23,7 +23,10 @@ between two synchronisations; samples/s = steps * batch / seconds. The kit's
 figure is the one it reports (``timing.samples_per_s``); an outer clock around
 the same steps, taken by a thin wrapper of its Backend, checks it. Kit first
 in even rounds, bare first in odd ones, so drift cancels in the pairwise ratios.
-Standard library, numpy, the framework and kits/ only.
+The process CPU time over the same steps is kept as well: where other work
+shares the CPU, samples per CPU second is the steadier figure (the gate
+still uses the wall-clock one the kit reports). Standard library, numpy,
+the framework and kits/ only.
 """
 from __future__ import annotations
 
@@ -59,8 +62,8 @@ def _scale_resize(spec: dict) -> tuple[float, int | None]:
 
 # --- PyTorch ----------------------------------------------------------------------------------
 
-def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> float:
-    """Seconds for `steps` steps after `warmup`, the plainest fast eager loop."""
+def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
+    """Wall and process CPU seconds for `steps` steps after `warmup`: the plainest fast eager loop."""
     import torch
     import torch.nn.functional as F
 
@@ -83,11 +86,11 @@ def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) ->
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    t0 = 0.0
+    t0 = c0 = 0.0
     for i, idx in enumerate(_sched(spec, arrays, warmup, steps)):
         if i == warmup:
             sync()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         x = torch.from_numpy(arrays.x_train[idx]).to(device, non_blocking=True)
         y = torch.from_numpy(arrays.y_train[idx]).to(device, non_blocking=True)
         x = x.permute(0, 3, 1, 2).float().mul_(scale).contiguous()
@@ -98,7 +101,7 @@ def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) ->
         loss.backward()
         optimizer.step()
     sync()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _pytorch_process_setup(spec: dict) -> None:
@@ -124,8 +127,8 @@ def _pytorch_process_setup(spec: dict) -> None:
 
 # --- TensorFlow -------------------------------------------------------------------------------
 
-def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> float:
-    """Seconds for `steps` steps after `warmup`: a tf.function step with a GradientTape."""
+def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
+    """Wall and process CPU seconds for `steps` steps after `warmup`: a tf.function step with a tape."""
     import keras
     import tensorflow as tf
 
@@ -154,16 +157,16 @@ def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    t0 = 0.0
+    t0 = c0 = 0.0
     loss = None
     for i, idx in enumerate(_sched(spec, arrays, warmup, steps)):
         if i == warmup:
             if loss is not None:
                 loss.numpy()              # the warmup's last step has finished
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         loss = train_step(arrays.x_train[idx], arrays.y_train[idx])
     loss.numpy()                          # steps chain through the variables: the last one done means all
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _tensorflow_process_setup(spec: dict) -> None:
@@ -196,7 +199,7 @@ class _OuterClock:
         self._b = backend
         self._warmup = warmup
         self._fetched = 0
-        self.t0 = self.t1 = None
+        self.t0 = self.t1 = self.c0 = self.c1 = None
 
     def __getattr__(self, name):
         return getattr(self._b, name)
@@ -206,7 +209,7 @@ class _OuterClock:
         while True:
             if self._fetched == self._warmup and self.t0 is None:
                 self._b.sync()
-                self.t0 = time.perf_counter()
+                self.t0, self.c0 = time.perf_counter(), time.process_time()
             batch = next(inner, None)
             if batch is None:
                 return
@@ -215,7 +218,7 @@ class _OuterClock:
 
     def take_sums(self):
         if self.t1 is None:
-            self.t1 = time.perf_counter()
+            self.t1, self.c1 = time.perf_counter(), time.process_time()
         return self._b.take_sums()
 
 
@@ -250,6 +253,7 @@ def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int) -> dict:
     samples = steps * spec["train"]["batch_size"]
     clock = clocks[-1]
     return {"kit_sps": timing["samples_per_s"], "outer_sps": samples / (clock.t1 - clock.t0),
+            "kit_cpu_sps": samples / (clock.c1 - clock.c0),
             "step_p50_s": timing["step_s"]["p50"], "data_wait_fraction": timing["data_wait_fraction"],
             "wall_s": timing["wall_s"]}
 
@@ -273,18 +277,21 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, lo
             if side == "kit":
                 row.update(kit_round(spec, data_dir, warmup, steps))
             else:
-                row["bare_sps"] = steps * batch / bare(spec, arrays, warmup, steps)
+                wall, cpu = bare(spec, arrays, warmup, steps)
+                row["bare_sps"], row["bare_cpu_sps"] = steps * batch / wall, steps * batch / cpu
         row["ratio"] = row["kit_sps"] / row["bare_sps"]
         row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
+        row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
         log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}: "
             f"kit {row['kit_sps']:8.1f} samples/s (outer clock {row['outer_sps']:8.1f}), "
-            f"bare {row['bare_sps']:8.1f}, kit/bare {row['ratio']:.3f}")
+            f"bare {row['bare_sps']:8.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f})")
         if r:
             rows.append(row)
     return {"experiment": spec["experiment"], "framework": spec["framework"], "model": spec["model"]["name"],
             "batch_size": batch, "warmup": warmup, "steps": steps, "rounds": rows,
             "median_ratio": statistics.median(x["ratio"] for x in rows),
-            "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows)}
+            "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows),
+            "median_cpu_ratio": statistics.median(x["cpu_ratio"] for x in rows)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,8 +68,6 @@ def main() -> int:
         runner = dr.DockerRunner(REPO, data_dir, results_dir, gpus=args.gpus, base_override=args.base_override,
                                  extra_ca=args.extra_ca, log=lambda line: print(line, file=sys.stderr))
         spec = tiny_spec(runner, args.framework, data_dir, "cpu" if runner.gpus == "none" else "gpu")
-        for p in [work, *work.rglob("*")]:            # the container's user must read the data (host may be root)
-            p.chmod(0o755 if p.is_dir() else 0o644)
         runner.prepare({args.framework})              # builds the image if missing: not timed
         spec_path = work / "spec.json"
         spec_path.write_text(json.dumps(spec))

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from kits.common import data as datalib
-from kits.common import environment, report
+from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
 from kits.common.progress import Progress
 from kits.common.training import train
@@ -54,7 +54,7 @@ def run(spec: dict, data_dir: Path) -> dict:
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
     result["provenance"] = {**spec["provenance"], "data_sha256": arrays.sha256}
-    result["findings"] = []
+    result["findings"] = detectors.all_findings(spec, m, backend.observed(), result["memory"]["source"])
     return result
 
 

@@ -210,7 +210,7 @@ def _describe(path: Path, doc: dict, error: jsonschema.ValidationError) -> str:
     where = f"{path}"
     if len(parts) >= 2 and parts[0] == "claim" and isinstance(parts[1], int):
         raw = doc["claim"][parts[1]]
-        cid = raw.get("id") if isinstance(raw, dict) else None
+        cid = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
         where += f": claim {cid!r}" if cid else f": claim #{parts[1] + 1}"
         parts = parts[2:]
     key = ".".join(str(p) for p in parts) or "(top level)"

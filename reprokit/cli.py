@@ -67,22 +67,23 @@ def _estimate(store_results: list[dict], spec: dict) -> float | None:
     return statistics.median(same) if same else FIRST_GUESS_S.get(spec["profile"])
 
 
-def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...]):
-    state = args.state_dir.resolve()
-    if args.backend in ("auto", "docker") and args.python is None:
-        from reprokit.runners import docker as docker_backend
-        ok, why = docker_backend.engine_status()
-        if ok or args.backend == "docker":
-            if not ok:
-                raise UserError(why)
-            return docker_backend.select(REPO, data_dir, state / "work", args.gpus, extra, device,
-                                         forced=args.backend == "docker")
-        print(f"backend: local ({why})")
-    elif args.backend == "auto":
-        print("backend: local (--python given)")
-    else:
-        print("backend: local (asked for)")
-    return LocalRunner(ENVS, data_dir, device, python=args.python, extra_paths=extra), None
+def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...], frameworks: set[str],
+                   gpus_explicit: bool):
+    """(runner, why): Docker where an engine answers and the images are there or can be built."""
+    def local() -> LocalRunner:
+        return LocalRunner(ENVS, data_dir, device, python=args.python, extra_paths=extra)
+
+    if args.python is not None or args.backend == "local":
+        return local(), "--python given" if args.python is not None else "asked for"
+    from reprokit.runners import docker as docker_backend
+    ok, why = docker_backend.engine_status()
+    if not ok:
+        if args.backend == "docker":
+            raise UserError(why)
+        return local(), why
+    return docker_backend.select(REPO, data_dir, args.state_dir.resolve() / "work", args.gpus, extra, device,
+                                 forced=args.backend == "docker", gpus_explicit=gpus_explicit,
+                                 frameworks=sorted(frameworks), local=local)
 
 
 def reproduce(argv: list[str] | None = None) -> int:
@@ -102,23 +103,21 @@ def reproduce(argv: list[str] | None = None) -> int:
                             f"known: {', '.join(sorted(experiments))}")
         experiments = {k: v for k, v in experiments.items() if k in args.only}
 
-    gpus = args.gpus or ("all" if _host_has_gpu() else "none")
-    device = "cpu" if gpus == "none" else "gpu"
+    gpus_explicit = args.gpus is not None
+    args.gpus = args.gpus or ("all" if _host_has_gpu() else "none")
+    device = "cpu" if args.gpus == "none" else "gpu"
     profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
     name = args.name or f"{profile}-{device}"
-    args.gpus = gpus
+    needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
 
-    runner, reason = _choose_runner(args, device, args.data_dir.resolve(), extra_dirs)
-    if reason:
-        print(f"backend: {runner.name} ({reason})")
+    runner, reason = _choose_runner(args, device, args.data_dir.resolve(), extra_dirs, needed, gpus_explicit)
+    print(f"backend: {runner.name} ({reason})")
     opts = planning.Options(profile=profile, device=device, repeats=args.repeats, frameworks=frameworks,
                             data_dir=args.data_dir.resolve(), allow_download=not args.offline,
                             dataset=args.dataset, timeout_s=args.timeout,
                             variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                             ablation=args.ablation)
-    needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
     to_build = runner.missing(needed)
-    runner.prepare(needed)
     specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code())]
 
     state = args.state_dir.resolve()
@@ -129,13 +128,16 @@ def reproduce(argv: list[str] | None = None) -> int:
     estimates = [_estimate(history, s) for s in todo]
     total = None if None in estimates else sum(estimates) + ENV_BUILD_S * len(to_build)
     print(f"\nplan: {len(specs)} runs, profile {profile} on {device}, backend {runner.name}; "
-          f"{len(done)} already finished, {len(todo)} to run, estimated {duration(total)}")
+          f"{len(done)} already finished, {len(todo)} to run, estimated {duration(total)}"
+          + (f" (including building {', '.join(to_build)})" if to_build else ""))
     for i, s in enumerate(specs, 1):
         when = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
         print(f"  {i:>2}. {s['run_id']}  {s['experiment']:<28} {s['framework']:<10} {s['variant']:<10} "
               f"repeat {s['repeat']}  {when}")
     print()
 
+    if todo:
+        runner.prepare(needed)
     report_dir = args.reports_dir.resolve() / name
     work = state / "work"
     failures = 0

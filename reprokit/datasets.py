@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import os
 import pickle
 import shutil
 import tarfile
-import tempfile
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
+from kits.common.files import atomic_file
 from reprokit.errors import UserError
 
 DATASETS = ("cifar10", "synthetic", "learnable")
@@ -95,24 +91,9 @@ def _counts(path: Path) -> tuple[int, int]:
 
 # --- files: atomic writes and cached checksums ---------------------------------
 
-@contextmanager
-def _atomic(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file that appears at path only once it is complete."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _write_npz(path: Path, x_train: np.ndarray, y_train: np.ndarray,
                x_test: np.ndarray, y_test: np.ndarray) -> None:
-    with _atomic(path) as fh:
+    with atomic_file(path, "wb") as fh:
         np.savez(fh, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
@@ -133,8 +114,8 @@ def _sha256_cached(path: Path) -> str:
         if recorded and len(recorded[0]) == 64:
             return recorded[0]
     sha256 = _file_digest(path, "sha256")
-    with _atomic(sidecar) as fh:
-        fh.write(f"{sha256}  {path.name}\n".encode())
+    with atomic_file(sidecar) as fh:
+        fh.write(f"{sha256}  {path.name}\n")
     return sha256
 
 
@@ -158,7 +139,7 @@ def _cifar10_archive(cache_dir: Path, allow_download: bool) -> Path:
 
 def _download(url: str, path: Path) -> None:
     try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, _atomic(path) as fh:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, atomic_file(path, "wb") as fh:
             shutil.copyfileobj(response, fh, _CHUNK)
     # URLError, HTTPError and timeouts are OSErrors; a cut connection is an HTTPException.
     except (OSError, http.client.HTTPException) as exc:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from reprokit import architecture
+from reprokit import architecture, plots, verdicts
+from reprokit.claims import Claim
 from reprokit.experiments import Experiment
 
 FRAMEWORKS = ("pytorch", "tensorflow")
@@ -123,13 +124,13 @@ def _banner(results: list[dict]) -> str:
 
 def _environment(results: list[dict]) -> str:
     rows = []
-    for r in sorted(results, key=lambda r: (r["experiment"], r["framework"], r["repeat"])):
+    for r in sorted(results, key=_order):
         if r["status"] != "ok":
             continue
         env, prov = r["environment"], r["provenance"]
         image = prov.get("image") or {}
         rows.append([
-            r["experiment"], LABEL[r["framework"]], r["repeat"],
+            r["experiment"], LABEL[r["framework"]], md(r["variant"]), r["repeat"],
             md(f"{env['framework']} {env['framework_version']}"),
             md(f"CUDA {env['build'].get('cuda') or '-'}, cuDNN {env['build'].get('cudnn') or '-'}"),
             md(env["python"]), md(env["device_name"]),
@@ -139,7 +140,7 @@ def _environment(results: list[dict]) -> str:
             md(prov["code_commit"][:12] + (" (dirty)" if prov["code_dirty"] else "")),
             md(prov["data_sha256"][:12]),
         ])
-    return tabulate(rows, headers=["experiment", "framework", "repeat", "version", "build", "Python", "device",
+    return tabulate(rows, headers=["experiment", "framework", "variant", "repeat", "version", "build", "Python", "device",
                                    "threads intra/inter", "image or env", "lock sha256", "code commit",
                                    "data sha256"], tablefmt="github")
 
@@ -173,44 +174,305 @@ def _model_sizes(exp: Experiment | None, runs: dict[str, list[dict]]) -> str:
             f"`{full['data']['dataset']}`.")
 
 
-def render(name: str, results: list[dict], experiments: dict[str, Experiment]) -> str:
+POSTED = "as_posted"          # the variant that reproduces the seed's own code
+FIXED = "fixed"
+
+
+def _q(runs: list[dict], name: str) -> float | None:
+    """A quantity's median over repeats, None where the results cannot give it."""
+    values = []
+    for r in runs:
+        try:
+            values.append(verdicts.quantity(r, name))
+        except (verdicts.Unavailable, KeyError, TypeError):
+            continue
+    return statistics.median(values) if values else None
+
+
+def _x(a: float | None, b: float | None) -> str:
+    return "n/a" if not a or not b else f"{a / b:.2f}x"
+
+
+def _what_was_measured(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[str, list[dict]]],
+                       found: list[verdicts.Verdict]) -> str:
+    """Two or three sentences on what the posted comparison measured, from the as-posted and fixed runs."""
+    title = md(exp.doc["experiment"]["title"] if exp else exp_name)
+    seed = exp.doc["experiment"].get("seed_case") if exp else None
+    head = f"**{title}**" + (f" (seed `{seed}`)" if seed else "") + ": "
+    posted, fixed = by_variant.get(POSTED, {}), by_variant.get(FIXED, {})
+    if not posted:
+        return head + ("the as-posted variant did not run in these results, so this report cannot say what the "
+                       "posted comparison measured; `reprokit reproduce --claims seeds` runs it.")
+    fws = [fw for fw in FRAMEWORKS if fw in posted]
+    sentences = []
+    # 1. the work each program did per epoch
+    off = []
+    for fw in fws:
+        batch, configured = _q(posted[fw], "effective_batch_size"), posted[fw][0]["effective"]["batch_size"]["configured"]
+        if batch is not None and abs(batch - configured) > 0.01:
+            off.append(f"{LABEL[fw]} fed batches of {batch:g} sample(s) where {configured} were configured")
+    per_epoch = {fw: _q(posted[fw], "train_samples_per_epoch") for fw in fws}
+    work = ", ".join(f"{LABEL[fw]} {n:,.0f}" for fw, n in per_epoch.items() if n is not None)
+    if off:
+        sentences.append(f"As posted, {' and '.join(off)}, so the two did different work: training samples per "
+                         f"epoch {work}.")
+    elif len(set(per_epoch.values())) == 1:
+        sentences.append(f"As posted, both frameworks trained the configured batches and the same "
+                         f"{next(iter(per_epoch.values())):,.0f} samples per epoch, so they did the same work.")
+    else:
+        sentences.append(f"As posted, both fed the configured batch size, but training samples per epoch differ: {work}.")
+    # 2. the posted comparison measured here, as posted and fixed
+    if len(fws) == 2:
+        def pair(variant_runs: dict, name: str) -> str:
+            if "pytorch" not in variant_runs or "tensorflow" not in variant_runs:
+                return "n/a"
+            return _x(_q(variant_runs["pytorch"], name), _q(variant_runs["tensorflow"], name))
+        source = posted["pytorch"][0]["memory"]["source"]
+        sentences.append(
+            f"Measured here, PyTorch/TensorFlow time per epoch is {pair(posted, 'epoch_time_s')} as posted and "
+            f"{pair(fixed, 'epoch_time_s')} fixed, samples per second {pair(posted, 'samples_per_s')} as posted "
+            f"and {pair(fixed, 'samples_per_s')} fixed, and peak memory ({md(source)}) "
+            f"{pair(posted, 'peak_memory_bytes')} as posted and {pair(fixed, 'peak_memory_bytes')} fixed.")
+    # 3. did either framework learn
+    any_run = next(iter(posted.values()))[0]
+    classes = any_run["spec"]["model"]["num_classes"]
+    def learned(variant_runs: dict) -> str:
+        parts = []
+        for fw in FRAMEWORKS:
+            if fw not in variant_runs:
+                continue
+            acc = _q(variant_runs[fw], "final_test_accuracy")
+            parts.append(f"{LABEL[fw]} {_num(acc)} ({verdicts.learned(acc, classes)})")
+        return ", ".join(parts)
+    sentences.append(f"Final test accuracy per sample against chance {1 / classes:.2f} (learned = more than "
+                     f"{verdicts.LEARNED_MARGIN:g} above it): as posted {learned(posted)}"
+                     + (f"; fixed {learned(fixed)}." if fixed else "."))
+    # the posted explanations, as the measurements judge them
+    explained = [v for v in found if v.claim.experiment == exp_name and v.claim.role == "explanation"]
+    if explained:
+        groups = defaultdict(list)
+        for v in explained:
+            groups[v.label].append(f"{md(v.claim.title)} (`{v.claim.id}`)")
+        sentences.append("The answers' explanations, tested: " +
+                         "; ".join(f"**{label}**: {', '.join(items)}" for label, items in groups.items()) + ".")
+    return head + " ".join(sentences)
+
+
+def _claims_section(found: list[verdicts.Verdict]) -> str:
+    contexts = sorted({(v.profile, v.device) for v in found if v.profile})
+    several = len(contexts) > 1
+    rows = []
+    for v in found:
+        c = v.claim
+        links = ", ".join(f"[{i[:8]}](results/{i}.json)" for i in dict.fromkeys(v.run_ids)) or "-"
+        row = [f"**{md(c.id)}** ({c.role}): {md(c.title)}",
+               md("; ".join(verdicts.fmt_figure(f) for f in c.published)) +
+               f" (seed `{md(c.source['seed'][:3])}`, {md(c.source['where'])})",
+               md(v.ours), f"**{v.label}**", md(v.why), links]
+        if several:
+            row.insert(3, f"{v.profile} ({v.device})" if v.profile else "-")
+        rows.append(row)
+    headers = ["claim", "published (unit, source)", "ours", "verdict", "why", "result files"]
+    if several:
+        headers.insert(3, "profile")
+    out = ["## Claims"]
+    if any(v.indicative for v in found):
+        out.append("> **Indicative (quick profile).** A ratio or an effect gets a verdict on every profile; on "
+                   "`quick` it is measured on small models on a CPU and only indicates whether the effect "
+                   "exists. Absolute figures of the posts' GPUs are *not comparable* here.")
+    out.append(tabulate(rows, headers=headers, tablefmt="github"))
+    counts = defaultdict(int)
+    for v in found:
+        counts[v.status] += 1
+    out.append("Verdicts are computed from the result files listed in each row, never typed in: "
+               + ", ".join(f"{n} {s}" for s, n in counts.items()) + ". *Not comparable*: the quantity cannot be "
+               "measured on this profile or hardware (the reason is given). *Not measured* is no verdict: the "
+               "runs the claim needs are not in these results.")
+    details = []
+    seen = set()
+    for v in found:
+        c = v.claim
+        if c.id in seen:
+            continue
+        seen.add(c.id)
+        details.append(f"- `{md(c.id)}`: “{md(c.statement)}” ({md(c.source['seed'])}, {md(c.source['where'])}). "
+                       f"*Metric:* {_metric_text(c)}. *Tolerance:* {md(_tolerance_text(c))}. "
+                       f"*Transfers:* {md(c.transfers)}" + (f" *Note:* {md(c.note)}" if c.note else ""))
+    out.append("<details><summary>Each claim: published words, metric, tolerance, what transfers</summary>\n\n"
+               + "\n".join(details) + "\n\n</details>")
+    return "\n\n".join(out)
+
+
+def _metric_text(c: Claim) -> str:
+    def op(o) -> str:
+        reading = f", reading {o.reading}" if o.quantity == "peak_memory_bytes" else ""
+        return f"{verdicts.SHORT[o.quantity]} of {LABEL[o.framework]} / {md(o.variant)}{reading}"
+    if c.kind in ("value", "accuracy_vs_chance"):
+        text = op(c.operands["value"])
+        return text + (f", expected {c.expect.replace('_', ' ')}" if c.expect else "")
+    text = f"{op(c.operands['numerator'])} over {op(c.operands['denominator'])}"
+    if c.kind == "effect_disappears_with_fix":
+        text += f", then the same with {md(c.fixed_variant)}"
+    return f"{c.kind.replace('_', ' ')}: {text}"
+
+
+def _tolerance_text(c: Claim) -> str:
+    t = c.tolerance
+    unit = f" {t['unit']}" if "unit" in t else ""
+    if "relative" in t:
+        return f"within ±{t['relative']:.0%} of the published figure"
+    if "absolute" in t:
+        return f"within ±{t['absolute']:g}{unit} of " + ("chance" if c.kind == "accuracy_vs_chance" else "the published figure")
+    if "range" in t:
+        return f"between {t['range'][0]:g} and {t['range'][1]:g}{unit}"
+    if "at_least" in t:
+        return f"at least {t['at_least']:g}{unit}"
+    return f"at most {t['at_most']:g}{unit}"
+
+
+def _ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+    """Rows: fixed, each pitfall alone, the named variants; columns against fixed of the same framework."""
+    variants = plots.variant_order(set(by_variant))
+    if len(variants) < 2:
+        return None
+    with_split = any(r["memory"].get("train_peak_bytes") is not None
+                     for runs in by_variant.values() for rs in runs.values() for r in rs)
+    rows = []
+    converted = False
+    for fw in FRAMEWORKS:
+        base = by_variant.get(FIXED, {}).get(fw)
+        ref = {k: _q(base, k) for k in ("samples_per_s", "train_time_per_epoch_s", "peak_memory_bytes",
+                                        "final_test_accuracy")} if base else {}
+        for variant in variants:
+            runs = by_variant[variant].get(fw)
+            if not runs:
+                continue
+            pitfalls = runs[0]["spec"].get("pitfalls", [])
+            summaries = runs[0]["spec"].get("pitfall_summaries", {})
+            if variant == FIXED:
+                what = "nothing: the experiment as declared"
+            elif variant.startswith("+") and len(pitfalls) == 1:
+                what = summaries.get(pitfalls[0], pitfalls[0])
+            else:
+                what = (f"{len(pitfalls)} pitfalls together: " if len(pitfalls) > 1 else "1 pitfall: ") + ", ".join(pitfalls)
+
+            def cell(key: str, show) -> str:
+                v = _q(runs, key)
+                if v is None:
+                    return "n/a"
+                if variant == FIXED or not ref.get(key):
+                    return show(v)
+                return f"{show(v)} ({v / ref[key]:.2f}x)"
+            acc = _q(runs, "final_test_accuracy")
+            mark = ""
+            if runs[0]["metrics"].get("averaged_over") == "batches":
+                mark, converted = " †", True
+            acc_cell = "n/a" if acc is None else _num(acc) + mark + (
+                f" ({acc - ref['final_test_accuracy']:+.3f})" if variant != FIXED and ref.get("final_test_accuracy")
+                is not None else "")
+            growth = _q(runs, "memory_growth")
+            row = [LABEL[fw], md(variant), md(what),
+                   cell("samples_per_s", lambda v: f"{v:,.1f}"),
+                   cell("train_time_per_epoch_s", lambda v: f"{v:.1f}"),
+                   cell("peak_memory_bytes", _mib)]
+            if with_split:
+                row.append(f"{_mib(_q(runs, 'train_peak_memory_bytes'))} / {_mib(_q(runs, 'eval_peak_memory_bytes'))}")
+            row += ["n/a" if growth is None else f"{growth:+.1%}", acc_cell]
+            rows.append(row)
+    headers = ["framework", "variant", "what it changes", "samples/s (vs fixed)", "train time per epoch, s (vs fixed)",
+               "peak memory (vs fixed)"]
+    if with_split:
+        headers.append("memory peak training / evaluation")
+    headers += ["memory growth over steps", "final test accuracy (vs fixed)"]
+    out = tabulate(rows, headers=headers, tablefmt="github")
+    notes = ["Each pitfall alone (`+name`) and all of a framework's together against `fixed` of the same "
+             "framework, so a reader sees which mistake cost what. Ratios are against `fixed`; accuracy changes "
+             "are differences. Memory growth: a line fitted through the memory sampled during training, "
+             "leaving out the first quarter, over the fitted steps, relative to its level."]
+    if converted:
+        notes.append("† The run reported accuracy per batch, as the posted code did; shown here per sample.")
+    return out + "\n\n" + " ".join(notes)
+
+
+def render(name: str, results: list[dict], experiments: dict[str, Experiment],
+           claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None) -> str:
+    """The report as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs."""
     ok = [r for r in results if r["status"] == "ok"]
     failed = [r for r in results if r["status"] != "ok"]
     out = [f"# Reproducibility report: {md(name)}", _banner(results)]
-    by_exp: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    by_exp: dict[str, dict[str, dict[str, list[dict]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in ok:
-        by_exp[r["experiment"]][r["framework"]].append(r)
-    for exp_name in sorted({r["experiment"] for r in results}):
+        by_exp[r["experiment"]][r["variant"]][r["framework"]].append(r)
+    found = verdicts.evaluate(claims, results) if claims else []
+    exp_names = sorted({r["experiment"] for r in results})
+
+    has_variants = any(set(by_exp[e]) - {FIXED} for e in exp_names) or any(
+        experiments.get(e) and experiments[e].variants for e in exp_names)
+    if has_variants or claims:
+        cases = [_what_was_measured(e, experiments.get(e), by_exp.get(e, {}), found) for e in exp_names
+                 if by_exp.get(e) and (experiments.get(e) is None or experiments[e].variants
+                                       or set(by_exp[e]) - {FIXED})]
+        if cases:
+            out.append("## What the posted comparison really measured\n\n" + "\n\n".join(cases))
+    if found:
+        out.append(_claims_section(found))
+
+    for exp_name in exp_names:
         exp = experiments.get(exp_name)
         meta = exp.doc["experiment"] if exp else {"title": exp_name}
         out.append(f"## {md(meta['title'])}")
         if meta.get("question"):
             out.append(f"*Question:* {md(meta['question'])}" +
                        (f" (seed case `{meta['seed_case']}`)" if meta.get("seed_case") else ""))
-        runs = by_exp.get(exp_name)
-        if not runs:
+        variants = by_exp.get(exp_name)
+        if not variants:
             out.append("No run of this experiment finished; see *Failed runs*.")
             continue
-        out.append(_model_sizes(exp, runs))
-        out.append(_side_by_side({fw: _summary(rs) for fw, rs in runs.items()}))
-        out.append(f"Peak memory source: {md(next(iter(runs.values()))[0]['memory']['source'])}. "
-                   "A ratio above 1 means PyTorch's figure is larger.")
-        out.append("### What differs between the two runs\n\n" + _differences(runs))
+        runs = variants.get(FIXED)
+        if runs:
+            out.append(_model_sizes(exp, runs))
+            if len(variants) > 1:
+                out.append("### PyTorch and TensorFlow, `fixed` variant")
+            out.append(_side_by_side({fw: _summary(rs) for fw, rs in runs.items()}))
+            out.append(f"Peak memory source: {md(next(iter(runs.values()))[0]['memory']['source'])}. "
+                       "A ratio above 1 means PyTorch's figure is larger.")
+        else:
+            out.append("The `fixed` variant did not finish, so there is no like-for-like comparison here.")
+        ablation = _ablation(variants)
+        if ablation:
+            out.append("### Ablation: which mistake cost what\n\n" + ablation)
+        for caption, file in (plot_files or {}).get(exp_name, []):
+            out.append(f"![{md(caption)}]({file})")
+        if runs:
+            out.append("### What differs between the two runs\n\n" + _differences(runs))
     out.append("## Environment and provenance\n\n" + (_environment(results) if ok else "No run finished."))
     if failed:
         out.append("## Failed runs")
         for r in failed:
             f = r["failure"]
-            out.append(f"- `{r['run_id']}` {md(r['experiment'])} / {LABEL[r['framework']]} / repeat {r['repeat']}: "
-                       f"**{f['kind']}**: {md(f['message'])}\n\n" + fenced(f["log_tail"][-15:]))
-    out.append("## Result files\n\nEvery figure above is computed from these files in `results/`:\n\n" +
+            out.append(f"- `{r['run_id']}` {md(r['experiment'])} / {LABEL[r['framework']]} / {md(r['variant'])} / "
+                       f"repeat {r['repeat']}: **{f['kind']}**: {md(f['message'])}\n\n" + fenced(f["log_tail"][-15:]))
+    plots_note = " and the plots beside this report" if plot_files and any(plot_files.values()) else ""
+    out.append(f"## Result files\n\nEvery figure above{plots_note} is computed from these files in `results/`:\n\n" +
                "\n".join(f"- [`{r['run_id']}.json`](results/{r['run_id']}.json): {md(r['experiment'])}, "
-                         f"{LABEL[r['framework']]}, {r['variant']}, repeat {r['repeat']}, {r['status']}"
-                         for r in sorted(results, key=lambda r: (r["experiment"], r["framework"], r["repeat"]))))
+                         f"{LABEL[r['framework']]}, {md(r['variant'])}, repeat {r['repeat']}, {r['status']}"
+                         for r in sorted(results, key=_order)))
     return "\n\n".join(out) + "\n"
 
 
-def write(report_dir: Path, name: str, results: list[dict], experiments: dict[str, Experiment]) -> Path:
+def _order(r: dict) -> tuple:
+    """experiment, framework, then fixed, each +pitfall, the named variants (as plots.variant_order)."""
+    rank = 0 if r["variant"] == FIXED else 1 if r["variant"].startswith("+") else 2
+    return r["experiment"], r["framework"], rank, r["variant"], r["repeat"]
+
+
+def write(report_dir: Path, name: str, results: list[dict], experiments: dict[str, Experiment],
+          claims: list[Claim] | None = None) -> Path:
+    """report.md and its PNG plots in report_dir; plots from an earlier report there are replaced."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for old in [*report_dir.glob("*-throughput.png"), *report_dir.glob("*-memory.png")]:
+        old.unlink()
+    plot_files = plots.write_all(report_dir, results)
     path = report_dir / "report.md"
-    path.write_text(render(name, results, experiments))
+    path.write_text(render(name, results, experiments, claims=claims, plot_files=plot_files))
     return path

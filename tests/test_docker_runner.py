@@ -726,15 +726,6 @@ def test_the_docker_socket_is_never_mounted(tmp_path):
 # ---------------------------------------------------------------------------
 # The real kit, end to end, in an image built from the project's own Dockerfile
 
-def _readable_by_all(root: Path) -> None:
-    """pytest's temporary folders are 0700 and the host's dataset files 0600; the container's user is not root."""
-    for path in [root, *root.rglob("*")]:
-        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
-    for parent in root.parents:
-        if str(parent).startswith(("/tmp/pytest-of-", str(Path(os.environ.get("TMPDIR", "/tmp")) / "pytest-of-"))):
-            parent.chmod(parent.stat().st_mode | 0o555)
-
-
 @pytest.mark.docker
 @pytest.mark.slow
 def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny_dir, data_dir, tmp_path):
@@ -753,7 +744,8 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
                    allow_download=False)
     (spec,) = specs_for(load(tiny_dir / "tiny.toml"), opts, runner.describe, code())
-    _readable_by_all(data_dir)
+    # as on a host run by root: the plan's dataset file is 0600 and pytest's folders 0700; the runner
+    # shares just that file with the container's (non-root) user
     runner.prepare({"tensorflow"})                      # builds the image once; cached by tag afterwards
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -807,3 +799,30 @@ def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
     for kw in ({"forced": True}, {"gpus_explicit": True}):
         with pytest.raises(UserError, match="no NVIDIA container runtime; install nvidia-container-toolkit"):
             dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client, **kw)
+
+
+def _fake_nvidia_smi(tmp_path: Path, monkeypatch, script: str) -> None:
+    exe = tmp_path / "bin" / "nvidia-smi"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}:{os.environ['PATH']}")
+
+
+def test_gpu_host_check_reads_nvidia_smi(tmp_path, monkeypatch):
+    _fake_nvidia_smi(tmp_path, monkeypatch, 'echo "0, GPU-1111, NVIDIA H200, 580.95.05, 9.0"\n'
+                                            'echo "1, GPU-2222, Tesla V100-SXM2-16GB, 580.95.05, 7.0"\n')
+    rows = dr.query_gpus()
+    assert [(r["index"], r["name"], r["compute_capability"]) for r in rows] == [
+        ("0", "NVIDIA H200", "9.0"), ("1", "Tesla V100-SXM2-16GB", "7.0")]
+    dr.check_gpu_host({"pytorch", "tensorflow"}, ["0"])
+    with pytest.raises(UserError, match=r"GPU 1 \(Tesla V100-SXM2-16GB, compute capability 7.0\)"):
+        dr.check_gpu_host({"pytorch"}, "all")
+
+
+def test_gpu_host_check_with_a_driver_that_predates_compute_cap(tmp_path, monkeypatch):
+    _fake_nvidia_smi(tmp_path, monkeypatch,
+                     'case "$1" in *compute_cap*) echo \'Field "compute_cap" is not a valid field to query.\'; '
+                     'exit 2;; esac\necho "0, GPU-1111, Tesla T4, 470.82.01"\n')
+    with pytest.raises(UserError, match="driver 470.82.01 is older than the 525.60.13"):
+        dr.check_gpu_host({"tensorflow"}, "all")

@@ -54,3 +54,6 @@ class Backend(Protocol):
 
     def memory_report(self) -> dict:
         """Peak figures, each with its source named."""
+
+    def observed(self) -> dict:
+        """Evidence for the detectors: modes seen during steps and a probe of the loss's inputs."""

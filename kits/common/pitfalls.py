@@ -73,6 +73,11 @@ PITFALLS: dict[str, dict] = {
         "framework": "pytorch",
         "summary": "ReduceLROnPlateau(patience=3, factor=0.9817) stepped on the summed epoch loss",
     },
+    # Planted for the detectors' tests; no seed post has it.
+    "pt_loss_sum_tensor": {
+        "framework": "pytorch",
+        "summary": "planted: running_loss += loss (no .item()), which keeps every step's graph alive",
+    },
     # Seed 004 (memory), TensorFlow side.
     "tf_posted_model": {
         "framework": "tensorflow",

@@ -15,6 +15,7 @@ class Measurements:
     steps_per_epoch: list[int] = field(default_factory=list)
     epoch_times: list[dict] = field(default_factory=list)
     epoch_metrics: list[dict] = field(default_factory=list)
+    epoch_sums: list[dict] = field(default_factory=list)      # the raw sums behind epoch_metrics
     memory_over_steps: list[tuple[int, int]] = field(default_factory=list)
     train_memory_peak: int = 0        # max of the sampled current memory while training
     eval_memory_peak: int = 0         # ... and while evaluating
@@ -100,6 +101,7 @@ def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Mea
         m.samples_per_epoch.append(samples)
         m.steps_per_epoch.append(steps)
         m.test_samples = test_n
+        m.epoch_sums.append({"train_correct": train_correct, "train_samples": samples})
         m.epoch_times.append({"train_s": t_end - t_epoch, "eval_s": t_eval_end - t_eval})
         m.epoch_metrics.append({
             "epoch": epoch,

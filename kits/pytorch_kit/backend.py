@@ -39,6 +39,9 @@ class Backend:
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
         self.scheduler = None
+        self._seen = {"train_steps": 0, "eval_steps": 0, "eval_mode_in_train": 0, "grad_enabled_in_eval": 0,
+                      "loss_input_probe": None}
+        self._planted_total = 0.0
 
     def environment(self) -> dict:
         cuda = self.device.type == "cuda"
@@ -108,8 +111,14 @@ class Backend:
 
     def train_step(self, batch) -> None:
         x, y = batch
+        self._seen["train_steps"] += 1
+        self._seen["eval_mode_in_train"] += not self.model.training
         outputs = self.model(self._inputs(x))
+        if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
+            self._seen["loss_input_probe"] = _probe(outputs.detach())
         loss = F.cross_entropy(outputs, y)
+        if "pt_loss_sum_tensor" in self.pitfalls:
+            self._planted_total = self._planted_total + loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -117,11 +126,14 @@ class Backend:
 
     def eval_step(self, batch) -> None:
         x, y = batch
+        self._seen["eval_steps"] += 1
         if "pt_val_grad" in self.pitfalls:
+            self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
             outputs = self.model(self._inputs(x))       # no torch.no_grad(): a graph per batch
             self._accumulate(outputs, y, F.cross_entropy(outputs, y))
             return
         with torch.no_grad():
+            self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
             outputs = self.model(self._inputs(x))
             self._accumulate(outputs, y, F.cross_entropy(outputs, y))
 
@@ -161,6 +173,9 @@ class Backend:
             return torch.cuda.memory_allocated()
         return rss_bytes()
 
+    def observed(self) -> dict:
+        return dict(self._seen)
+
     def memory_report(self) -> dict:
         if self.device.type == "cuda":
             return {"peak_bytes": torch.cuda.max_memory_allocated(), "source": "torch.cuda.max_memory_allocated",
@@ -168,6 +183,12 @@ class Backend:
                                   "peak_reserved": torch.cuda.max_memory_reserved()}}
         return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
                 "framework": {}}
+
+
+def _probe(outputs: torch.Tensor) -> dict:
+    """Do the rows the loss receives look like probabilities? (cross_entropy expects logits)"""
+    return {"expects_logits": True, "rows": int(outputs.shape[0]), "nonnegative": bool((outputs >= 0).all()),
+            "max_row_sum_error": float((outputs.sum(1) - 1).abs().max())}
 
 
 class _ResizedImages(Dataset):

@@ -45,6 +45,7 @@ class Backend:
         self.scale = 1.0 / 255.0 if unit else 1.0
         self._loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
         self._correct = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._probe = None
 
     def environment(self) -> dict:
         build = tf.sysconfig.get_build_info()
@@ -135,6 +136,11 @@ class Backend:
         self._correct.assign_add(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == y, tf.int64)))
 
     def train_step(self, batch) -> None:
+        if self._probe is None:       # once, in the warmup: an extra forward pass that reads values back
+            out = self.model(self._inputs(batch[0]), training=False)
+            self._probe = {"expects_logits": bool(self.loss_fn.from_logits), "rows": int(out.shape[0]),
+                           "nonnegative": bool(tf.reduce_all(out >= 0)),
+                           "max_row_sum_error": float(tf.reduce_max(tf.abs(tf.reduce_sum(out, 1) - 1)))}
         self._train(*batch)
 
     def eval_step(self, batch) -> None:
@@ -155,6 +161,11 @@ class Backend:
     def sync(self) -> None:
         # Reading a variable the steps write waits for those steps; TensorFlow has no event API.
         self._loss_sum.numpy()
+
+    def observed(self) -> dict:
+        # Keras takes the mode per call and the eval step has no tape: the kit passes training=True
+        # to every train step and training=False, without a tape, to every eval step.
+        return {"loss_input_probe": self._probe}
 
     def memory_now(self) -> int:
         if self.gpus:

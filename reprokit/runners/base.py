@@ -76,6 +76,9 @@ def collect(spec: dict, outcome: Outcome, out_path: Path) -> dict:
         return failed("timeout", f"the run exceeded its {spec['limits']['timeout_s']:.0f} s limit")
     if outcome.oom_killed:
         return failed("oom", "killed for lack of host memory (OOMKilled)")
+    start_error = outcome.launcher.get("container", {}).get("start_error")
+    if start_error:
+        return failed("error", f"the engine could not start the container: {start_error}")
     text = out_path.read_text() if out_path.exists() else None
     if outcome.exit_code != 0:
         if text is None:
@@ -96,4 +99,7 @@ def collect(spec: dict, outcome: Outcome, out_path: Path) -> dict:
         return failed("invalid-output", "the result file belongs to another run")
     result.setdefault("launcher", {}).update(outcome.launcher)
     result["launcher"]["wall_s"] = outcome.wall_s
+    if result["status"] == "ok" and spec["device"] == "gpu" and result["environment"]["device"] != "gpu":
+        # The kit refuses this itself; this catches a kit that did not.
+        return failed("no-gpu", f"a GPU was asked for but the run used {result['environment']['device_name']}")
     return result

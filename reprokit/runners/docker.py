@@ -238,7 +238,7 @@ def _container_user() -> tuple[int, int]:
     return IMAGE_USER if uid == 0 else (uid, gid)
 
 
-def _unreadable(root: Path, uid: int, limit: int = 10000) -> Path | None:
+def _unreadable(root: Path, uid: int, *, recursive: bool = True, limit: int = 10000) -> Path | None:
     """The first file or folder under root that uid cannot read (by owner or other bits)."""
     def denied(p: Path, need_x: bool) -> bool:
         st = p.stat()
@@ -249,7 +249,7 @@ def _unreadable(root: Path, uid: int, limit: int = 10000) -> Path | None:
 
     if denied(root, root.is_dir()):
         return root
-    if root.is_file():
+    if root.is_file() or not recursive:
         return None
     for n, (dirpath, dirnames, filenames) in enumerate(os.walk(root)):
         if n > limit:
@@ -335,13 +335,16 @@ class DockerRunner:
             if _engine_is_local(client):
                 check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root)
         self.data_dir.mkdir(parents=True, exist_ok=True)     # the plan fills it after prepare()
+        self._share_data({})                                 # the folder; each run's file in run()
+        uid = _container_user()[0]
         for what, path in (("kit code", self.kits_dir), ("data cache", self.data_dir),
                            *((f"extra mount {t}", h) for h, t in self.extra_mounts)):
             if not path.exists():
-                raise UserError(f"the {what} folder {path} does not exist; create it (the data cache is filled "
-                                f"by the plan step) or fix the path.")
-            uid = _container_user()[0]
-            bad = _unreadable(path, uid) if uid != os.getuid() else None
+                raise UserError(f"the {what} folder {path} does not exist; create it or fix the path.")
+            if uid == os.getuid():
+                continue
+            # the data cache's files are shared one by one, as each run needs its file (run())
+            bad = _unreadable(path, uid, recursive=what != "data cache")
             if bad is not None:
                 raise UserError(f"{bad} is not readable by the container's user (uid {uid}); make the {what} "
                                 f"readable with `chmod -R a+rX {path}`.")
@@ -654,12 +657,12 @@ def _registry_reachable(client, ref: str) -> bool:
 def select(repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[str] | None,
            extra_dirs: Sequence[Path] = (), device: str | None = None, *, forced: bool = False,
            gpus_explicit: bool | None = None, frameworks: Iterable[str] = images.FRAMEWORKS,
-           base_override: str | None = None, client=None, log: Log = print):
+           base_override: str | None = None, client=None, log: Log = print, local=None):
     """(runner, reason): the Docker runner where it can work here, else the local runner and why.
 
     Called once a Docker engine answers. With ``forced`` (--backend docker)
     or explicitly requested GPUs, what stops Docker is a UserError instead of
-    a fallback. Checks, in order: GPUs requested but no NVIDIA container
+    a fallback; otherwise ``local()`` gives the runner to fall back to. Checks, in order: GPUs requested but no NVIDIA container
     runtime; an image that cannot be described (missing lock file,
     unresolved base digest); an image that is missing and whose base can be
     neither found locally nor pulled.
@@ -670,12 +673,9 @@ def select(repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[
     extra = [(Path(d), f"/opt/reprokit/user/{i}") for i, d in enumerate(extra_dirs)]
 
     def fallback(why: str):
-        if forced:
+        if forced or local is None:
             raise UserError(why)
-        from reprokit.cli import ENVS
-        from reprokit.runners.local import LocalRunner
-        return LocalRunner(ENVS, Path(data_dir), device or ("cpu" if gpus == "none" else "gpu"),
-                           extra_paths=tuple(Path(d) for d in extra_dirs)), why
+        return local(), why
 
     if gpus != "none" and not nvidia_runtime_available(client):
         if strict:

@@ -1,0 +1,270 @@
+"""What the kit costs: its throughput against bare loops, the local runner's overhead, report rendering.
+
+    PYTHONPATH=. python benchmarks/bench_kit_overhead.py [--rounds 6] [--warmup 5] [--steps 40]
+        [--frameworks pytorch,tensorflow] [--skip throughput,overhead,render] [--json OUT]
+
+1. Throughput. For each framework, in that framework's real environment and
+   in ONE process (benchmarks/bare_loops.py), the kit with all its
+   instrumentation and a bare loop of the same model, data, optimizer and
+   batch size alternate over several rounds, on the quick profile's models of
+   both seed experiments, on this machine's CPU. Prints the median of the
+   pairwise ratios kit/bare; fails when a framework's median is below 0.97.
+2. Local runner overhead. A run with almost no training (1 epoch of 2 steps)
+   through LocalRunner.run + collect, several times per framework: the time
+   from just before the process starts to the result collected, minus the
+   kit's own timing.wall_s (which starts once kits.run is imported). Reported,
+   not gated.
+3. Report rendering. 1,000 result files (copies of the reference results in
+   reports/quick-cpu/results/ with distinct run ids and repeats, each valid
+   against the schema) in a temporary folder: the time to load and validate
+   them and to write the report with reprokit.report. Fails above 2 s.
+
+Exit status: 0 when every gate holds, 1 when one misses, 2 on a setup error.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from reprokit import envs, plan, report  # noqa: E402
+from reprokit.cli import ENVS, STATE  # noqa: E402
+from reprokit.errors import UserError  # noqa: E402
+from reprokit.experiments import BUILTIN_DIR, discover  # noqa: E402
+from reprokit.provenance import code  # noqa: E402
+from reprokit.runners.base import PROGRESS_MARKER, collect  # noqa: E402
+from reprokit.runners.local import LocalRunner  # noqa: E402
+from reprokit.store import Store  # noqa: E402
+
+MIN_RATIO = 0.97          # kit throughput / bare-loop throughput, median over rounds, per framework
+MAX_RENDER_S = 2.0        # load + validate + write a report of 1,000 result files
+RENDER_FILES = 1000
+REFERENCE_RESULTS = REPO / "reports" / "quick-cpu" / "results"
+FRAMEWORKS = ("pytorch", "tensorflow")
+PARTS = ("throughput", "overhead", "render")
+
+
+def log(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def quick_specs(framework: str, data_dir: Path, runner: LocalRunner) -> list[dict]:
+    """The fixed quick-profile RunSpecs of every built-in experiment, on the CPU, for one framework."""
+    opts = plan.Options(profile="quick", device="cpu", repeats=1, frameworks=(framework,), data_dir=data_dir,
+                        allow_download=False)
+    experiments = discover([BUILTIN_DIR])
+    return [s for e in experiments.values() for s in plan.specs_for(e, opts, runner.describe, code())
+            if s["variant"] == "fixed"]
+
+
+# --- 1. throughput ----------------------------------------------------------------------------
+
+def throughput(framework: str, python: Path, specs: list[dict], data_dir: Path, work: Path,
+               rounds: int, warmup: int, steps: int) -> list[dict]:
+    """Run bare_loops.py in the framework's environment; its per-round lines are shown as they come."""
+    spec_path, out_path = work / f"specs-{framework}.json", work / f"throughput-{framework}.json"
+    spec_path.write_text(json.dumps(specs))
+    cmd = [str(python), str(REPO / "benchmarks" / "bare_loops.py"), "--specs", str(spec_path),
+           "--data-dir", str(data_dir), "--rounds", str(rounds), "--warmup", str(warmup),
+           "--steps", str(steps), "--out", str(out_path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    for line in proc.stdout:           # the kit's progress lines are drained like a runner does, not shown
+        if line.startswith(PROGRESS_MARKER):
+            continue
+        if line.startswith("  "):
+            log(line.rstrip("\n"))
+        else:
+            tail = (tail + [line.rstrip("\n")])[-30:]
+    if proc.wait() != 0:
+        raise RuntimeError(f"{framework}: bare_loops.py exited with {proc.returncode}:\n" + "\n".join(tail))
+    return json.loads(out_path.read_text())
+
+
+# --- 2. local runner overhead -----------------------------------------------------------------
+
+def tiny(spec: dict) -> dict:
+    """A spec whose training is next to nothing: one epoch of 2 steps, a 64-sample evaluation."""
+    s = copy.deepcopy(spec)
+    s["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=0)
+    s["data"]["test_samples"] = min(s["data"]["test_samples"], 64)
+    s["run_id"] = plan.run_id(s)
+    return s
+
+
+def runner_overhead(framework: str, runner: LocalRunner, spec: dict, work: Path, runs: int) -> dict:
+    spec = tiny(spec)
+    run_dir = work / f"overhead-{framework}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    rows, kept = [], None
+    for i in range(runs + 1):          # run 0 warms the page cache: dropped
+        out = run_dir / "result.json"
+        out.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        outcome = runner.run(run_dir / "spec.json", out, framework, timeout_s=600, on_progress=lambda e: None)
+        result = collect(spec, outcome, out)
+        total = time.perf_counter() - t0
+        if result["status"] != "ok":
+            raise RuntimeError(f"{framework}: the overhead run failed: {result['failure']}")
+        t = result["timing"]
+        training = sum(e["train_s"] + e["eval_s"] for e in t["epochs"])
+        if i:
+            rows.append({"total": total, "process": outcome.wall_s, "kit_wall": t["wall_s"],
+                         "kit_setup": t["wall_s"] - training, "overhead": total - t["wall_s"]})
+        kept = result
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    over = sorted(r["overhead"] for r in rows)
+    log(f"  {framework:<10} process start -> result collected {med['total']:.2f} s; kit timing.wall_s "
+        f"{med['kit_wall']:.2f} s (of which framework import, data load, model build {med['kit_setup']:.2f} s); "
+        f"runner overhead median {med['overhead']:.2f} s (min {over[0]:.2f}, max {over[-1]:.2f}, {runs} runs)")
+    return {"framework": framework, "runs": rows, "median": med, "result": kept}
+
+
+# --- 3. report rendering ----------------------------------------------------------------------
+
+def fan_out(sources: list[dict], n: int, folder: Path) -> None:
+    """n schema-valid result files: the sources again and again, each copy its own run id and repeat."""
+    store = Store(folder)
+    for i in range(n):
+        r = copy.deepcopy(sources[i % len(sources)])
+        repeat = i // len(sources)
+        r["repeat"] = r["spec"]["repeat"] = repeat
+        r["spec"].pop("run_id", None)
+        r["run_id"] = r["spec"]["run_id"] = hashlib.sha256(
+            f"{r['run_id']}/{repeat}".encode()).hexdigest()[:16]
+        store.put(r)
+
+
+def render_time(work: Path, sources: list[dict]) -> dict:
+    folder = work / "render"
+    fan_out(sources, RENDER_FILES, folder / "results")
+    experiments = discover([BUILTIN_DIR])
+    t0 = time.perf_counter()
+    results = Store(folder / "results").all()                 # read + validate every file
+    t1 = time.perf_counter()
+    path = report.write(folder, "bench", results, experiments)
+    t2 = time.perf_counter()
+    size = path.stat().st_size
+    log(f"  {len(results)} result files: load + validate {t1 - t0:.2f} s, render + write {t2 - t1:.2f} s, "
+        f"total {t2 - t0:.2f} s (target < {MAX_RENDER_S:.0f} s); report.md {size / 1024:.0f} KiB")
+    return {"files": len(results), "load_validate_s": t1 - t0, "render_write_s": t2 - t1, "total_s": t2 - t0}
+
+
+def reference_results() -> list[dict]:
+    store = Store(REFERENCE_RESULTS)
+    results = [r for r in store.all() if r["status"] == "ok"]
+    if not results:
+        raise UserError(f"{REFERENCE_RESULTS} holds no finished result to copy")
+    return results
+
+
+# --- main -------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=6, help="kit/bare rounds per model (after one dropped warm-up)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps per side and round")
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
+    ap.add_argument("--overhead-runs", type=int, default=3, help="local runner runs per framework (after one dropped)")
+    ap.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {', '.join(PARTS)}")
+    ap.add_argument("--data-dir", type=Path, default=STATE / "data")
+    ap.add_argument("--json", type=Path, help="also write every measured value here")
+    args = ap.parse_args(argv)
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    skip = {p for p in args.skip.split(",") if p}
+    if set(frameworks) - set(FRAMEWORKS) or skip - set(PARTS):
+        log(f"error: frameworks are {', '.join(FRAMEWORKS)}; parts are {', '.join(PARTS)}")
+        return 2
+    data_dir = args.data_dir.resolve()
+    work = Path(tempfile.mkdtemp(prefix="reprokit-bench-"))
+    out: dict = {"machine": {"cpus": len(os.sched_getaffinity(0)), "load_before": os.getloadavg()}}
+    misses: list[str] = []
+    t_start = time.perf_counter()
+    try:
+        runner = LocalRunner(ENVS, data_dir, "cpu")
+        pythons = {fw: envs.build(ENVS, envs.lock_name(fw, "cpu"), log) for fw in frameworks}
+        runner.prepare(set(frameworks), log=log)
+        specs = {fw: quick_specs(fw, data_dir, runner) for fw in frameworks}
+
+        if "throughput" not in skip:
+            log(f"\n== 1. kit vs bare loop, quick-profile models on the CPU ({out['machine']['cpus']} cores), "
+                f"{args.rounds} rounds after a dropped warm-up, {args.warmup} warmup + up to {args.steps} timed "
+                f"steps per side, alternating in one process per framework")
+            out["throughput"] = {}
+            for fw in frameworks:
+                out["throughput"][fw] = throughput(fw, pythons[fw], specs[fw], data_dir, work,
+                                                   args.rounds, args.warmup, args.steps)
+        if "overhead" not in skip:
+            log(f"\n== 2. local runner overhead per run (process start to result collected, minus the kit's "
+                f"timing.wall_s), median of {args.overhead_runs}")
+            out["overhead"] = {fw: runner_overhead(fw, runner, specs[fw][0], work, args.overhead_runs)
+                               for fw in frameworks}
+        if "render" not in skip:
+            log(f"\n== 3. report from {RENDER_FILES:,} result files")
+            out["render"] = render_time(work, reference_results())
+    except (UserError, RuntimeError) as exc:
+        log(f"error: {exc}")
+        return 2
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out["machine"]["load_after"] = os.getloadavg()
+
+    log(f"\n== summary ({time.perf_counter() - t_start:.0f} s)")
+    for fw, models in out.get("throughput", {}).items():
+        ratios = [row["ratio"] for m in models for row in m["rounds"]]
+        outer = [row["outer_ratio"] for m in models for row in m["rounds"]]
+        cpu = [row["cpu_ratio"] for m in models for row in m["rounds"]]
+        median = statistics.median(ratios)
+        for m in models:
+            rs = [row["ratio"] for row in m["rounds"]]
+            log(f"  {fw:<10} {m['experiment']:<26} kit/bare median {m['median_ratio']:.3f} "
+                f"(rounds {min(rs):.3f}-{max(rs):.3f}; outer clock {m['median_outer_ratio']:.3f}, "
+                f"per CPU second {m['median_cpu_ratio']:.3f}); "
+                f"kit {statistics.median(r['kit_sps'] for r in m['rounds']):.1f} vs bare "
+                f"{statistics.median(r['bare_sps'] for r in m['rounds']):.1f} samples/s, "
+                f"{m['steps']} steps of {m['batch_size']}")
+        verdict = "ok" if median >= MIN_RATIO else "MISSED"
+        log(f"  {fw:<10} median of all {len(ratios)} pairwise ratios kit/bare {median:.3f} "
+            f"(outer clock {statistics.median(outer):.3f}, per CPU second {statistics.median(cpu):.3f}); "
+            f"gate >= {MIN_RATIO}: {verdict}")
+        if median < MIN_RATIO:
+            misses.append(f"{fw} kit/bare {median:.3f} < {MIN_RATIO}")
+    for fw, o in out.get("overhead", {}).items():
+        log(f"  {fw:<10} local runner overhead per run {o['median']['overhead']:.2f} s (median)")
+        o.pop("result")
+    if "render" in out:
+        r = out["render"]
+        verdict = "ok" if r["total_s"] <= MAX_RENDER_S else "MISSED"
+        log(f"  report of {r['files']:,} results: {r['total_s']:.2f} s; gate <= {MAX_RENDER_S:.0f} s: {verdict}")
+        if r["total_s"] > MAX_RENDER_S:
+            misses.append(f"render {r['total_s']:.2f} s > {MAX_RENDER_S} s")
+    load = out["machine"]
+    if max(load["load_before"][0], load["load_after"][0]) > load["cpus"]:
+        log(f"  note: load average {load['load_before'][0]:.1f} before, {load['load_after'][0]:.1f} after on "
+            f"{load['cpus']} cores: other work shared the CPU, so the ratios are noisier than on an idle machine")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    if misses:
+        log("FAILED: " + "; ".join(misses))
+        return 1
+    log("all gates hold")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
