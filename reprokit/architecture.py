@@ -13,8 +13,13 @@ def _width(c: int, multiplier: float) -> int:
     return max(1, int(round(c * multiplier)))
 
 
-def parameter_counts(model: dict, input_size: int) -> dict:
-    """{"total", "trainable"}; total includes BatchNorm's moving statistics, as Keras counts them."""
+def parameter_counts(model: dict, input_size: int) -> dict | None:
+    """{"total", "trainable"}; total includes BatchNorm's moving statistics, as Keras counts them.
+
+    None for a user's own model: only its frameworks can count it.
+    """
+    if model["name"] == "custom":
+        return None
     trainable = frozen = 0
     channels = 3
     if model["name"] == "vgg16":

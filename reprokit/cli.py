@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--experiments", action="append", type=Path, default=[], metavar="DIR",
                    help="also load experiments from this folder (repeatable)")
     p.add_argument("--frameworks", default="pytorch,tensorflow", help="comma-separated subset")
-    p.add_argument("--repeats", type=int, default=1, help="runs of each configuration, each in a fresh process")
+    p.add_argument("--repeats", type=int,
+                   help="runs of each configuration, each in a fresh process (default: 1 on quick, 5 otherwise)")
     p.add_argument("--variants", default="fixed",
                    help="comma-separated: fixed and/or variants the experiments define, e.g. fixed,as_posted")
     p.add_argument("--ablation", action="store_true",
@@ -88,7 +89,7 @@ def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...], f
 
 def reproduce(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.repeats < 1:
+    if args.repeats is not None and args.repeats < 1:
         raise UserError("--repeats must be at least 1")
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
     unknown = set(frameworks) - {"pytorch", "tensorflow"}
@@ -112,13 +113,14 @@ def reproduce(argv: list[str] | None = None) -> int:
 
     runner, reason = _choose_runner(args, device, args.data_dir.resolve(), extra_dirs, needed, gpus_explicit)
     print(f"backend: {runner.name} ({reason})")
-    opts = planning.Options(profile=profile, device=device, repeats=args.repeats, frameworks=frameworks,
+    repeats = args.repeats or (1 if profile == "quick" else 5)
+    opts = planning.Options(profile=profile, device=device, repeats=repeats, frameworks=frameworks,
                             data_dir=args.data_dir.resolve(), allow_download=not args.offline,
                             dataset=args.dataset, timeout_s=args.timeout,
                             variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                             ablation=args.ablation)
     to_build = runner.missing(needed)
-    specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code())]
+    specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code(extra_dirs))]
 
     state = args.state_dir.resolve()
     store = Store(state / "results")

@@ -31,8 +31,16 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def code(user_dirs: tuple[Path, ...] = ()) -> dict:
+    """code_info() plus a hash of the Python files in a user's experiment folders, which the kits import."""
+    info = dict(code_info())
+    if user_dirs:
+        info["user_code_sha256"] = hashlib.sha256("".join(tree_sha256(d) for d in user_dirs).encode()).hexdigest()
+    return info
+
+
 @lru_cache(maxsize=1)
-def code() -> dict:
+def code_info() -> dict:
     """The commit, whether the tree differs from it, and a hash of the kit code that runs.
 
     All three go into every RunSpec and so into its id: a new commit or an

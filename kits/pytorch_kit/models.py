@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from kits.common.custom import load_builder
+
 VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
 SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
 
@@ -76,6 +78,9 @@ def simplecnn(cfg: dict, pitfalls: frozenset[str]) -> nn.Module:
 
 
 def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> nn.Module:
+    if cfg["name"] == "custom":
+        # The user's builder owns its layers and initialisation.
+        return load_builder(cfg["pytorch"])(cfg.get("options", {}), input_size, cfg["num_classes"])
     model = vgg16(cfg, input_size, pitfalls) if cfg["name"] == "vgg16" else simplecnn(cfg, pitfalls)
     _init(model, cfg["init"])
     return model

@@ -4,6 +4,8 @@ from __future__ import annotations
 import keras
 from keras import layers
 
+from kits.common.custom import load_builder
+
 VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
 SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
 
@@ -60,6 +62,9 @@ def simplecnn(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> keras.Mod
 
 
 def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> keras.Model:
+    if cfg["name"] == "custom":
+        # The user's builder owns its layers and initialisation.
+        return load_builder(cfg["tensorflow"])(cfg.get("options", {}), input_size, cfg["num_classes"])
     return vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg, input_size, pitfalls)
 
 

@@ -1,0 +1,79 @@
+"""A user's own experiment, from their own folder, with their own models in both frameworks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from reprokit.provenance import REPO
+
+from conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+MODELS = textwrap.dedent('''\
+    """Two hand-written models of the same small CNN: the PyTorch one ends in a softmax by mistake."""
+
+
+    def torch_model(options, input_size, num_classes):
+        from torch import nn
+        width = options["width"]
+        return nn.Sequential(
+            nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(width, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(), nn.Linear(width, num_classes),
+            nn.Softmax(dim=1),     # planted: CrossEntropyLoss expects logits
+        )
+
+
+    def keras_model(options, input_size, num_classes):
+        import keras
+        from keras import layers
+        width = options["width"]
+        inputs = keras.Input((input_size, input_size, 3))
+        x = layers.Conv2D(width, 3, padding="same", activation="relu")(inputs)
+        x = layers.MaxPooling2D(2)(x)
+        x = layers.Conv2D(width, 3, padding="same", activation="relu")(x)
+        x = layers.GlobalAveragePooling2D()(x)
+        return keras.Model(inputs, layers.Dense(num_classes)(x))
+    ''')
+
+
+def _user_experiment(folder):
+    spec = TINY.replace('name = "tiny"', 'name = "my_case"')
+    model_start, model_end = spec.index("[model]"), spec.index("[data]")
+    spec = (spec[:model_start] + textwrap.dedent('''\
+        [model]
+        name = "custom"
+        num_classes = 10
+        width_multiplier = 1.0
+        pytorch = "my_case_models:torch_model"
+        tensorflow = "my_case_models:keras_model"
+        options = { width = 8 }
+
+        ''') + spec[model_end:])
+    (folder / "my_case.toml").write_text(spec)
+    (folder / "my_case_models.py").write_text(MODELS)
+
+
+def test_own_experiment_runs_and_the_report_names_the_undeclared_pitfall(kit_python, tmp_path):
+    kit_python("pytorch"), kit_python("tensorflow")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    _user_experiment(folder)
+    proc = subprocess.run(
+        [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(folder), "--only", "my_case",
+         "--backend", "local", "--state-dir", str(tmp_path / "state"), "--reports-dir", str(tmp_path / "reports"),
+         "--data-dir", str(tmp_path / "data"), "--name", "mine"],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {r["framework"]: r for r in
+               (json.loads(p.read_text()) for p in (tmp_path / "reports" / "mine" / "results").glob("*.json"))}
+    codes = {fw: [f["code"] for f in r["findings"]] for fw, r in results.items()}
+    assert codes == {"pytorch": ["probabilities-into-logit-loss"], "tensorflow": []}
+    assert "user_code_sha256" in results["pytorch"]["provenance"]
+    report = (tmp_path / "reports" / "mine" / "report.md").read_text()
+    assert "probabilities-into-logit-loss" in report and "softmax applied twice" in report
