@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -18,6 +19,7 @@ from pathlib import Path
 from kits.common import data as datalib
 from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
+from kits.common.nvml import DeviceMemorySampler
 from kits.common.progress import Progress
 from kits.common.training import train
 
@@ -38,6 +40,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def run(spec: dict, data_dir: Path) -> dict:
     t0 = time.perf_counter()
+    # CUDA numbers devices fastest-first by default, NVML by PCI bus: make index 0 the same device.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    sampler = DeviceMemorySampler() if spec["device"] == "gpu" else None
+    if sampler:
+        sampler.start()
     backend = importlib.import_module(BACKENDS[spec["framework"]]).Backend(spec)
     env = backend.environment()
     if spec["device"] == "gpu" and env["device"] != "gpu":
@@ -51,6 +58,8 @@ def run(spec: dict, data_dir: Path) -> dict:
     result.update(report.sections(spec, m, time.perf_counter() - t0, backend.averaged_over))
     result["memory"] = {**backend.memory_report(), "over_steps": [list(p) for p in m.memory_over_steps],
                         "train_peak_bytes": m.train_memory_peak, "eval_peak_bytes": m.eval_memory_peak}
+    if sampler:
+        result["memory"]["framework"].update(sampler.stop())
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
     result["provenance"] = {**spec["provenance"], "data_sha256": arrays.sha256}

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from reprokit import plan as planning
-from reprokit import report
+from reprokit import gpu_state, report
 from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
@@ -87,11 +87,7 @@ def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...], f
                                  frameworks=sorted(frameworks), local=local)
 
 
-def reproduce(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        raise UserError("--repeats must be at least 1")
-    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
+def _experiments(args, frameworks: tuple[str, ...]) -> tuple[dict, tuple[Path, ...]]:
     unknown = set(frameworks) - {"pytorch", "tensorflow"}
     if unknown or not frameworks:
         raise UserError(f"--frameworks: unknown {', '.join(sorted(unknown)) or '(empty)'}; allowed: pytorch, tensorflow")
@@ -103,74 +99,97 @@ def reproduce(argv: list[str] | None = None) -> int:
             raise UserError(f"--only: no experiment named {', '.join(sorted(missing))}; "
                             f"known: {', '.join(sorted(experiments))}")
         experiments = {k: v for k, v in experiments.items() if k in args.only}
+    return experiments, extra_dirs
+
+
+def _print_plan(specs: list[dict], done: set[str], history: list[dict], header: str, to_build: list[str]) -> None:
+    todo = [s for s in specs if s["run_id"] not in done]
+    estimates = [_estimate(history, s) for s in todo]
+    total = None if None in estimates else sum(estimates) + ENV_BUILD_S * len(to_build)
+    print(f"\nplan: {len(specs)} runs, {header}; {len(done)} already finished, {len(todo)} to run, "
+          f"estimated {duration(total)}" + (f" (including building {', '.join(to_build)})" if to_build else ""))
+    for i, s in enumerate(specs, 1):
+        when = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
+        print(f"  {i:>2}. {s['run_id']}  {s['experiment']:<28} {s['framework']:<10} {s['variant']:<26} "
+              f"repeat {s['repeat']}  {when}")
+    print()
+
+
+def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
+    """One run to one result (None when interrupted); the GPU's state is read on the host around it."""
+    progress = RunProgress(label)
+    run_dir = work / spec["run_id"]
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec, indent=1, sort_keys=True))
+    before = gpu_state.snapshot() if spec["device"] == "gpu" else None
+    outcome = runner.run(run_dir / "spec.json", run_dir / "result.json", spec["framework"],
+                         timeout_s=spec["limits"]["timeout_s"], on_progress=progress)
+    if outcome.interrupted:
+        return None
+    result = collect(spec, outcome, run_dir / "result.json")
+    if spec["device"] == "gpu":
+        after = gpu_state.snapshot()
+        result.setdefault("launcher", {})["gpu_state"] = {"before": before, "after": after}
+        if result["status"] == "ok":
+            result["findings"] += gpu_state.findings(before, after)
+    progress.done(result["status"] if result["status"] == "ok"
+                  else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
+    return result
+
+
+def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict) -> Path:
+    """The report and a copy of every result it is computed from, replacing the previous ones."""
+    (report_dir / "results").mkdir(parents=True, exist_ok=True)
+    for old in (report_dir / "results").glob("*.json"):
+        old.unlink()
+    copies = Store(report_dir / "results")
+    for r in results:
+        copies.put(r)
+    return report.write(report_dir, name, results, experiments)
+
+
+def reproduce(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        raise UserError("--repeats must be at least 1")
+    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
+    experiments, extra_dirs = _experiments(args, frameworks)
 
     gpus_explicit = args.gpus is not None
     args.gpus = args.gpus or ("all" if _host_has_gpu() else "none")
     device = "cpu" if args.gpus == "none" else "gpu"
     profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
-    name = args.name or f"{profile}-{device}"
     needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
 
     runner, reason = _choose_runner(args, device, args.data_dir.resolve(), extra_dirs, needed, gpus_explicit)
     print(f"backend: {runner.name} ({reason})")
-    repeats = args.repeats or (1 if profile == "quick" else 5)
-    opts = planning.Options(profile=profile, device=device, repeats=repeats, frameworks=frameworks,
-                            data_dir=args.data_dir.resolve(), allow_download=not args.offline,
+    opts = planning.Options(profile=profile, device=device, repeats=args.repeats or (1 if profile == "quick" else 5),
+                            frameworks=frameworks, data_dir=args.data_dir.resolve(), allow_download=not args.offline,
                             dataset=args.dataset, timeout_s=args.timeout,
                             variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                             ablation=args.ablation)
-    to_build = runner.missing(needed)
     specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code(extra_dirs))]
 
     state = args.state_dir.resolve()
     store = Store(state / "results")
-    history = store.all()
     done = {s["run_id"] for s in specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
     todo = [s for s in specs if s["run_id"] not in done]
-    estimates = [_estimate(history, s) for s in todo]
-    total = None if None in estimates else sum(estimates) + ENV_BUILD_S * len(to_build)
-    print(f"\nplan: {len(specs)} runs, profile {profile} on {device}, backend {runner.name}; "
-          f"{len(done)} already finished, {len(todo)} to run, estimated {duration(total)}"
-          + (f" (including building {', '.join(to_build)})" if to_build else ""))
-    for i, s in enumerate(specs, 1):
-        when = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
-        print(f"  {i:>2}. {s['run_id']}  {s['experiment']:<28} {s['framework']:<10} {s['variant']:<10} "
-              f"repeat {s['repeat']}  {when}")
-    print()
-
+    _print_plan(specs, done, store.all(), f"profile {profile} on {device}, backend {runner.name}", runner.missing(needed))
     if todo:
         runner.prepare(needed)
-    report_dir = args.reports_dir.resolve() / name
-    work = state / "work"
     failures = 0
-    try:
-        for i, spec in enumerate(todo, 1):
-            label = f"[run {i}/{len(todo)}] {spec['experiment']} / {spec['framework']} / {spec['variant']} r{spec['repeat']}"
-            progress = RunProgress(label)
-            run_dir = work / spec["run_id"]
-            shutil.rmtree(run_dir, ignore_errors=True)
-            run_dir.mkdir(parents=True)
-            (run_dir / "spec.json").write_text(json.dumps(spec, indent=1, sort_keys=True))
-            outcome = runner.run(run_dir / "spec.json", run_dir / "result.json", spec["framework"],
-                                 timeout_s=spec["limits"]["timeout_s"], on_progress=progress)
-            if outcome.interrupted:
-                raise KeyboardInterrupt
-            result = collect(spec, outcome, run_dir / "result.json")
-            store.put(result)
-            failures += result["status"] != "ok"
-            progress.done(result["status"] if result["status"] == "ok"
-                          else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
-        return 130
+    for i, spec in enumerate(todo, 1):
+        label = f"[run {i}/{len(todo)}] {spec['experiment']} / {spec['framework']} / {spec['variant']} r{spec['repeat']}"
+        result = _run_one(runner, spec, state / "work", label)
+        if result is None:
+            print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
+            return 130
+        store.put(result)
+        failures += result["status"] != "ok"
 
-    results = [store.get(s["run_id"]) for s in specs]
-    (report_dir / "results").mkdir(parents=True, exist_ok=True)
-    for old in (report_dir / "results").glob("*.json"):
-        old.unlink()
-    for r in results:
-        Store(report_dir / "results").put(r)
-    path = report.write(report_dir, name, results, experiments)
+    name = args.name or f"{profile}-{device}"
+    path = _publish(args.reports_dir.resolve() / name, name, [store.get(s["run_id"]) for s in specs], experiments)
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
 
@@ -189,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished results are kept; run the same command again to resume.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

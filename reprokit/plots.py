@@ -75,8 +75,10 @@ def memory(path: Path, experiment: str, results: list[dict]) -> Path | None:
         first: dict[str, dict] = {}
         for r in mine:
             first.setdefault(r["variant"], r)
+        top = 0.0
         for variant in variant_order(set(first)):
             pts = sorted(first[variant]["memory"]["over_steps"])
+            top = max([top, *(p[1] / 2**20 for p in pts)])
             ax.plot([p[0] for p in pts], [p[1] / 2**20 for p in pts], label=variant,
                     linewidth=2.2 if variant in ("fixed", "as_posted") else 1.0,
                     linestyle="-" if not variant.startswith("+") else "--")
@@ -84,7 +86,7 @@ def memory(path: Path, experiment: str, results: list[dict]) -> Path | None:
                      f"{mine[0]['memory']['source']})", fontsize=8)
         ax.set_xlabel("training step")
         ax.set_ylabel("current memory sampled during training (MiB)")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, top * 1.15 or 1)       # from zero, so noise does not look like growth
         ax.legend(fontsize=7)
     fig.suptitle(f"{experiment}: memory over training steps ({runs[0]['profile']} profile)", fontsize=10)
     fig.savefig(path, dpi=110, metadata={"Software": None})

@@ -238,10 +238,17 @@ class Measured:
 
 
 def _select(results: list[dict], experiment: str, op: Operand, context: tuple[str, str]) -> list[dict]:
+    """The finished runs of an operand. The planner runs identical pitfall sets once, under the first
+    name (a variant whose only pitfall of this framework is p is also "+p"), so "+p" and "fixed" also
+    match a run of another name with exactly those pitfalls."""
     profile, device = context
-    return [r for r in results if r["status"] == "ok" and r["experiment"] == experiment
-            and r["framework"] == op.framework and r["variant"] == op.variant
-            and r["profile"] == profile and r["spec"].get("device") == device]
+    same = [r for r in results if r["status"] == "ok" and r["experiment"] == experiment
+            and r["framework"] == op.framework and r["profile"] == profile and r["spec"].get("device") == device]
+    named = [r for r in same if r["variant"] == op.variant]
+    if named or not (op.variant == "fixed" or op.variant.startswith("+")):
+        return named
+    wanted = [] if op.variant == "fixed" else [op.variant[1:]]
+    return [r for r in same if r["spec"].get("pitfalls") == wanted]
 
 
 def measure(results: list[dict], experiment: str, op: Operand, context: tuple[str, str]) -> Measured:

@@ -439,6 +439,30 @@ def test_a_failed_run_is_listed_and_the_rest_still_reported(real, experiments, s
     assert v["s000-answer-batch-of-one"].status == verdicts.NOT_MEASURED
 
 
+def test_a_pitfall_run_once_under_another_name_still_answers_for_it(real, tmp_path):
+    [claim] = custom(tmp_path, f"""
+        [[claim]]
+        id = "tf-model-alone"
+        experiment = "{MEMORY}"
+        role = "explanation"
+        title = "t"
+        source = {{ seed = "x", where = "y" }}
+        statement = "s"
+        published = [ {{ label = "a", text = "more memory", unit = "qualitative" }} ]
+        metric = {{ kind = "ratio", quantity = "peak_memory_bytes", framework = "tensorflow", numerator = {{ variant = "+tf_posted_model" }}, denominator = {{ variant = "fixed" }} }}
+        tolerance = {{ at_least = 1.1 }}
+        transfers = "t"
+        """)
+    tf = pick(real, MEMORY, "tensorflow")
+    # the planner runs as_posted's only TensorFlow pitfall once, as "as_posted", not again as "+tf_posted_model"
+    posted = derive(tf, "as_posted", ["tf_posted_model"])
+    v = verdict(claim, [tf, posted])
+    assert v.status == verdicts.NOT_REPRODUCED and posted["run_id"] in v.run_ids
+    # a run with other pitfalls does not stand in for it
+    other = derive(tf, "as_posted", ["tf_posted_model", "tf_inputs_0_255"])
+    assert verdict(claim, [tf, other]).status == verdicts.NOT_MEASURED
+
+
 def test_repeats_are_summarised_by_their_median(real, seeds):
     tf = pick(real, SPEED, "tensorflow")
     runs = []

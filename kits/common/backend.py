@@ -46,6 +46,9 @@ class Backend(Protocol):
     def take_sums(self) -> tuple[float, float]:
         """Read and reset the summed loss and correct count (this synchronises)."""
 
+    def step_timer(self, k: int):
+        """start() / tick() after each step / per_step() and a ``method`` sentence (see measure.WindowTimer)."""
+
     def sync(self) -> None:
         """Wait until every queued device operation has finished."""
 

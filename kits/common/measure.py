@@ -48,11 +48,12 @@ class WindowTimer:
     """
 
     def __init__(self, k: int, sync) -> None:
+        self.method = f"windows of {k} step(s), the device synchronised at window edges"
         self.k = k
         self._sync = sync
         self._start: float | None = None
         self._count = 0
-        self.per_step: list[float] = []
+        self._per_step: list[float] = []
 
     def start(self) -> None:
         self._sync()
@@ -65,6 +66,9 @@ class WindowTimer:
         if self._count == self.k:
             self._sync()
             t = now()
-            self.per_step.append((t - self._start) / self.k)
+            self._per_step.append((t - self._start) / self.k)
             self._start = t
             self._count = 0
+
+    def per_step(self) -> list[float]:
+        return self._per_step

@@ -37,7 +37,7 @@ def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> 
         },
         "timing": {
             "method": (f"throughput: training wall time after warmup, device synchronised at its edges; "
-                       f"steps: windows of {m.window_steps} step(s) synchronised at window edges"),
+                       f"steps: {m.step_timing}"),
             "warmup_steps": spec["train"]["warmup_steps"],
             "window_steps": m.window_steps,
             "wall_s": wall_s,
@@ -45,6 +45,20 @@ def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> 
             "step_s": step_stats(m.step_s),
             "samples_per_s": m.measured_samples / train_s if train_s > 0 else 0.0,
             "data_wait_fraction": min(1.0, m.data_wait_s / train_s) if train_s > 0 else 0.0,
+            **_time_to_target(spec, m),
         },
         "metrics": {"averaged_over": averaged_over, "epochs": m.epoch_metrics},
     }
+
+
+def _time_to_target(spec: dict, m: Measurements) -> dict:
+    """Training time (evaluation excluded) until held-out accuracy first reached the spec's target."""
+    target = spec["train"].get("target_accuracy")
+    if target is None:
+        return {}
+    elapsed = 0.0
+    for times, metrics in zip(m.epoch_times, m.epoch_metrics):
+        elapsed += times["train_s"]
+        if metrics["test_accuracy"] is not None and metrics["test_accuracy"] >= target:
+            return {"target_accuracy": target, "time_to_target_s": elapsed, "epochs_to_target": metrics["epoch"]}
+    return {"target_accuracy": target, "time_to_target_s": None, "epochs_to_target": None}

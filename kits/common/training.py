@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kits.common.backend import Backend
-from kits.common.measure import WindowTimer, now
+from kits.common.measure import now
 from kits.common.progress import Progress
 
 
@@ -25,6 +25,7 @@ class Measurements:
     test_samples: int = 0
     step_s: list[float] = field(default_factory=list)
     window_steps: int = 1
+    step_timing: str = ""              # how step times were taken
 
 
 def steps_per_epoch(spec: dict, n_train: int) -> int:
@@ -40,7 +41,8 @@ def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Mea
     memory_every = spec["measure"]["memory_every_steps"]
     epochs = spec["train"]["epochs"]
     m = Measurements(window_steps=spec["measure"]["window_steps"])
-    timer = WindowTimer(m.window_steps, backend.sync)
+    timer = backend.step_timer(m.window_steps)
+    m.step_timing = timer.method
     planned = steps_per_epoch(spec, n_train)
 
     global_step = 0
@@ -113,5 +115,5 @@ def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Mea
         backend.end_epoch(train_loss)
         progress.emit(force=True, phase="epoch", epoch=epoch, epochs=epochs,
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
-    m.step_s = timer.per_step
+    m.step_s = timer.per_step()
     return m

@@ -13,7 +13,7 @@ from torchvision import transforms
 from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import NumpyFeeder
-from kits.common.measure import peak_rss_bytes, rss_bytes
+from kits.common.measure import WindowTimer, peak_rss_bytes, rss_bytes
 from kits.pytorch_kit import models
 
 
@@ -36,6 +36,7 @@ class Backend:
         self.resize = data["input_size"] if data["resize"] == "bilinear" else None
         self.scale = 1.0 / 255.0 if data["scale"] == "unit" else 1.0
         self.averaged_over = "batches" if "pt_metrics_per_batch" in self.pitfalls else "samples"
+        self.bf16 = numerics["precision"] == "bf16_mixed"
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
         self.scheduler = None
@@ -60,6 +61,9 @@ class Backend:
             "execution": "eager",
             "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
             "cudnn_autotune": torch.backends.cudnn.benchmark,
+            "precision": {"requested": self.spec["numerics"]["precision"],
+                          "compute_dtype": "bfloat16" if self.bf16 else "float32", "how": "torch.autocast"
+                          if self.bf16 else "float32 throughout"},
         }
 
     def build(self, arrays: datalib.Arrays) -> dict:
@@ -99,6 +103,10 @@ class Backend:
     def batch_size_of(self, batch) -> int:
         return int(batch[0].shape[0])
 
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            return self.model(self._inputs(x))
+
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.uint8:
             return x          # already scaled and resized on the CPU by the as-posted loader
@@ -113,7 +121,7 @@ class Backend:
         x, y = batch
         self._seen["train_steps"] += 1
         self._seen["eval_mode_in_train"] += not self.model.training
-        outputs = self.model(self._inputs(x))
+        outputs = self._forward(x)
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
             self._seen["loss_input_probe"] = _probe(outputs.detach())
         loss = F.cross_entropy(outputs, y)
@@ -129,12 +137,12 @@ class Backend:
         self._seen["eval_steps"] += 1
         if "pt_val_grad" in self.pitfalls:
             self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
-            outputs = self.model(self._inputs(x))       # no torch.no_grad(): a graph per batch
+            outputs = self._forward(x)       # no torch.no_grad(): a graph per batch
             self._accumulate(outputs, y, F.cross_entropy(outputs, y))
             return
         with torch.no_grad():
             self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
-            outputs = self.model(self._inputs(x))
+            outputs = self._forward(x)
             self._accumulate(outputs, y, F.cross_entropy(outputs, y))
 
     def _accumulate(self, outputs: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
@@ -164,6 +172,9 @@ class Backend:
         self._correct = torch.zeros_like(self._correct)
         return loss, correct
 
+    def step_timer(self, k: int):
+        return _CudaEventTimer() if self.device.type == "cuda" else WindowTimer(k, self.sync)
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -183,6 +194,34 @@ class Backend:
                                   "peak_reserved": torch.cuda.max_memory_reserved()}}
         return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
                 "framework": {}}
+
+
+class _CudaEventTimer:
+    """Per-step device time from CUDA events recorded between steps; read once, at the end,
+    so the timed loop adds no host-device synchronisation of its own."""
+
+    method = "CUDA events recorded between consecutive steps (read after training)"
+
+    def __init__(self) -> None:
+        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._last: torch.cuda.Event | None = None
+
+    def _event(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def start(self) -> None:
+        self._last = self._event()
+
+    def tick(self) -> None:
+        event = self._event()
+        self._pairs.append((self._last, event))
+        self._last = event
+
+    def per_step(self) -> list[float]:
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) / 1e3 for a, b in self._pairs]
 
 
 def _probe(outputs: torch.Tensor) -> dict:

@@ -12,7 +12,7 @@ import tensorflow as tf  # noqa: E402
 
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import NumpyFeeder  # noqa: E402
-from kits.common.measure import peak_rss_bytes, rss_bytes  # noqa: E402
+from kits.common.measure import WindowTimer, peak_rss_bytes, rss_bytes  # noqa: E402
 from kits.tensorflow_kit import models  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
@@ -39,6 +39,8 @@ class Backend:
         tf.config.experimental.enable_tensor_float_32_execution(numerics["tf32"])
         os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics["cudnn_autotune"] else "0"
         keras.utils.set_random_seed(spec["train"]["seed"])
+        if numerics["precision"] == "bf16_mixed":
+            keras.mixed_precision.set_global_policy("mixed_bfloat16")
         data = spec["data"]
         self.resize = data["input_size"] if data["resize"] == "bilinear" else None
         unit = data["scale"] == "unit" and "tf_inputs_0_255" not in self.pitfalls
@@ -68,6 +70,9 @@ class Backend:
             "execution": "tf.function",
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "cudnn_autotune": os.environ["TF_CUDNN_USE_AUTOTUNE"] == "1",
+            "precision": {"requested": self.spec["numerics"]["precision"],
+                          "compute_dtype": keras.mixed_precision.global_policy().compute_dtype,
+                          "how": f"Keras policy {keras.mixed_precision.global_policy().name}"},
         }
 
     def build(self, arrays) -> dict:
@@ -120,14 +125,14 @@ class Backend:
 
     def _train_step(self, x, y):
         with tf.GradientTape() as tape:
-            logits = self.model(self._inputs(x), training=True)
+            logits = tf.cast(self.model(self._inputs(x), training=True), tf.float32)
             loss = self.loss_fn(y, logits)
         grads = tape.gradient(loss, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self._accumulate(logits, y, loss)
 
     def _eval_step(self, x, y):
-        logits = self.model(self._inputs(x), training=False)
+        logits = tf.cast(self.model(self._inputs(x), training=False), tf.float32)
         self._accumulate(logits, y, self.loss_fn(y, logits))
 
     def _accumulate(self, logits, y, loss) -> None:
@@ -157,6 +162,10 @@ class Backend:
         self._loss_sum.assign(0.0)
         self._correct.assign(0)
         return loss, correct
+
+    def step_timer(self, k: int) -> WindowTimer:
+        # TensorFlow has no event API: windows of k steps, synchronised at their edges.
+        return WindowTimer(k, self.sync)
 
     def sync(self) -> None:
         # Reading a variable the steps write waits for those steps; TensorFlow has no event API.

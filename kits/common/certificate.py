@@ -1,0 +1,275 @@
+"""The equivalence certificate's framework-free half: canonical names, fixed inputs, weights files, comparisons.
+
+Runs inside each framework's environment (standard library and numpy only) and
+on the host, which imports the comparisons from here.
+
+Canonical form (Keras's layout, so that a TensorFlow model needs no conversion):
+
+- parametric layers are numbered per kind in execution order: ``conv 1``,
+  ``conv 2``, ..., ``dense 1``, ..., ``batchnorm 1``, ...;
+- a parameter's canonical name is ``<kind><index>.<role>``, e.g. ``conv1.kernel``;
+- conv kernel HWIO ``(kh, kw, in, out)``; dense kernel ``(in, out)``;
+  BatchNorm ``gamma``, ``beta``, ``moving_mean``, ``moving_variance``;
+- the rows of a dense kernel fed by a Flatten of a feature map are in NHWC
+  flatten order ``(h, w, c)``; PyTorch flattens NCHW as ``(c, h, w)``, so its
+  kit permutes those rows using the feature map's shape.
+"""
+from __future__ import annotations
+
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from kits.common import data as datalib
+from kits.common.files import atomic_file
+
+SIDE_SCHEMA = "reprokit.certificate-side/1"
+LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
+STEPS = 10                  # optimizer steps of the loss trajectory
+MAX_STEP_BATCH = 16         # samples per step at most: the certificate must stay cheap
+FLOPS_BATCH = 2             # samples in the batch whose forward+backward the counters count
+
+ROLES = {
+    "conv": ("kernel", "bias"),
+    "dense": ("kernel", "bias"),
+    "batchnorm": ("gamma", "beta", "moving_mean", "moving_variance"),
+}
+LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
+
+
+class UnmappableModel(Exception):
+    """The model has a layer with weights that has no canonical form: it cannot be compared layer by layer."""
+
+
+class WeightsMismatch(Exception):
+    """A weights file that does not fit the model (its message is one sentence)."""
+
+
+def label(framework: str) -> str:
+    return LABELS.get(framework, framework)
+
+
+def canonical_name(kind: str, index: int, role: str) -> str:
+    return f"{kind}{index}.{role}"
+
+
+def record(kind: str, index: int, role: str, shape, native_name: str, native_shape) -> dict:
+    shape = [int(s) for s in shape]
+    return {"layer": f"{kind} {index}", "kind": kind, "index": index, "role": role,
+            "name": canonical_name(kind, index, role), "shape": shape, "count": int(math.prod(shape)),
+            "native": {"name": native_name, "shape": [int(s) for s in native_shape]}}
+
+
+def shape_text(shape) -> str:
+    return str(tuple(int(s) for s in shape))
+
+
+# -- the inputs both frameworks see -------------------------------------------------------------
+
+def step_batch_size(spec: dict) -> int:
+    return min(spec["train"]["batch_size"], MAX_STEP_BATCH)
+
+
+def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
+    """The first LOGITS_SAMPLES test samples, uint8 NHWC, as the kit's feeder slices them."""
+    n = min(LOGITS_SAMPLES, len(arrays.x_test))
+    if n == 0:
+        raise ValueError("the dataset has no test samples, so the certificate has no fixed batch for its logits")
+    return arrays.x_test[:n], arrays.y_test[:n]
+
+
+def step_batches(spec: dict, arrays: datalib.Arrays) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The first STEPS training batches of epoch 1 in the spec's order (kits.common.data.epoch_order)."""
+    size = step_batch_size(spec)
+    order = datalib.epoch_order(len(arrays.x_train), spec["train"]["seed"], 1, spec["data"]["shuffle"])
+    out = [(arrays.x_train[idx], arrays.y_train[idx]) for idx in datalib.batches(order, size, True)][:STEPS]
+    if len(out) < STEPS:
+        raise ValueError(f"the certificate needs {STEPS} training batches of {size} samples but the dataset has "
+                         f"{len(arrays.x_train)} training samples")
+    return out
+
+
+# -- weights files ------------------------------------------------------------------------------
+
+def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
+    """One array per canonical name, float32, in an .npz any framework can read."""
+    with atomic_file(path, "wb") as fh:
+        np.savez(fh, **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()})
+
+
+def load_weights(path: str | Path, records: list[dict]) -> dict[str, np.ndarray]:
+    """The arrays of a canonical weights file, refused with one sentence unless they fit these records."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsMismatch(f"the weights file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            weights = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise WeightsMismatch(f"the weights file {path} is not a readable .npz of arrays ({exc})") from None
+    expected = {r["name"]: r["shape"] for r in records}
+    missing = [n for n in expected if n not in weights]
+    extra = [n for n in weights if n not in expected]
+    wrong = [f"{n} is {shape_text(weights[n].shape)}, the model's is {shape_text(s)}"
+             for n, s in expected.items() if n in weights and list(weights[n].shape) != list(s)]
+    problems = []
+    if missing:
+        problems.append(f"it lacks {_some(missing)}")
+    if extra:
+        problems.append(f"it has {_some(extra)} which the model does not")
+    if wrong:
+        problems.append(_some(wrong))
+    if problems:
+        raise WeightsMismatch(f"the weights file {path} does not match the model "
+                              f"({len(expected)} canonical parameters): {'; '.join(problems)}")
+    bad = [n for n, a in weights.items() if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all()]
+    if bad:
+        raise WeightsMismatch(f"the weights file {path} has non-float or non-finite values in {_some(bad)}")
+    return {n: weights[n].astype(np.float32) for n in expected}
+
+
+def _some(items: list[str], k: int = 3) -> str:
+    return ", ".join(items[:k]) + (f" and {len(items) - k} more" if len(items) > k else "")
+
+
+# -- comparisons (used by the host) ------------------------------------------------------------
+
+def _kinds(records: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["kind"]] = max(counts.get(r["kind"], 0), r["index"])
+    return ", ".join(f"{n} {k}" for k, n in counts.items()) or "no parametric layers"
+
+
+def compare_layers(records: dict[str, list[dict]]) -> dict:
+    """Per-layer canonical shapes and counts. passed False with every mismatch named; mapped False
+    when the layer lists themselves differ (then no weights can be carried from one to the other)."""
+    (fa, ra), (fb, rb) = records.items()
+    la, lb = label(fa), label(fb)
+    totals = {fa: sum(r["count"] for r in ra), fb: sum(r["count"] for r in rb)}
+    names_a, names_b = [r["name"] for r in ra], [r["name"] for r in rb]
+    numbers = {"parameters": totals, "tensors": {fa: len(ra), fb: len(rb)}}
+    if names_a != names_b:
+        i = next((i for i, (x, y) in enumerate(zip(names_a, names_b)) if x != y), min(len(ra), len(rb)))
+        at_a = names_a[i] if i < len(names_a) else "nothing (its list ends)"
+        at_b = names_b[i] if i < len(names_b) else "nothing (its list ends)"
+        evidence = (f"not the same model: the layer lists differ ({la}: {_kinds(ra)}; {lb}: {_kinds(rb)}); "
+                    f"first difference at parameter {i + 1}: {la} has {at_a}, {lb} has {at_b}; "
+                    f"{totals[fa]:,} vs {totals[fb]:,} parameters")
+        return {"name": "layers", "passed": False, "mapped": False, "evidence": evidence,
+                "mismatches": [evidence], "numbers": numbers}
+    mismatches = [f"{x['layer']} {x['role']}: {la} {shape_text(x['shape'])} vs {lb} {shape_text(y['shape'])}"
+                  for x, y in zip(ra, rb) if x["shape"] != y["shape"]]
+    if mismatches:
+        evidence = (f"not the same model: {len(mismatches)} parameter shape(s) differ: {'; '.join(mismatches)}; "
+                    f"{totals[fa]:,} vs {totals[fb]:,} parameters")
+    else:
+        evidence = (f"{len(ra)} parameter tensors in {_kinds(ra)} layers match in canonical shape and count "
+                    f"({totals[fa]:,} parameters each; NCHW/OIHW mapped to NHWC/HWIO)")
+    return {"name": "layers", "passed": not mismatches, "mapped": not mismatches, "evidence": evidence,
+            "mismatches": mismatches, "numbers": numbers}
+
+
+def compare_flops(flops: dict[str, dict], rtol: float) -> dict:
+    """Training FLOPs per sample (forward and backward), each side from its own counter.
+
+    Compared on what both counters count: convolutions and matrix products (2 FLOPs per
+    multiply-accumulate); the TensorFlow profiler's elementwise ops are reported beside them.
+    """
+    (fa, a), (fb, b) = flops.items()
+    la, lb = label(fa), label(fb)
+    x, y = a["per_sample"]["matmul_conv"], b["per_sample"]["matmul_conv"]
+    rel = abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0
+    ratio = x / y if y else math.inf
+    passed = rel <= rtol
+    extra = []
+    for f, side in ((fa, a), (fb, b)):
+        total = side["per_sample"]["total"]
+        if total != side["per_sample"]["matmul_conv"]:
+            extra.append(f"{label(f)}'s counter also counts elementwise ops: {total:,.0f} in all")
+    evidence = (f"training FLOPs per sample (forward + backward, convolutions and matrix products): "
+                f"{la} {x:,.0f} ({a['counter']}) vs {lb} {y:,.0f} ({b['counter']}), ratio {ratio:.6f}, "
+                f"relative difference {rel:.2e} {'<=' if passed else '>'} {rtol:g}"
+                + (f"; {'; '.join(extra)}" if extra else ""))
+    return {"name": "flops", "passed": passed, "evidence": evidence,
+            "numbers": {"per_sample": {fa: x, fb: y}, "all_ops_per_sample": {fa: a["per_sample"]["total"],
+                                                                            fb: b["per_sample"]["total"]},
+                        "ratio": ratio, "relative_difference": rel,
+                        "conventions": {fa: a["conventions"], fb: b["conventions"]}}}
+
+
+def max_abs_diff(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def compare_logits(logits: dict[str, dict], atol: float) -> dict:
+    """The same initial weights on the same fixed batch: in evaluation mode and in training mode."""
+    (fa, a), (fb, b) = logits.items()
+    la, lb = label(fa), label(fb)
+    numbers, parts, passed = {}, [], True
+    for mode in ("eval", "train"):
+        xa, xb = np.asarray(a[mode], np.float64), np.asarray(b[mode], np.float64)
+        if xa.shape != xb.shape:
+            parts.append(f"{mode} mode: {la} gives {shape_text(xa.shape)} outputs, {lb} {shape_text(xb.shape)}")
+            numbers[mode] = None
+            passed = False
+            continue
+        diff = max_abs_diff(xa, xb)
+        scale = float(np.max(np.abs(xa)))
+        ok = diff <= atol
+        passed &= ok
+        numbers[mode] = {"max_abs_diff": diff, "max_abs_logit": scale}
+        parts.append(f"{mode} mode max |diff| {diff:.2e} {'<=' if ok else '>'} {atol:g} (largest |logit| {scale:.3g})")
+    n = len(a["eval"])
+    evidence = f"logits of the same initial weights on the first {n} test samples: " + "; ".join(parts)
+    return {"name": "logits", "passed": passed, "evidence": evidence, "numbers": numbers}
+
+
+def relative_diffs(a: list[float], b: list[float]) -> list[float]:
+    return [abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0 for x, y in zip(a, b)]
+
+
+def compare_losses(losses: dict[str, list[float]], rtol: float, setup: str) -> dict:
+    (fa, a), (fb, b) = losses.items()
+    la, lb = label(fa), label(fb)
+    if len(a) != len(b):
+        return {"name": "loss_trajectory", "passed": False,
+                "evidence": f"{la} reports {len(a)} losses, {lb} {len(b)}", "numbers": {fa: a, fb: b}}
+    rel = relative_diffs(a, b)
+    worst = max(range(len(rel)), key=rel.__getitem__)
+    passed = bool(np.all(np.isfinite(a)) and np.all(np.isfinite(b))) and rel[worst] <= rtol
+    evidence = (f"loss over {len(a) - 1} optimizer steps ({setup}): max relative difference {rel[worst]:.2e} "
+                f"{'<=' if passed else '>'} {rtol:g}, at {_point(worst, len(a))} ({la} {a[worst]:.7g} vs "
+                f"{lb} {b[worst]:.7g}); first {a[0]:.6g} vs {b[0]:.6g}, last {a[-1]:.6g} vs {b[-1]:.6g}")
+    return {"name": "loss_trajectory", "passed": passed, "evidence": evidence,
+            "numbers": {fa: a, fb: b, "relative_difference": rel, "max_relative_difference": rel[worst]}}
+
+
+def _point(i: int, n: int) -> str:
+    return f"step {i + 1}" if i < n - 1 else f"batch 1 after step {n - 1}"
+
+
+def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
+    """Informational: how far the weights drifted apart over the steps, worst tensor per role.
+
+    Not a pass/fail check: the declared differences (Adam's epsilon, BatchNorm's unbiased
+    running variance in PyTorch) are expected to show here, and are named."""
+    (fa, a), (fb, b) = weights.items()
+    rows = []
+    for name in a:
+        if name not in b or a[name].shape != b[name].shape:
+            continue
+        diff = max_abs_diff(a[name], b[name])
+        scale = float(np.max(np.abs(a[name]))) or 1.0
+        rows.append((name, diff, diff / scale))
+    by_role: dict[str, tuple[str, float, float]] = {}
+    for name, diff, rel in rows:
+        role = name.split(".", 1)[1]
+        if role not in by_role or rel > by_role[role][2]:
+            by_role[role] = (name, diff, rel)
+    parts = [f"{role}: {n} max |diff| {d:.2e} ({r:.1e} of its largest value)" for role, (n, d, r) in by_role.items()]
+    return {"name": "weights_after_steps", "passed": None,
+            "evidence": "informational, worst tensor per role after the steps: " + "; ".join(parts),
+            "numbers": {n: {"max_abs_diff": d, "relative_to_max": r} for n, d, r in rows}}
