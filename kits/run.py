@@ -62,6 +62,9 @@ def run(spec: dict, data_dir: Path) -> dict:
         result["memory"]["framework"].update(sampler.stop())
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
+    if env["device"] == "cpu":
+        # Measured after training, so it cannot disturb the run: the CPU's peak for utilisation.
+        result["environment"]["matmul_peak_flops"] = backend.matmul_flops_per_s()
     result["provenance"] = {**spec["provenance"], "data_sha256": arrays.sha256}
     result["findings"] = detectors.all_findings(spec, m, backend.observed(), result["memory"]["source"])
     return result

@@ -58,5 +58,8 @@ class Backend(Protocol):
     def memory_report(self) -> dict:
         """Peak figures, each with its source named."""
 
+    def matmul_flops_per_s(self) -> float:
+        """The device's measured fp32 matmul rate with the run's thread settings."""
+
     def observed(self) -> dict:
         """Evidence for the detectors: modes seen during steps and a probe of the loss's inputs."""

@@ -13,7 +13,7 @@ from torchvision import transforms
 from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import NumpyFeeder
-from kits.common.measure import WindowTimer, peak_rss_bytes, rss_bytes
+from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes
 from kits.pytorch_kit import models
 
 
@@ -183,6 +183,18 @@ class Backend:
         if self.device.type == "cuda":
             return torch.cuda.memory_allocated()
         return rss_bytes()
+
+    def matmul_flops_per_s(self, n: int = 1024, seconds: float = 0.3) -> float:
+        """The device's measured fp32 matmul rate with the run's thread settings: a peak to hold throughput against."""
+        a = torch.randn(n, n, device=self.device)
+        b = torch.randn(n, n, device=self.device)
+        (a @ b).sum().item()
+        count, t0 = 0, now()
+        while now() - t0 < seconds:
+            c = a @ b
+            count += 1
+        c.sum().item()
+        return 2 * n**3 * count / (now() - t0)
 
     def observed(self) -> dict:
         return dict(self._seen)

@@ -12,7 +12,7 @@ import tensorflow as tf  # noqa: E402
 
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import NumpyFeeder  # noqa: E402
-from kits.common.measure import WindowTimer, peak_rss_bytes, rss_bytes  # noqa: E402
+from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes  # noqa: E402
 from kits.tensorflow_kit import models  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
@@ -170,6 +170,18 @@ class Backend:
     def sync(self) -> None:
         # Reading a variable the steps write waits for those steps; TensorFlow has no event API.
         self._loss_sum.numpy()
+
+    def matmul_flops_per_s(self, n: int = 1024, seconds: float = 0.3) -> float:
+        """The device's measured fp32 matmul rate with the run's thread settings: a peak to hold throughput against."""
+        a = tf.random.normal((n, n))
+        b = tf.random.normal((n, n))
+        tf.reduce_sum(a @ b).numpy()
+        count, t0 = 0, now()
+        while now() - t0 < seconds:
+            c = a @ b
+            count += 1
+        tf.reduce_sum(c).numpy()
+        return 2 * n**3 * count / (now() - t0)
 
     def observed(self) -> dict:
         # Keras takes the mode per call and the eval step has no tape: the kit passes training=True

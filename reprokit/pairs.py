@@ -1,0 +1,48 @@
+"""Findings about a pair of runs, one per framework, that a ratio will be computed from.
+
+Settings that change speed or numerics must be equal by declaration; anything
+that differs and is not declared in the spec's [[differences]] is a finding,
+and so is a ratio across different hosts, devices or images.
+"""
+from __future__ import annotations
+
+# (environment key, what it is) for settings both kits report
+SETTINGS = [
+    ("tf32", "TF32 matmuls"),
+    ("cudnn_autotune", "cuDNN autotuning"),
+    ("cpu_threads", "CPU threads (intra/inter-op)"),
+    ("data_layout", "data layout"),
+    ("execution", "execution / compilation"),
+]
+
+
+def _precision(env: dict) -> str | None:
+    return (env.get("precision") or {}).get("compute_dtype")
+
+
+def findings(pt: dict, tf: dict) -> list[dict]:
+    """Compare one PyTorch and one TensorFlow result of the same experiment and variant."""
+    out = []
+    declared = {d["field"].lower() for d in pt["spec"].get("differences", [])}
+    a, b = pt["environment"], tf["environment"]
+    for key, label in SETTINGS:
+        if a.get(key) != b.get(key):
+            known = label.split(" (")[0].lower() in declared or label.split(" / ")[0].lower() in declared
+            out.append({"code": "settings-differ", "severity": "info" if known else "warning",
+                        "message": f"{label}: PyTorch {a.get(key)!r}, TensorFlow {b.get(key)!r}"
+                                   + (" (declared in the spec)" if known else " (not declared in the spec)")})
+    if _precision(a) != _precision(b):
+        out.append({"code": "settings-differ", "severity": "warning",
+                    "message": f"compute precision: PyTorch {_precision(a)}, TensorFlow {_precision(b)}"})
+    where_a = (a["host"]["hostname"], a["device_name"], _image(pt))
+    where_b = (b["host"]["hostname"], b["device_name"], _image(tf))
+    for label, x, y in zip(("host", "device", "image base"), where_a, where_b):
+        if x != y and None not in (x, y):
+            out.append({"code": "ratio-across-machines", "severity": "warning",
+                        "message": f"the two runs come from different {label}s ({x} vs {y}): their ratio "
+                                   f"mixes framework and machine"})
+    return out
+
+
+def _image(result: dict) -> str | None:
+    return (result.get("launcher", {}).get("image") or {}).get("base_digest")
