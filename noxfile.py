@@ -53,3 +53,32 @@ def lock(session: nox.Session) -> None:
     """Rewrite the hash-pinned lock files in locks/ from locks/versions.toml (needs PyPI)."""
     session.install("pip-tools>=7.4")
     session.run("python", "scripts/lock.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Measure what the kit costs on this CPU: kit vs bare loop (gate 0.97), runner overhead, report time (gate 2 s).
+
+    benchmarks/bench_kit_overhead.py: per framework, the kit and a bare loop of
+    the same quick-profile models alternate in one process (about 5-10 minutes
+    on 2 cores); then the local runner's per-run overhead and the time to
+    write a report from 1,000 result files. Options after --, e.g.
+    `nox -s bench -- --rounds 9 --frameworks pytorch`. Where a Docker engine
+    answers it also runs benchmarks/bench_docker_overhead.py (its options in
+    $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`).
+    """
+    import os
+    import shlex
+
+    _host(session)
+    env = {"PYTHONPATH": "."}
+    try:
+        session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
+    finally:
+        answer = session.run("python", "-c", "from reprokit.runners.docker import engine_status as s; "
+                             "ok, why = s(); print(('yes: ' if ok else 'no: ') + why)", silent=True, env=env)
+        if str(answer).strip().startswith("yes"):
+            docker_args = shlex.split(os.environ.get("REPROKIT_BENCH_DOCKER_ARGS", "--runs 5"))
+            session.run("python", "benchmarks/bench_docker_overhead.py", *docker_args, env=env)
+        else:
+            session.log(f"docker overhead bench skipped: {str(answer).strip()}")

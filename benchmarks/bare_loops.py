@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kits.common import data as datalib  # noqa: E402
+from kits.common import data as datalib
 
 
 def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
@@ -291,7 +291,12 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, lo
             "batch_size": batch, "warmup": warmup, "steps": steps, "rounds": rows,
             "median_ratio": statistics.median(x["ratio"] for x in rows),
             "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows),
-            "median_cpu_ratio": statistics.median(x["cpu_ratio"] for x in rows)}
+            "median_cpu_ratio": statistics.median(x["cpu_ratio"] for x in rows),
+            # Each side's fastest round: what it does when nothing else runs (robust to bursts of other work).
+            "best_ratio": max(x["kit_sps"] for x in rows) / max(x["bare_sps"] for x in rows),
+            # Spread of each side over rounds (stdev / mean): above a few percent, the machine was not quiet.
+            "spread": {side: statistics.pstdev(v) / statistics.fmean(v)
+                       for side in ("kit", "bare") for v in [[x[f"{side}_sps"] for x in rows]]}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -9,8 +10,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from reprokit import plan as planning
+from reprokit import claims as claimlib
 from reprokit import gpu_state, report
+from reprokit import plan as planning
 from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
@@ -41,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated: fixed and/or variants the experiments define, e.g. fixed,as_posted")
     p.add_argument("--ablation", action="store_true",
                    help="also run each pitfall of the chosen variants alone")
+    p.add_argument("--claims", metavar="NAME|FILE",
+                   help="run exactly what these claims need (e.g. seeds: claims/seeds.toml) and give verdicts")
     p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto")
     p.add_argument("--gpus", default=None, help="none, all, or comma-separated GPU ids (default: all if any)")
     p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
@@ -61,10 +65,12 @@ def _host_has_gpu() -> bool:
 
 
 def _estimate(store_results: list[dict], spec: dict) -> float | None:
-    same = [r["launcher"]["wall_s"] for r in store_results
-            if r["status"] == "ok" and r.get("launcher", {}).get("wall_s")
-            and (r["experiment"], r["framework"], r["variant"], r["profile"]) ==
-            (spec["experiment"], spec["framework"], spec["variant"], spec["profile"])]
+    """The median wall time of finished runs like this one (same variant if any, else any variant)."""
+    def walls(keys: tuple[str, ...]) -> list[float]:
+        return [r["launcher"]["wall_s"] for r in store_results
+                if r["status"] == "ok" and r.get("launcher", {}).get("wall_s")
+                and all(r[k] == spec[k] for k in keys)]
+    same = walls(("experiment", "framework", "variant", "profile")) or walls(("experiment", "framework", "profile"))
     return statistics.median(same) if same else FIRST_GUESS_S.get(spec["profile"])
 
 
@@ -138,7 +144,7 @@ def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
     return result
 
 
-def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict) -> Path:
+def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict, claims) -> Path:
     """The report and a copy of every result it is computed from, replacing the previous ones."""
     (report_dir / "results").mkdir(parents=True, exist_ok=True)
     for old in (report_dir / "results").glob("*.json"):
@@ -146,7 +152,7 @@ def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict
     copies = Store(report_dir / "results")
     for r in results:
         copies.put(r)
-    return report.write(report_dir, name, results, experiments)
+    return report.write(report_dir, name, results, experiments, claims=claims)
 
 
 def reproduce(argv: list[str] | None = None) -> int:
@@ -169,7 +175,15 @@ def reproduce(argv: list[str] | None = None) -> int:
                             dataset=args.dataset, timeout_s=args.timeout,
                             variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
                             ablation=args.ablation)
-    specs = [s for e in experiments.values() for s in planning.specs_for(e, opts, runner.describe, code(extra_dirs))]
+    loaded = claimlib.load(args.claims) if args.claims else None
+    per_experiment = {name: opts for name in experiments}
+    if loaded is not None:
+        claimlib.check_against(loaded, experiments)
+        # Every pitfall alone too: the report's ablation table shows which mistake cost what.
+        per_experiment = {name: dataclasses.replace(opts, variants=tuple(sorted(need["variants"])), ablation=True)
+                          for name, need in claimlib.needs(loaded, experiments).items() if name in experiments}
+    specs = [s for name, o in per_experiment.items()
+             for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
 
     state = args.state_dir.resolve()
     store = Store(state / "results")
@@ -189,7 +203,8 @@ def reproduce(argv: list[str] | None = None) -> int:
         failures += result["status"] != "ok"
 
     name = args.name or f"{profile}-{device}"
-    path = _publish(args.reports_dir.resolve() / name, name, [store.get(s["run_id"]) for s in specs], experiments)
+    path = _publish(args.reports_dir.resolve() / name, name, [store.get(s["run_id"]) for s in specs], experiments,
+                    loaded)
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
 

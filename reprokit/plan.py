@@ -92,7 +92,8 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
         "train": train,
         "numerics": numerics,
         "differences": resolved.get("differences", []),
-        "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5},
+        "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5,
+                    "step_timing": True},
         "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
     }
     out = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from reprokit import architecture, plots, verdicts
+from reprokit import architecture, pairs, plots, verdicts
 from reprokit.claims import Claim
 from reprokit.experiments import Experiment
 
@@ -161,17 +161,45 @@ def _differences(runs: dict[str, list[dict]]) -> str:
 
 
 def _model_sizes(exp: Experiment | None, runs: dict[str, list[dict]]) -> str:
-    spec = next(iter(runs.values()))[0]["spec"]
+    first = next(iter(runs.values()))[0]
+    spec = first["spec"]
     ran = architecture.parameter_counts(spec["model"], spec["data"]["input_size"])
+    if ran is None:         # a user's own model: its size is what the frameworks counted
+        counted = ", ".join(f"{LABEL[fw]} {rs[0]['model']['parameters']['total']:,}" for fw, rs in sorted(runs.items()))
+        return f"Model as run: the experiment's own builders; parameters as each framework counted them: {counted}."
     if exp is None or spec["profile"] == "full":
         return f"Model as run: {ran['total']:,} parameters."
     full = exp.resolved("full")
     published = architecture.parameter_counts(full["model"], full["data"]["input_size"])
+    if published is None:
+        return f"Model as run ({spec['profile']} profile): {ran['total']:,} parameters."
     return (f"Model as run ({spec['profile']} profile): {ran['total']:,} parameters "
             f"(input {spec['data']['input_size']}x{spec['data']['input_size']}, "
             f"dataset `{spec['data']['dataset']}`); the full experiment's model: {published['total']:,} "
             f"parameters at {full['data']['input_size']}x{full['data']['input_size']} on "
             f"`{full['data']['dataset']}`.")
+
+
+def _findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+    """What the run-time detectors saw in each run, and what a PyTorch/TensorFlow pair differs in."""
+    rows = []
+    for variant in plots.variant_order(set(by_variant)):
+        fws = by_variant[variant]
+        for fw in FRAMEWORKS:
+            seen = set()
+            for r in fws.get(fw, []):
+                for f in r.get("findings", []):
+                    if (f["code"], f["message"]) not in seen:
+                        seen.add((f["code"], f["message"]))
+                        rows.append([LABEL[fw], md(variant), f"`{f['code']}`", f["severity"], md(f["message"])])
+        if "pytorch" in fws and "tensorflow" in fws:
+            for f in pairs.findings(fws["pytorch"][0], fws["tensorflow"][0]):
+                rows.append(["both", md(variant), f"`{f['code']}`", f["severity"], md(f["message"])])
+    if not rows:
+        return None
+    return ("Detectors judge from what each run showed, never from its variant or pitfall switches "
+            "(`kits/common/detectors.py`; pairs: `reprokit/pairs.py`).\n\n" +
+            tabulate(rows, headers=["framework", "variant", "finding", "severity", "evidence"], tablefmt="github"))
 
 
 POSTED = "as_posted"          # the variant that reproduces the seed's own code
@@ -443,6 +471,9 @@ def render(name: str, results: list[dict], experiments: dict[str, Experiment],
             out.append("### Ablation: which mistake cost what\n\n" + ablation)
         for caption, file in (plot_files or {}).get(exp_name, []):
             out.append(f"![{md(caption)}]({file})")
+        found_at_run_time = _findings(variants)
+        if found_at_run_time:
+            out.append("### Findings at run time\n\n" + found_at_run_time)
         if runs:
             out.append("### What differs between the two runs\n\n" + _differences(runs))
     out.append("## Environment and provenance\n\n" + (_environment(results) if ok else "No run finished."))

@@ -74,9 +74,9 @@ def memory_readings(r: dict) -> dict[str, tuple[int, str]]:
         out["allocated"] = (fw["peak_allocated"], "the framework allocator's peak allocated")
     if fw.get("peak_reserved") is not None:
         out["reserved"] = (fw["peak_reserved"], "the framework allocator's peak reserved")
-    device = (mem.get("device") or {}).get("peak_bytes") or mem.get("device_peak_bytes") or fw.get("device_peak")
+    device = fw.get("device_peak_bytes", mem.get("device_peak_bytes"))
     if device is not None:
-        out["device"] = (device, "device-level peak (NVML)")
+        out["device"] = (device, fw.get("device_source") or "device-level peak (NVML)")
     return out
 
 
@@ -135,6 +135,8 @@ def quantity(r: dict, name: str, reading: str = "reported") -> float:
                    }.get(reading, "no peak memory recorded")
             if on_gpu:
                 why = f"this result records no {reading!r} reading ({why})"
+                if reading == "device" and (mem.get("framework") or {}).get("device_source"):
+                    why = f"this result records no device reading: {mem['framework']['device_source']}"
             raise Unavailable(why, hardware=not on_gpu)
         return readings[reading][0]
     if name in ("train_peak_memory_bytes", "eval_peak_memory_bytes"):
@@ -235,6 +237,19 @@ class Measured:
     run_ids: tuple[str, ...]
     detail: str = ""
     readings: dict[str, tuple[float, str]] = field(default_factory=dict)
+    memory_source: str = ""
+
+
+MEMORY_QUANTITIES = ("peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "memory_growth",
+                     "memory_growth_bytes_per_step")
+
+
+def _caveat(*measured: "Measured") -> str:
+    """What a process-level memory reading cannot show, said wherever a verdict rests on one."""
+    if any(m.memory_source.startswith("process") for m in measured):
+        return ("; the reading is the process's resident memory, which includes the framework's own code and "
+                "allocator caches, so differences the size of activations show less than on a GPU")
+    return ""
 
 
 def _select(results: list[dict], experiment: str, op: Operand, context: tuple[str, str]) -> list[dict]:
@@ -267,7 +282,8 @@ def measure(results: list[dict], experiment: str, op: Operand, context: tuple[st
         if not per:
             raise Unavailable("no memory reading recorded")
         readings = {n: (statistics.median(v), what[n]) for n, v in per.items()}
-        return Measured(max(v for v, _ in readings.values()), ids, readings=readings)
+        return Measured(max(v for v, _ in readings.values()), ids, readings=readings,
+                        memory_source=runs[0]["memory"]["source"])
     values = [quantity(r, op.quantity, op.reading) for r in runs]
     detail = ""
     if op.quantity in ("memory_growth", "memory_growth_bytes_per_step"):
@@ -280,7 +296,8 @@ def measure(results: list[dict], experiment: str, op: Operand, context: tuple[st
         detail = accuracy(runs[0], op.quantity.split("_")[1])[1]
     elif op.quantity == "peak_memory_bytes":
         detail = memory_readings(runs[0])[op.reading][1]
-    return Measured(statistics.median(values), ids, detail=detail)
+    source = runs[0]["memory"]["source"] if op.quantity in MEMORY_QUANTITIES else ""
+    return Measured(statistics.median(values), ids, detail=detail, memory_source=source)
 
 
 # --- verdicts -----------------------------------------------------------------------------------
@@ -477,6 +494,7 @@ def _value(claim: Claim, results, context):
     why = _judged(claim, _fmt_metric(claim, m.value, unit), inside, band)
     if op.quantity == "memory_growth":
         why = f"memory {'grows' if inside else 'does not grow that much'} over the measured steps: {why}"
+    why += _caveat(m)
     return (REPRODUCED if inside else NOT_REPRODUCED), ours, why, m.run_ids, m.value
 
 
@@ -489,7 +507,7 @@ def _ratio(claim: Claim, results, context):
     lo, hi, band = _band(claim)
     inside = _inside(value, lo, hi)
     ours = f"{value:.2f}x: {_describe_operands(claim, num, den)}"
-    why = _judged(claim, f"{value:.2f}x", inside, band)
+    why = _judged(claim, f"{value:.2f}x", inside, band) + _caveat(num, den)
     return (REPRODUCED if inside else NOT_REPRODUCED), ours, why, num.run_ids + den.run_ids, value
 
 

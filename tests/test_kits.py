@@ -131,3 +131,23 @@ def test_a_gpu_run_without_a_gpu_fails_loudly(kit_python, tmp_path, tiny_dir, da
     result = json.loads((tmp_path / "r.json").read_text())
     assert proc.returncode == 1 and result["failure"]["kind"] == "no-gpu"
     assert "refusing to run on the CPU" in result["failure"]["message"]
+
+
+def test_step_instrumentation_does_not_change_throughput(kit_python, tmp_path, tiny_dir, data_dir):
+    """Alternate runs with per-step timing on and off; their throughputs agree within run-to-run noise."""
+    def longer(spec):
+        spec["train"]["epochs"] = 3
+
+    rates = {True: [], False: []}
+    for _ in range(2):
+        for timing in (True, False):
+            spec = tiny_specs(tiny_dir, data_dir, edit=longer)["tensorflow"]
+            spec["measure"]["step_timing"] = timing
+            out = tmp_path / f"r-{timing}-{len(rates[timing])}.json"
+            proc = _run_kit(kit_python("tensorflow"), write_spec(tmp_path, spec), out, data_dir)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            result = json.loads(out.read_text())
+            assert (result["timing"]["step_s"]["n"] > 0) is timing
+            rates[timing].append(result["timing"]["samples_per_s"])
+    on, off = sorted(rates[True])[-1], sorted(rates[False])[-1]      # best of two: least disturbed
+    assert 0.8 < on / off < 1.25, rates

@@ -195,6 +195,7 @@ def test_validation_without_no_grad_is_judged_on_the_evaluation_peak(real, seeds
     assert verdict(claim, [fixed, with_peaks("+pt_val_grad", 800 << 20, 900 << 20)]).status == verdicts.REPRODUCED
     v = verdict(claim, [fixed, with_peaks("+pt_val_grad", 800 << 20, 800 << 20)])
     assert v.status == verdicts.NOT_REPRODUCED and "is below the threshold of 1.10x" in v.why
+    assert "process's resident memory" in v.why          # on a CPU the verdict says what its reading cannot show
     # a result file without the field (the real files predate it) is not measured, not a verdict
     missing = verdict(claim, [pt, derive(pt, "+pt_val_grad")])
     assert missing.status == verdicts.NOT_MEASURED and "eval_peak_bytes" in missing.why
@@ -286,6 +287,13 @@ def test_the_memory_verdict_names_the_reading_that_could_give_the_posted_figure(
     assert hit.status == verdicts.REPRODUCED and "by the reserved reading" in hit.why
     assert "allocated 3 GB" in hit.ours and "reserved 11.5 GB" in hit.ours   # in the published unit
     assert "Not recorded: device" in hit.why              # the NVML reading is named as missing
+    assert "resident memory" not in hit.why
+    # the NVML device-level reading, where the kit recorded one, is compared like the others
+    def with_device(r):
+        r["memory"]["framework"].update(device_peak_bytes=12_400_000_000, device_source="NVML device memory used")
+    nvml = verdict(claim, [derive(on_gpu(3_000_000_000, 6_000_000_000), "as_posted", ["pt_val_grad"], with_device)])
+    assert nvml.status == verdicts.REPRODUCED and "by the device reading" in nvml.why
+    assert "device = NVML device memory used" in nvml.why and "Not recorded" not in nvml.why
     miss = verdict(claim, [on_gpu(3_000_000_000, 6_000_000_000)])
     assert miss.status == verdicts.NOT_REPRODUCED and "the nearest, reserved, is 0.50x" in miss.why
     # on the CPU the quick run's process memory is not comparable with GPU memory
@@ -384,7 +392,8 @@ def test_the_claims_table_shows_published_ours_and_computed_verdicts(matrix, exp
 def test_the_ablation_table_sets_each_pitfall_against_fixed(matrix, experiments):
     text = report.render("t", matrix, experiments)
     section = _section(text, "## VGG16")
-    ablation = section[section.index("### Ablation"):section.index("### What differs")]
+    ablation = section[section.index("### Ablation"):]
+    ablation = ablation[:ablation.index("\n###", 5)]
     rows = [line for line in ablation.splitlines() if line.startswith("| ")][1:]
     variants = [(cells[1].strip(), cells[2].strip()) for cells in (row.split("|") for row in rows)]
     assert variants == [("PyTorch", "fixed"), ("PyTorch", "+pt\\_cpu\\_resize\\_dataloader"), ("PyTorch", "as\\_posted"),
@@ -401,6 +410,20 @@ def test_the_ablation_table_sets_each_pitfall_against_fixed(matrix, experiments)
     throughput = next(line for line in side.splitlines() if line.startswith("| throughput"))
     cells = [c.strip() for c in throughput.split("|")[2:4]]
     assert cells == [f"{by[(fw, 'fixed')]['timing']['samples_per_s']:,.1f}" for fw in ("pytorch", "tensorflow")]
+
+
+def test_run_time_findings_are_listed_per_variant(matrix, experiments):
+    def finding(r):
+        r["findings"] = [{"code": "effective-batch-size", "severity": "error",
+                          "message": "configured batch size 32, but the model received at most 1 sample(s) per step"}]
+    tf = pick(matrix, SPEED, "tensorflow", "as_posted")
+    runs = [r for r in matrix if r is not tf] + [derive(tf, "as_posted", tf["spec"]["pitfalls"], finding)]
+    section = _section(report.render("t", runs, experiments), "## VGG16")
+    found = section[section.index("### Findings at run time"):]
+    row = next(line for line in found.splitlines() if "effective-batch-size" in line)
+    assert "TensorFlow" in row and "as\\_posted" in row and "at most 1 sample(s) per step" in row
+    # the pair of fixed runs: declared differences are info
+    assert any(line.startswith("| both") and "fixed" in line and "declared" in line for line in found.splitlines())
 
 
 def test_write_puts_linked_plots_beside_the_report(matrix, experiments, seeds, tmp_path):

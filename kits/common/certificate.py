@@ -28,7 +28,6 @@ from kits.common.files import atomic_file
 SIDE_SCHEMA = "reprokit.certificate-side/1"
 LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
 STEPS = 10                  # optimizer steps of the loss trajectory
-MAX_STEP_BATCH = 16         # samples per step at most: the certificate must stay cheap
 FLOPS_BATCH = 2             # samples in the batch whose forward+backward the counters count
 
 ROLES = {
@@ -69,7 +68,10 @@ def shape_text(shape) -> str:
 # -- the inputs both frameworks see -------------------------------------------------------------
 
 def step_batch_size(spec: dict) -> int:
-    return min(spec["train"]["batch_size"], MAX_STEP_BATCH)
+    """The spec's own batch size, never smaller: BatchNorm's batch statistics depend on it, and at a
+    quarter of its batch the quick SimpleCNN's ten-step trajectory became chaotic (a relative
+    perturbation of 1e-12 of the initial weights grew to 1.5e-3 within PyTorch alone)."""
+    return spec["train"]["batch_size"]
 
 
 def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -81,13 +83,43 @@ def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
 
 
 def step_batches(spec: dict, arrays: datalib.Arrays) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The first STEPS training batches of epoch 1 in the spec's order (kits.common.data.epoch_order)."""
+    """The first STEPS training batches in the order the kit trains on them: epoch 1's order
+    (kits.common.data.epoch_order), then epoch 2's where epoch 1 has fewer batches."""
     size = step_batch_size(spec)
-    order = datalib.epoch_order(len(arrays.x_train), spec["train"]["seed"], 1, spec["data"]["shuffle"])
-    out = [(arrays.x_train[idx], arrays.y_train[idx]) for idx in datalib.batches(order, size, True)][:STEPS]
-    if len(out) < STEPS:
-        raise ValueError(f"the certificate needs {STEPS} training batches of {size} samples but the dataset has "
-                         f"{len(arrays.x_train)} training samples")
+    n = len(arrays.x_train)
+    if n < size:
+        raise ValueError(f"the certificate needs training batches of {size} samples but the dataset has "
+                         f"{n} training samples")
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    epoch = 1
+    while len(out) < STEPS:
+        order = datalib.epoch_order(n, spec["train"]["seed"], epoch, spec["data"]["shuffle"])
+        for idx in datalib.batches(order, size, True):
+            out.append((arrays.x_train[idx], arrays.y_train[idx]))
+            if len(out) == STEPS:
+                break
+        epoch += 1
+    return out
+
+
+def preprocess64(x: np.ndarray, scale: float, size: int | None) -> np.ndarray:
+    """uint8 NHWC -> float64 NHWC, scaled, resized bilinearly with half-pixel centres and no antialias.
+
+    What both kits do on the device in fp32 (torch.nn.functional.interpolate(align_corners=False,
+    antialias=False), tf.image.resize(method="bilinear", antialias=False)), computed once in float64
+    so that the fp64 trajectory compares models and optimizers, not two resize kernels' rounding.
+    """
+    out = x.astype(np.float64) * scale
+    if size is None or (out.shape[1] == size and out.shape[2] == size):
+        return out
+    for axis in (1, 2):
+        n_in = out.shape[axis]
+        src = (np.arange(size, dtype=np.float64) + 0.5) * (n_in / size) - 0.5
+        src = np.clip(src, 0.0, n_in - 1)
+        lo = np.floor(src).astype(np.int64)
+        hi = np.minimum(lo + 1, n_in - 1)
+        w = (src - lo).reshape([-1 if a == axis else 1 for a in range(4)])
+        out = np.take(out, lo, axis=axis) * (1.0 - w) + np.take(out, hi, axis=axis) * w
     return out
 
 
@@ -205,24 +237,29 @@ def max_abs_diff(a, b) -> float:
 
 
 def compare_logits(logits: dict[str, dict], atol: float) -> dict:
-    """The same initial weights on the same fixed batch: in evaluation mode and in training mode."""
+    """The same initial weights on the same fixed batch: fp32 in evaluation mode (as the kit runs),
+    fp64 in evaluation and in training mode (batch statistics)."""
     (fa, a), (fb, b) = logits.items()
     la, lb = label(fa), label(fb)
-    numbers, parts, passed = {}, [], True
-    for mode in ("eval", "train"):
-        xa, xb = np.asarray(a[mode], np.float64), np.asarray(b[mode], np.float64)
-        if xa.shape != xb.shape:
-            parts.append(f"{mode} mode: {la} gives {shape_text(xa.shape)} outputs, {lb} {shape_text(xb.shape)}")
-            numbers[mode] = None
-            passed = False
-            continue
-        diff = max_abs_diff(xa, xb)
-        scale = float(np.max(np.abs(xa)))
-        ok = diff <= atol
-        passed &= ok
-        numbers[mode] = {"max_abs_diff": diff, "max_abs_logit": scale}
-        parts.append(f"{mode} mode max |diff| {diff:.2e} {'<=' if ok else '>'} {atol:g} (largest |logit| {scale:.3g})")
-    n = len(a["eval"])
+    numbers, parts, passed, n = {}, [], True, 0
+    for precision in a:
+        for mode in a[precision]:
+            key = f"{precision} {mode}"
+            xa = np.asarray(a[precision][mode], np.float64)
+            xb = np.asarray(b.get(precision, {}).get(mode, []), np.float64)
+            n = len(xa)
+            if xa.shape != xb.shape:
+                parts.append(f"{key} mode: {la} gives outputs of shape {shape_text(xa.shape)}, "
+                             f"{lb} {shape_text(xb.shape)}")
+                numbers[key] = None
+                passed = False
+                continue
+            diff = max_abs_diff(xa, xb)
+            scale = float(np.max(np.abs(xa)))
+            ok = diff <= atol
+            passed &= ok
+            numbers[key] = {"max_abs_diff": diff, "max_abs_logit": scale}
+            parts.append(f"{key} mode max |diff| {diff:.2e} {'<=' if ok else '>'} {atol:g} (largest |logit| {scale:.3g})")
     evidence = f"logits of the same initial weights on the first {n} test samples: " + "; ".join(parts)
     return {"name": "logits", "passed": passed, "evidence": evidence, "numbers": numbers}
 
@@ -231,24 +268,32 @@ def relative_diffs(a: list[float], b: list[float]) -> list[float]:
     return [abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0 for x, y in zip(a, b)]
 
 
-def compare_losses(losses: dict[str, list[float]], rtol: float, setup: str) -> dict:
+def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: str,
+                   name: str = "loss_trajectory") -> dict:
+    """Per-step relative differences of two loss trajectories; rtol None: informational only."""
     (fa, a), (fb, b) = losses.items()
     la, lb = label(fa), label(fb)
     if len(a) != len(b):
-        return {"name": "loss_trajectory", "passed": False,
+        return {"name": name, "passed": False if rtol is not None else None,
                 "evidence": f"{la} reports {len(a)} losses, {lb} {len(b)}", "numbers": {fa: a, fb: b}}
     rel = relative_diffs(a, b)
     worst = max(range(len(rel)), key=rel.__getitem__)
-    passed = bool(np.all(np.isfinite(a)) and np.all(np.isfinite(b))) and rel[worst] <= rtol
-    evidence = (f"loss over {len(a) - 1} optimizer steps ({setup}): max relative difference {rel[worst]:.2e} "
-                f"{'<=' if passed else '>'} {rtol:g}, at {_point(worst, len(a))} ({la} {a[worst]:.7g} vs "
-                f"{lb} {b[worst]:.7g}); first {a[0]:.6g} vs {b[0]:.6g}, last {a[-1]:.6g} vs {b[-1]:.6g}")
-    return {"name": "loss_trajectory", "passed": passed, "evidence": evidence,
+    finite = bool(np.all(np.isfinite(a)) and np.all(np.isfinite(b)))
+    if rtol is None:
+        passed, verdict = None, "(informational)"
+    else:
+        passed = finite and rel[worst] <= rtol
+        verdict = f"{'<=' if passed else '>'} {rtol:g}"
+    steps = len(a) - 1 if len(a) > 10 else len(a)
+    evidence = (f"loss over {steps} optimizer steps ({setup}): max relative difference {rel[worst]:.2e} {verdict}, "
+                f"at {_point(worst, len(a))} ({la} {a[worst]:.9g} vs {lb} {b[worst]:.9g}); "
+                f"first {a[0]:.6g} vs {b[0]:.6g}, last {a[-1]:.6g} vs {b[-1]:.6g}")
+    return {"name": name, "passed": passed, "evidence": evidence,
             "numbers": {fa: a, fb: b, "relative_difference": rel, "max_relative_difference": rel[worst]}}
 
 
 def _point(i: int, n: int) -> str:
-    return f"step {i + 1}" if i < n - 1 else f"batch 1 after step {n - 1}"
+    return f"batch 1 after step {n - 1}" if n > STEPS and i == n - 1 else f"step {i + 1}"
 
 
 def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:

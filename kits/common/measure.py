@@ -72,3 +72,18 @@ class WindowTimer:
 
     def per_step(self) -> list[float]:
         return self._per_step
+
+
+class NoStepTimer:
+    """Step instrumentation off: throughput only, to show the instrumentation changes nothing."""
+
+    method = "not taken (step instrumentation off)"
+
+    def start(self) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def per_step(self) -> list[float]:
+        return []

@@ -34,6 +34,7 @@ def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> 
             "train_samples_per_epoch": m.samples_per_epoch,
             "train_steps_per_epoch": m.steps_per_epoch,
             "test_samples": m.test_samples,
+            "test_steps": m.test_steps,
         },
         "timing": {
             "method": (f"throughput: training wall time after warmup, device synchronised at its edges; "

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kits.common.backend import Backend
-from kits.common.measure import now
+from kits.common.measure import NoStepTimer, now
 from kits.common.progress import Progress
 
 
@@ -23,6 +23,7 @@ class Measurements:
     measured_train_s: float = 0.0      # training time after warmup, synchronised at its edges
     measured_samples: int = 0          # samples trained after warmup
     test_samples: int = 0
+    test_steps: int = 0
     step_s: list[float] = field(default_factory=list)
     window_steps: int = 1
     step_timing: str = ""              # how step times were taken
@@ -41,7 +42,7 @@ def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Mea
     memory_every = spec["measure"]["memory_every_steps"]
     epochs = spec["train"]["epochs"]
     m = Measurements(window_steps=spec["measure"]["window_steps"])
-    timer = backend.step_timer(m.window_steps)
+    timer = backend.step_timer(m.window_steps) if spec["measure"]["step_timing"] else NoStepTimer()
     m.step_timing = timer.method
     planned = steps_per_epoch(spec, n_train)
 
@@ -102,7 +103,7 @@ def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Mea
         train_div, test_div = (steps, eval_steps) if per_batch else (samples, test_n)
         m.samples_per_epoch.append(samples)
         m.steps_per_epoch.append(steps)
-        m.test_samples = test_n
+        m.test_samples, m.test_steps = test_n, eval_steps
         m.epoch_sums.append({"train_correct": train_correct, "train_samples": samples})
         m.epoch_times.append({"train_s": t_end - t_epoch, "eval_s": t_eval_end - t_eval})
         m.epoch_metrics.append({
