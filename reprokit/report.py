@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from reprokit import architecture, pairs, plots, verdicts
+from reprokit import architecture, stats, utilisation, pairs, plots, verdicts
 from reprokit.claims import Claim
 from reprokit.experiments import Experiment
 
@@ -56,6 +56,8 @@ def _summary(runs: list[dict]) -> dict:
     return {
         "repeats": len(runs),
         "samples_per_s": _median([r["timing"]["samples_per_s"] for r in runs]),
+        "samples_per_s_all": [r["timing"]["samples_per_s"] for r in runs],
+        "mfu": _median([utilisation.mfu(r, r["model"].get("train_flops_per_sample")) for r in runs]),
         "step_p50": _median([r["timing"]["step_s"]["p50"] for r in runs]),
         "step_p95": _median([r["timing"]["step_s"]["p95"] for r in runs]),
         "epoch_s": _median([statistics.mean(e["train_s"] for e in r["timing"]["epochs"]) for r in runs]),
@@ -86,7 +88,7 @@ def _side_by_side(s: dict[str, dict]) -> str:
         return [label, *cells, _ratio(pt[key], tf[key]) if ratio and pt and tf else ""]
 
     rows = [
-        row("throughput (samples/s, after warmup)", "samples_per_s", lambda v: _num(v, "{:,.1f}")),
+        _throughput_row(pt, tf),
         row("step time p50 (ms)", "step_p50", lambda v: _num(v and v * 1e3, "{:.1f}")),
         row("step time p95 (ms)", "step_p95", lambda v: _num(v and v * 1e3, "{:.1f}")),
         row("training time per epoch (s)", "epoch_s", lambda v: _num(v, "{:.1f}")),
@@ -97,6 +99,7 @@ def _side_by_side(s: dict[str, dict]) -> str:
         row("final train loss", "train_loss", _num, ratio=False),
         row("final test loss", "test_loss", _num, ratio=False),
         row("data-wait fraction of training time", "data_wait", lambda v: _num(v, "{:.1%}"), ratio=False),
+        row("model FLOPs utilisation (of the device's peak)", "mfu", lambda v: _num(v, "{:.1%}"), ratio=False),
         ["parameters (total / trainable)",
          *[f"{x['parameters']['total']:,} / {x['parameters']['trainable']:,}" if x else "not run" for x in (pt, tf)], ""],
         ["batch size: configured / observed in tensors",
@@ -107,6 +110,31 @@ def _side_by_side(s: dict[str, dict]) -> str:
         ["repeats (figures are medians)", *[str(x["repeats"]) if x else "0" for x in (pt, tf)], ""],
     ]
     return tabulate(rows, headers=["", "PyTorch", "TensorFlow", "PyTorch / TensorFlow"], tablefmt="github")
+
+
+def _throughput_row(pt: dict | None, tf: dict | None) -> list[str]:
+    """Samples/s with its interval over repeats, and the ratio with its own interval and significance."""
+    cells = [stats.estimate(x["samples_per_s_all"]).text() if x else "not run" for x in (pt, tf)]
+    ratio = ""
+    if pt and tf:
+        r, significant = stats.ratio(pt["samples_per_s_all"], tf["samples_per_s_all"])
+        verdict = {True: "significant", False: "not significant", None: "too few repeats to tell"}[significant]
+        ratio = f"{r.text('{:.2f}')}x ({verdict})"
+    return ["throughput (samples/s, after warmup)", *cells, ratio]
+
+
+def _memory_note(runs: dict[str, list[dict]]) -> str:
+    """Which memory figures can be held against each other, from the sources the runs name."""
+    sources = "; ".join(f"{LABEL[fw]}: {md(rs[0]['memory']['source'])}" for fw, rs in sorted(runs.items()))
+    if next(iter(runs.values()))[0]["environment"]["device"] == "cpu":
+        advice = ("On the CPU both figures are the whole process's peak resident memory, framework and "
+                  "Python included: compare them, and their growth over steps, as a whole-process footprint.")
+    else:
+        advice = ("Compare the frameworks' own peaks (PyTorch allocated vs TensorFlow's peak with memory growth on) "
+                  "for what the model needs; the NVML device peak adds each framework's context and caches and is "
+                  "what nvidia-smi would show. TensorFlow without memory growth reserves nearly the whole device, "
+                  "so a figure read from nvidia-smi in that mode says nothing about the model.")
+    return f"Peak memory sources: {sources}. {advice} A ratio above 1 means PyTorch's figure is larger."
 
 
 def _banner(results: list[dict]) -> str:
@@ -128,21 +156,39 @@ def _environment(results: list[dict]) -> str:
         if r["status"] != "ok":
             continue
         env, prov = r["environment"], r["provenance"]
-        image = prov.get("image") or {}
+        image = r.get("launcher", {}).get("image") or {}
+        where = (f"{image['ref']} ({image['id'][7:19]}; base {image.get('base_digest', '-')[7:19]}"
+                 f"{'' if image.get('base_pinned') else ', not pinned'})" if image
+                 else f"local: {prov.get('lock') or prov.get('interpreter') or '-'}")
+        gpu = env.get("gpus") or []
         rows.append([
             r["experiment"], LABEL[r["framework"]], md(r["variant"]), r["repeat"],
             md(f"{env['framework']} {env['framework_version']}"),
             md(f"CUDA {env['build'].get('cuda') or '-'}, cuDNN {env['build'].get('cudnn') or '-'}"),
-            md(env["python"]), md(env["device_name"]),
+            md(env["python"]), md(env["device_name"] + (f", driver {gpu[0]['driver']}" if gpu else "")),
             md(f"{env['cpu_threads']['intra_op']}/{env['cpu_threads']['inter_op']}"),
-            md(image.get("ref") or f"local: {prov.get('lock') or prov.get('interpreter') or '-'}"),
+            md(where),
             md((prov.get("lock_sha256") or "-")[:12]),
             md(prov["code_commit"][:12] + (" (dirty)" if prov["code_dirty"] else "")),
             md(prov["data_sha256"][:12]),
         ])
-    return tabulate(rows, headers=["experiment", "framework", "variant", "repeat", "version", "build", "Python", "device",
-                                   "threads intra/inter", "image or env", "lock sha256", "code commit",
-                                   "data sha256"], tablefmt="github")
+    table = tabulate(rows, headers=["experiment", "framework", "variant", "repeat", "version", "build", "Python",
+                                    "device", "threads intra/inter", "image or env", "lock sha256", "code commit",
+                                    "data sha256"], tablefmt="github")
+    return "\n\n".join([table, *_mixed_images(results)])
+
+
+def _mixed_images(results: list[dict]) -> list[str]:
+    """Results of one framework that came from different images (or environments) cannot be pooled blindly."""
+    notes = []
+    for fw in FRAMEWORKS:
+        ids = {(r.get("launcher", {}).get("image") or {}).get("id") or r["provenance"].get("lock_sha256")
+               for r in results if r["framework"] == fw and r["status"] == "ok"}
+        if len(ids) > 1:
+            notes.append(f"**Warning:** the {LABEL[fw]} results come from {len(ids)} different images or "
+                         f"environments ({', '.join(md(str(i)[:19]) for i in sorted(map(str, ids)))}); "
+                         f"figures pooled across them mix framework builds.")
+    return notes
 
 
 def _differences(runs: dict[str, list[dict]]) -> str:
@@ -462,8 +508,7 @@ def render(name: str, results: list[dict], experiments: dict[str, Experiment],
             if len(variants) > 1:
                 out.append("### PyTorch and TensorFlow, `fixed` variant")
             out.append(_side_by_side({fw: _summary(rs) for fw, rs in runs.items()}))
-            out.append(f"Peak memory source: {md(next(iter(runs.values()))[0]['memory']['source'])}. "
-                       "A ratio above 1 means PyTorch's figure is larger.")
+            out.append(_memory_note(runs))
         else:
             out.append("The `fixed` variant did not finish, so there is no like-for-like comparison here.")
         ablation = _ablation(variants)

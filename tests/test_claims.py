@@ -12,6 +12,7 @@ from kits.common.pitfalls import PITFALLS
 from reprokit import claims
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, discover
+from reprokit.provenance import REPO
 
 SCHEMA = json.loads((Path(claims.__file__).parent / "schemas" / "claims.schema.json").read_text())
 
@@ -71,7 +72,7 @@ def test_seed_claims_load_and_match_the_experiments():
         assert c.published and all(f["unit"] in claims.UNITS for f in c.published)
         assert c.transfers and c.source["seed"] in ("000_c2ccd97f5d7c02f8", "004_f3e40c77869401a0")
         # every seed the claims cite is a real post, and the quoted words are in it
-        seed = Path("/work/shared/seeds") / f"{c.source['seed']}.txt"
+        seed = REPO.parent / "shared" / "seeds" / f"{c.source['seed']}.txt"   # the steering repo's copy
         if seed.exists():
             text = seed.read_text()
             for fragment in re.split(r"\s*\.\.\.\s*", c.statement):

@@ -62,7 +62,9 @@ class LocalRunner:
         reader = threading.Thread(target=lambda: [split_line(line, on_progress, tail) for line in proc.stdout],
                                   daemon=True)
         reader.start()
-        launcher = {"backend": "local", "python": cmd[0]}
+        python = Path(cmd[0])
+        launcher = {"backend": "local",
+                    "python": str(python.relative_to(REPO)) if python.is_relative_to(REPO) else str(python)}
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
