@@ -30,6 +30,7 @@ import jsonschema
 
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
+from reprokit.schema_messages import describe
 
 SCHEMA_ID = "reprokit.claims/1"
 CLAIMS_DIR = Path(__file__).resolve().parent.parent / "claims"
@@ -213,33 +214,8 @@ def _describe(path: Path, doc: dict, error: jsonschema.ValidationError) -> str:
         cid = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
         where += f": claim {cid!r}" if cid else f": claim #{parts[1] + 1}"
         parts = parts[2:]
-    key = ".".join(str(p) for p in parts) or "(top level)"
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    v = error.validator
-    if v == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        key = ".".join(filter(None, [".".join(str(p) for p in parts), extra[0] if extra else "?"]))
-        return f"{where}: {key}: unknown key; allowed here: {', '.join(allowed)}"
-    if v == "required":
-        missing = [k for k in error.validator_value if k not in error.instance]
-        name = ".".join(filter(None, [".".join(str(p) for p in parts), missing[0] if missing else "?"]))
-        hint = f"; units allowed: {', '.join(UNITS)}" if missing and missing[0] == "unit" else ""
-        return f"{where}: {name}: missing; required here: {', '.join(error.validator_value)}{hint}"
-    if v == "enum":
-        return f"{where}: {key}: {error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
-    if v == "const":
-        return f"{where}: {key}: must be {error.validator_value!r}"
-    if v == "type":
-        return f"{where}: {key}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
-    if v in ("minItems", "maxItems") and schema.get("minItems") == schema.get("maxItems") == 2:
-        return f"{where}: {key}: must be a pair [low, high], got {error.instance!r}"
-    if v in ("exclusiveMinimum", "minimum"):
-        op = ">" if v == "exclusiveMinimum" else ">="
-        return f"{where}: {key}: must be {op} {error.validator_value}, got {error.instance!r}"
-    if v == "pattern":
-        return f"{where}: {key}: {error.instance!r} must match {error.validator_value}"
-    return f"{where}: {key}: {error.message}"
+    unit_hint = "; units allowed: " + ", ".join(UNITS)
+    return f"{where}: {describe(error, parts, {'unit': unit_hint})}"
 
 
 def _build(path: Path, raw: dict) -> Claim:

@@ -13,6 +13,7 @@ import jsonschema
 
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
+from reprokit.schema_messages import describe
 
 PROFILES = ("quick", "standard", "full")
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "kits" / "experiments"
@@ -58,34 +59,11 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
-    """Turn a schema violation into 'key: what is wrong; what is allowed'."""
-    path = ".".join(str(p) for p in error.absolute_path)
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    if error.validator == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        key = ".".join(filter(None, [path, extra[0] if extra else "?"]))
-        return f"{key}: unknown key; allowed here: {', '.join(allowed)}"
-    if error.validator == "enum":
-        return f"{path}: {error.instance!r} is not one of {', '.join(map(repr, error.validator_value))}"
-    if error.validator == "const":
-        return f"{path}: must be {error.validator_value!r}"
-    if error.validator == "type":
-        return f"{path}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
-    if error.validator in ("exclusiveMinimum", "minimum"):
-        op = ">" if error.validator == "exclusiveMinimum" else ">="
-        return f"{path}: must be {op} {error.validator_value}, got {error.instance!r}"
-    if error.validator == "required":
-        return f"{path or '(top level)'}: {error.message}"
-    return f"{path or '(top level)'}: {error.message}"
-
-
 def _check(doc: dict, where: str) -> None:
     errors = list(_validator().iter_errors(doc))
     if errors:
         best = jsonschema.exceptions.best_match(errors)
-        raise UserError(f"{where}: {_describe(best)}")
+        raise UserError(f"{where}: {describe(best, list(best.absolute_path))}")
 
 
 def load(path: Path) -> Experiment:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from reprokit import architecture, stats, utilisation, pairs, plots, verdicts
+from reprokit import architecture, pairs, plots, stats, utilisation, verdicts
 from reprokit.claims import Claim
 from reprokit.experiments import Experiment
 

@@ -7,7 +7,7 @@ from importlib import resources
 
 import jsonschema
 
-SCHEMA_ID = "reprokit.result/1"
+from kits.common.report import header
 
 
 @lru_cache(maxsize=1)
@@ -28,16 +28,6 @@ def problems(result: object) -> str | None:
 def failure(spec: dict, kind: str, message: str, log_tail: list[str], wall_s: float,
             launcher: dict) -> dict:
     """A result for a run that produced no valid result of its own."""
-    return {
-        "schema": SCHEMA_ID,
-        "run_id": spec["run_id"],
-        "experiment": spec["experiment"],
-        "variant": spec["variant"],
-        "framework": spec["framework"],
-        "profile": spec["profile"],
-        "repeat": spec["repeat"],
-        "status": "failed",
-        "failure": {"kind": kind, "message": message, "log_tail": list(log_tail)},
-        "spec": spec,
-        "launcher": {**launcher, "wall_s": wall_s},
-    }
+    result = header(spec, "failed", {"kind": kind, "message": message, "log_tail": list(log_tail)})
+    result["launcher"] = {**launcher, "wall_s": wall_s}
+    return result

@@ -5,11 +5,10 @@ import json
 import subprocess
 
 import pytest
+from conftest import tiny_specs, write_spec
 
 from reprokit import architecture, results
 from reprokit.provenance import REPO
-
-from conftest import tiny_specs, write_spec
 
 pytestmark = pytest.mark.slow
 FRAMEWORKS = ["pytorch", "tensorflow"]

@@ -18,7 +18,8 @@ import pytest
 
 from kits.common.pitfalls import PITFALLS
 from reprokit import claims as claims_mod
-from reprokit import report, results as results_mod, verdicts
+from reprokit import report, verdicts
+from reprokit import results as results_mod
 from reprokit.experiments import BUILTIN_DIR, discover
 
 REPO = Path(__file__).resolve().parent.parent

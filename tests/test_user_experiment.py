@@ -7,10 +7,9 @@ import sys
 import textwrap
 
 import pytest
+from conftest import TINY
 
 from reprokit.provenance import REPO
-
-from conftest import TINY
 
 pytestmark = pytest.mark.slow
 

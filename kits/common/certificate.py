@@ -123,6 +123,30 @@ def preprocess64(x: np.ndarray, scale: float, size: int | None) -> np.ndarray:
     return out
 
 
+def float32_rounded(x: float) -> float:
+    return float(np.float32(x))
+
+
+def torch_hyperparameters_like_keras(opt: dict, t: int) -> dict:
+    """torch.optim hyper-parameters for step t (1-based) whose update equals Keras 3's in float64.
+
+    Two things differ. (1) Adam's epsilon placement, a declared semantic difference: torch adds eps to
+    sqrt(v_hat), Keras to sqrt(v) with the bias corrections folded into the step size, so Keras's eps
+    is torch's eps / sqrt(1 - beta2^t). (2) Keras 3 turns momentum, beta_1 and beta_2 (Python floats)
+    into tensors through float32 (ops.cast), so even a float64 Keras model uses momentum 0.899999976
+    and bias corrections 1 - 0.899999976^t, 1 - 0.999000013^t (its m and v updates use the exact
+    1 - beta); the learning rate is a float64 variable and epsilon is added exactly. Measured on
+    TF 2.21 / Keras 3.15; without (2) the fp64 trajectories part by 1e-8 (SGD) to 1e-3 (Adam, whose
+    update is close to lr * sign(g) and flips with a gradient's sign) within ten steps.
+    """
+    if opt["name"] == "adam":
+        b1, b2 = opt["beta1"], opt["beta2"]
+        b1k, b2k = float32_rounded(b1), float32_rounded(b2)
+        lr = opt["lr"] * (math.sqrt(1 - b2k ** t) / (1 - b1k ** t)) * ((1 - b1 ** t) / math.sqrt(1 - b2 ** t))
+        return {"lr": lr, "eps": opt["epsilon"] / math.sqrt(1 - b2 ** t)}
+    return {"lr": opt["lr"], "momentum": float32_rounded(opt["momentum"])}
+
+
 # -- weights files ------------------------------------------------------------------------------
 
 def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:

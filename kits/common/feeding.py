@@ -45,3 +45,19 @@ class NumpyFeeder:
         x, y = self.arrays.x_test, self.arrays.y_test
         order = np.arange(len(x))
         return (self.to_device(x[idx], y[idx]) for idx in datalib.batches(order, self.eval_batch_size, False))
+
+
+class FeederMixin:
+    """The batch plumbing both backends share: their ``feeder`` decides the batches."""
+
+    feeder: NumpyFeeder
+
+    def train_batches(self, epoch: int) -> Iterator:
+        return self.feeder.train(epoch)
+
+    def test_batches(self) -> Iterator:
+        return self.feeder.test()
+
+    def batch_size_of(self, batch) -> int:
+        """Samples in the tensors the model receives, read from their shape (no sync)."""
+        return int(batch[0].shape[0])

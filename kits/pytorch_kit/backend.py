@@ -12,12 +12,12 @@ from torchvision import transforms
 
 from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
-from kits.common.feeding import NumpyFeeder
+from kits.common.feeding import FeederMixin, NumpyFeeder
 from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes
 from kits.pytorch_kit import models
 
 
-class Backend:
+class Backend(FeederMixin):
     name = "pytorch"
 
     def __init__(self, spec: dict) -> None:
@@ -93,15 +93,6 @@ class Backend:
         x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
         y = torch.from_numpy(y) if isinstance(y, np.ndarray) else y
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def train_batches(self, epoch: int):
-        return self.feeder.train(epoch)
-
-    def test_batches(self):
-        return self.feeder.test()
-
-    def batch_size_of(self, batch) -> int:
-        return int(batch[0].shape[0])
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):

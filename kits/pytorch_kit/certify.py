@@ -6,7 +6,6 @@ to 0 so that two frameworks' random masks cannot differ.
 """
 from __future__ import annotations
 
-import math
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ class Certifier:
 
     def _build(self) -> None:
         self.backend.build(self.arrays)
+        self._steps = 0                   # optimizer steps taken by train_losses since the build
         self.model = self.backend.model
         self.dtype = next(self.model.parameters()).dtype
         for module in self.model.modules():
@@ -209,25 +209,33 @@ class Certifier:
         return losses
 
     def neutralisable(self) -> list[dict]:
-        """Declared optimizer differences this side can remove for the certified trajectory."""
+        """Differences this side removes from the certified (fp64) trajectory, each named."""
         opt = self.spec["train"]["optimizer"]
-        if opt["name"] != "adam":
-            return []
-        return [{"field": "Adam epsilon placement",
-                 "how": "PyTorch's eps set to eps / sqrt(1 - beta2^t) before step t, which makes torch.optim.Adam's "
-                        "update lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps_t) equal to Keras 3's "
-                        "lr*sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps)"}]
+        out = []
+        if opt["name"] == "adam":
+            out.append({"field": "Adam epsilon placement", "declared": True,
+                        "how": "PyTorch's eps set to eps / sqrt(1 - beta2^t) before step t, which makes "
+                               "torch.optim.Adam's update equal Keras 3's"})
+        if opt["name"] == "adam" or opt.get("momentum"):
+            names = "beta_1 and beta_2 in its bias corrections" if opt["name"] == "adam" else "momentum"
+            out.append({"field": "Keras float64 hyper-parameter rounding", "declared": False,
+                        "how": f"Keras 3 rounds {names} to float32 even in a float64 model; PyTorch uses the "
+                               f"same rounded values (through its lr and {'eps' if opt['name'] == 'adam' else 'momentum'}) "
+                               f"in the fp64 trajectory only: a certificate artefact, not a difference of the "
+                               f"fp32 runs"})
+        return out
 
     def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]], neutralise: bool = False) -> list[float]:
         """The kit's step, in the model's dtype: cross-entropy of the logits, zero_grad, backward, step.
-        With ``neutralise``, the declared differences of neutralisable() are removed."""
+        With ``neutralise``, the differences of neutralisable() are removed, step by step."""
         self.backend.set_mode(True)
         optimizer, spec_opt = self.backend.optimizer, self.spec["train"]["optimizer"]
         losses = []
-        for t, (x, y) in enumerate(batches, 1):
-            if neutralise and spec_opt["name"] == "adam":
+        for x, y in batches:
+            self._steps += 1
+            if neutralise:
                 for group in optimizer.param_groups:
-                    group["eps"] = spec_opt["epsilon"] / math.sqrt(1.0 - spec_opt["beta2"] ** t)
+                    group.update(cert.torch_hyperparameters_like_keras(spec_opt, self._steps))
             _, yb = self._batch(x, y)
             loss = F.cross_entropy(self.model(self._inputs(x)), yb)
             optimizer.zero_grad(set_to_none=True)

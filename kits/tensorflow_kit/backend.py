@@ -11,13 +11,13 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
-from kits.common.feeding import NumpyFeeder  # noqa: E402
+from kits.common.feeding import FeederMixin, NumpyFeeder  # noqa: E402
 from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes  # noqa: E402
 from kits.tensorflow_kit import models  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
 
-class Backend:
+class Backend(FeederMixin):
     name = "tensorflow"
 
     averaged_over = "samples"
@@ -105,15 +105,6 @@ class Backend:
 
     def _to_device(self, x: np.ndarray, y: np.ndarray):
         return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
-
-    def train_batches(self, epoch: int):
-        return self.feeder.train(epoch)
-
-    def test_batches(self):
-        return self.feeder.test()
-
-    def batch_size_of(self, batch) -> int:
-        return int(batch[0].shape[0])
 
     def _inputs(self, x: tf.Tensor) -> tf.Tensor:
         if x.dtype != tf.uint8:
