@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from kits.common import report as kit_report
 from reprokit import images, results
 from reprokit.errors import UserError
 from reprokit.runners import base
@@ -126,7 +127,7 @@ def ok_result(spec: dict) -> dict:
     """The smallest result of status ok that the schema accepts."""
     spec = {k: v for k, v in spec.items() if k != "probe"}
     return {
-        "schema": results.SCHEMA_ID, "run_id": spec["run_id"], "experiment": spec["experiment"],
+        "schema": kit_report.SCHEMA, "run_id": spec["run_id"], "experiment": spec["experiment"],
         "variant": spec["variant"], "framework": spec["framework"], "profile": spec["profile"],
         "repeat": spec["repeat"], "status": "ok", "failure": None, "spec": spec,
         "effective": {"batch_size": {"configured": 1, "min": 1, "max": 1, "mean": 1.0},
