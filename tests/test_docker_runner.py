@@ -31,9 +31,11 @@ import pytest
 
 from kits.common import report as kit_report
 from reprokit import images, results
+from reprokit.cli import ENVS
 from reprokit.errors import UserError
 from reprokit.runners import base
 from reprokit.runners import docker as dr
+from reprokit.runners.local import LocalRunner
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("REPROKIT_REQUIRE_DOCKER") == "1"
@@ -452,7 +454,8 @@ def test_engine_refusing_to_start_is_a_failed_run_not_a_crash(make_runner, tmp_p
     runner.gpus = "all"                      # bypass prepare()'s check on purpose
     spec, outcome, result, _ = run_probe(runner, tmp_path, {})
     assert outcome.exit_code == 125 and result["status"] == "failed"
-    assert result["failure"]["kind"] == "exit-code"
+    assert result["failure"]["kind"] == "error"
+    assert result["failure"]["message"].startswith("the engine could not start the container: ")
     assert "could not start the container" in result["failure"]["log_tail"][-1]
     assert result["launcher"]["container"]["start_error"]
     assert results.problems(result) is None
@@ -773,7 +776,8 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
 def test_select_says_why_it_falls_back_to_local(client, monkeypatch, tmp_path):
     monkeypatch.setattr(dr, "_registry_reachable", lambda c, ref: False)    # as on an offline machine
     monkeypatch.setattr(dr, "_local_image", lambda c, ref: False)
-    runner, why = dr.select(REPO, tmp_path, tmp_path, "none", device="cpu", client=client, log=lambda line: None)
+    runner, why = dr.select(REPO, tmp_path, tmp_path, "none", device="cpu", client=client, log=lambda line: None,
+                            local=lambda: LocalRunner(ENVS, tmp_path, "cpu"))
     if runner.name == "docker":                      # this engine already has every image
         assert "answers" in why
         return
@@ -795,7 +799,8 @@ def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp
 def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
     if dr.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime")
-    runner, why = dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client)
+    runner, why = dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client,
+                            local=lambda: LocalRunner(ENVS, tmp_path, "gpu"))
     assert runner.name == "local" and "nvidia-container-toolkit" in why
     for kw in ({"forced": True}, {"gpus_explicit": True}):
         with pytest.raises(UserError, match="no NVIDIA container runtime; install nvidia-container-toolkit"):
