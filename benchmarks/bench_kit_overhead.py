@@ -131,7 +131,9 @@ def runner_overhead(framework: str, runner: LocalRunner, spec: dict, work: Path,
     over = sorted(r["overhead"] for r in rows)
     log(f"  {framework:<10} process start -> result collected {med['total']:.2f} s; kit timing.wall_s "
         f"{med['kit_wall']:.2f} s (of which framework import, data load, model build {med['kit_setup']:.2f} s); "
-        f"runner overhead median {med['overhead']:.2f} s (min {over[0]:.2f}, max {over[-1]:.2f}, {runs} runs)")
+        f"runner overhead median {med['overhead']:.2f} s (min {over[0]:.2f}, max {over[-1]:.2f}, {runs} runs): "
+        f"interpreter start, kits.run imports and exit {med['process'] - med['kit_wall']:.2f} s, "
+        f"launch and collect {med['total'] - med['process']:.2f} s")
     return {"framework": framework, "runs": rows, "median": med, "result": kept}
 
 

@@ -3,17 +3,28 @@
     python -m kits.certify --spec SPEC.json --data-dir DIR --out OUT.json
                            [--weights-in W.npz | --weights-out W.npz] [--weights-after-out A.npz]
 
-Builds the spec's model exactly as the kit trains it and writes, in a canonical,
-framework-neutral form (kits/common/certificate.py): the per-layer parameter
-shapes and counts, the training FLOPs per sample from this framework's own
-counter, the logits of the first test samples and the loss over ten optimizer
-steps on the first training batches of epoch 1, every Dropout rate set to 0.
+Builds the spec's model, optimizer and loss exactly as the kit trains them (the
+framework's Backend), sets every Dropout rate to 0, and writes to OUT, in a
+canonical framework-neutral form (kits/common/certificate.py):
+
+- ``layers``: per-layer parameter names, canonical shapes and counts;
+- ``flops``: training FLOPs per sample (forward and backward) from this
+  framework's own counter, with the conventions it counts by;
+- ``logits``: the first test samples through the kit's own preprocessing, fp32
+  in evaluation mode, and fp64 in evaluation and training mode;
+- ``losses``: ``fp32``, ten steps of the kit's own train_step on its first
+  training batches (epoch 1's order, then epoch 2's); ``fp64``, the same ten
+  steps with the same model, loss and optimizer rebuilt in float64 (the
+  certified trajectory; declared optimizer differences listed in
+  ``neutralised`` are removed there), plus the loss of batch 1 after them.
+
 With --weights-out it first exports its freshly initialised weights; with
---weights-in it loads such a file instead (and refuses one that does not fit).
+--weights-in it starts from such a file instead, and refuses one that does not
+fit the model. --weights-after-out saves the fp64 weights after the steps.
 
 Exit status: 0 done; 2 refused (weights that do not fit, a model with no
-canonical form), with one sentence on stderr and in OUT; 1 any other failure.
-OUT is written in every case.
+canonical form, an unreadable spec, missing or too little data), with one sentence on stderr and in OUT;
+1 any other failure, with the traceback's tail in OUT. OUT is written in every case.
 """
 from __future__ import annotations
 
@@ -119,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         code = 2
     except cert.WeightsMismatch as exc:
         out.update(status="refused", message=str(exc))
+        code = 2
+    except (datalib.DataError, cert.InputError) as exc:
+        out.update(status="failed", message=str(exc))
         code = 2
     except (Exception, SystemExit) as exc:     # a failed certificate still leaves its file
         tail = traceback.format_exc().splitlines()[-30:]

@@ -10,9 +10,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from kits.common.files import write_json_atomic
 from reprokit import claims as claimlib
 from reprokit import gpu_state, report
 from reprokit import plan as planning
+from reprokit.certificate import certify
 from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
@@ -57,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="report name: reports/<name>/ (default <profile>-<device>)")
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
     p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
+    p.add_argument("--no-certify", dest="certify", action="store_false",
+                   help="skip the equivalence certificate (same weights, logits, ten steps) before the runs")
     return p
 
 
@@ -144,7 +148,37 @@ def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
     return result
 
 
-def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict, claims) -> Path:
+def _certificates(experiments: dict, opts: planning.Options, runner, state: Path, code_info: dict) -> dict:
+    """The equivalence certificate of each experiment, checked before any timing, cached by its specs.
+
+    It runs on the quick profile's fixed models (same builders, smaller widths) with the local
+    interpreters; under Docker it is left out and the report says so.
+    """
+    if not isinstance(runner, LocalRunner):
+        return {}
+    out = {}
+    quick = dataclasses.replace(opts, profile="quick", repeats=1, variants=("fixed",), ablation=False, dataset=None,
+                                frameworks=("pytorch", "tensorflow"))
+    for name, exp in experiments.items():
+        if set(exp.frameworks) != {"pytorch", "tensorflow"}:
+            continue
+        specs = {s["framework"]: s for s in planning.specs_for(exp, quick, runner.describe, code_info)}
+        key = planning.run_id({"certificate": [specs["pytorch"]["run_id"], specs["tensorflow"]["run_id"]]})
+        cached = state / "certificates" / f"{key}.json"
+        if cached.exists():
+            out[name] = json.loads(cached.read_text())
+            continue
+        print(f"certificate: {name} (same initial weights in both frameworks, logits, ten steps, FLOPs)", flush=True)
+        runner.prepare({"pytorch", "tensorflow"})
+        cert = certify(specs, {fw: runner.python_of(fw) for fw in specs}, opts.data_dir, state / "work" / f"cert-{key}")
+        write_json_atomic(cached, cert)
+        print(f"certificate: {name}: {cert['status']}: {cert['summary']}", flush=True)
+        out[name] = cert
+    return out
+
+
+def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict, claims,
+             certificates: dict) -> Path:
     """The report and a copy of every result it is computed from, replacing the previous ones."""
     (report_dir / "results").mkdir(parents=True, exist_ok=True)
     for old in (report_dir / "results").glob("*.json"):
@@ -152,7 +186,11 @@ def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict
     copies = Store(report_dir / "results")
     for r in results:
         copies.put(r)
-    return report.write(report_dir, name, results, experiments, claims=claims)
+    for old in report_dir.glob("certificate-*.json"):
+        old.unlink()
+    for exp_name, cert in certificates.items():
+        write_json_atomic(report_dir / f"certificate-{exp_name}.json", cert)
+    return report.write(report_dir, name, results, experiments, claims=claims, certificates=certificates)
 
 
 def reproduce(argv: list[str] | None = None) -> int:
@@ -192,6 +230,7 @@ def reproduce(argv: list[str] | None = None) -> int:
     _print_plan(specs, done, store.all(), f"profile {profile} on {device}, backend {runner.name}", runner.missing(needed))
     if todo:
         runner.prepare(needed)
+    certificates = _certificates(experiments, opts, runner, state, code(extra_dirs)) if args.certify else {}
     failures = 0
     for i, spec in enumerate(todo, 1):
         label = f"[run {i}/{len(todo)}] {spec['experiment']} / {spec['framework']} / {spec['variant']} r{spec['repeat']}"
@@ -204,7 +243,7 @@ def reproduce(argv: list[str] | None = None) -> int:
 
     name = args.name or f"{profile}-{device}"
     path = _publish(args.reports_dir.resolve() / name, name, [store.get(s["run_id"]) for s in specs], experiments,
-                    loaded)
+                    loaded, certificates)
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
 

@@ -6,6 +6,7 @@ finished run is found again by id and an interrupted matrix resumes.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -107,7 +108,7 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
                 continue    # the other framework's pitfall, or the same runs under another name
             seen.add(tuple(mine))
             for repeat in range(opts.repeats):
-                spec = {**common, "framework": framework, "variant": variant, "repeat": repeat,
+                spec = {**copy.deepcopy(common), "framework": framework, "variant": variant, "repeat": repeat,
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
                         "provenance": {**code, **describe(framework)}}
                 spec["run_id"] = run_id(spec)

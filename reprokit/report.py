@@ -50,14 +50,14 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _summary(runs: list[dict]) -> dict:
+def _summary(runs: list[dict], flops_per_sample: float | None = None) -> dict:
     """One figure per quantity over a configuration's repeats (the median)."""
     last = [r["metrics"]["epochs"][-1] for r in runs]
     return {
         "repeats": len(runs),
         "samples_per_s": _median([r["timing"]["samples_per_s"] for r in runs]),
         "samples_per_s_all": [r["timing"]["samples_per_s"] for r in runs],
-        "mfu": _median([utilisation.mfu(r, r["model"].get("train_flops_per_sample")) for r in runs]),
+        "mfu": _median([utilisation.mfu(r, flops_per_sample) for r in runs]),
         "step_p50": _median([r["timing"]["step_s"]["p50"] for r in runs]),
         "step_p95": _median([r["timing"]["step_s"]["p95"] for r in runs]),
         "epoch_s": _median([statistics.mean(e["train_s"] for e in r["timing"]["epochs"]) for r in runs]),
@@ -121,6 +121,33 @@ def _throughput_row(pt: dict | None, tf: dict | None) -> list[str]:
         verdict = {True: "significant", False: "not significant", None: "too few repeats to tell"}[significant]
         ratio = f"{r.text('{:.2f}')}x ({verdict})"
     return ["throughput (samples/s, after warmup)", *cells, ratio]
+
+
+def _flops_per_sample(cert: dict | None, profile: str) -> dict[str, float]:
+    """Training FLOPs per sample by each framework's own counter, where the certificate measured this model."""
+    if not cert or cert.get("profile") != profile:
+        return {}
+    for check in cert["checks"]:
+        if check["name"] == "flops" and check.get("numbers"):
+            return check["numbers"]["per_sample"]
+    return {}
+
+
+def _certificate(cert: dict, exp_name: str) -> str:
+    """Is it the same experiment in both frameworks? The certificate's verdict, checks and numbers."""
+    mark = {True: "pass", False: "**FAIL**", None: "info"}
+    rows = [[md(c["name"]), mark[c["passed"]], md(c["evidence"])] for c in cert["checks"]]
+    head = (f"### Equivalence certificate: **{cert['status']}**\n\n{md(cert['summary'] or cert.get('message') or '')} "
+            f"Checked before any timing on the `{cert['profile']}` profile's `fixed` models "
+            f"([`certificate-{exp_name}.json`](certificate-{exp_name}.json)).")
+    parts = [head, tabulate(rows, headers=["check", "result", "evidence"], tablefmt="github")]
+    if cert.get("spec_differences"):
+        parts.append("Spec fields that differ between the two runs: " +
+                     "; ".join(md(d) for d in cert["spec_differences"]) + ".")
+    if cert.get("neutralised"):
+        parts.append("Removed for the certified fp64 trajectory only: " +
+                     "; ".join(f"{md(n['field'])} ({md(n['how'])})" for n in cert["neutralised"]) + ".")
+    return "\n\n".join(parts)
 
 
 def _memory_note(runs: dict[str, list[dict]]) -> str:
@@ -469,8 +496,11 @@ def _ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
 
 
 def render(name: str, results: list[dict], experiments: dict[str, Experiment],
-           claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None) -> str:
-    """The report as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs."""
+           claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None,
+           certificates: dict[str, dict] | None = None) -> str:
+    """The report as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs;
+    ``certificates`` (by experiment) adds each experiment's equivalence certificate."""
+    certificates = certificates or {}
     ok = [r for r in results if r["status"] == "ok"]
     failed = [r for r in results if r["status"] != "ok"]
     out = [f"# Reproducibility report: {md(name)}", _banner(results)]
@@ -503,11 +533,15 @@ def render(name: str, results: list[dict], experiments: dict[str, Experiment],
             out.append("No run of this experiment finished; see *Failed runs*.")
             continue
         runs = variants.get(FIXED)
+        cert = certificates.get(exp_name)
+        if cert:
+            out.append(_certificate(cert, exp_name))
         if runs:
             out.append(_model_sizes(exp, runs))
             if len(variants) > 1:
                 out.append("### PyTorch and TensorFlow, `fixed` variant")
-            out.append(_side_by_side({fw: _summary(rs) for fw, rs in runs.items()}))
+            flops = _flops_per_sample(cert, next(iter(runs.values()))[0]["profile"])
+            out.append(_side_by_side({fw: _summary(rs, flops.get(fw)) for fw, rs in runs.items()}))
             out.append(_memory_note(runs))
         else:
             out.append("The `fixed` variant did not finish, so there is no like-for-like comparison here.")
@@ -543,12 +577,13 @@ def _order(r: dict) -> tuple:
 
 
 def write(report_dir: Path, name: str, results: list[dict], experiments: dict[str, Experiment],
-          claims: list[Claim] | None = None) -> Path:
+          claims: list[Claim] | None = None, certificates: dict[str, dict] | None = None) -> Path:
     """report.md and its PNG plots in report_dir; plots from an earlier report there are replaced."""
     report_dir.mkdir(parents=True, exist_ok=True)
     for old in [*report_dir.glob("*-throughput.png"), *report_dir.glob("*-memory.png")]:
         old.unlink()
     plot_files = plots.write_all(report_dir, results)
     path = report_dir / "report.md"
-    path.write_text(render(name, results, experiments, claims=claims, plot_files=plot_files))
+    path.write_text(render(name, results, experiments, claims=claims, plot_files=plot_files,
+                           certificates=certificates))
     return path

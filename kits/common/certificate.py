@@ -30,11 +30,6 @@ LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
 STEPS = 10                  # optimizer steps of the loss trajectory
 FLOPS_BATCH = 2             # samples in the batch whose forward+backward the counters count
 
-ROLES = {
-    "conv": ("kernel", "bias"),
-    "dense": ("kernel", "bias"),
-    "batchnorm": ("gamma", "beta", "moving_mean", "moving_variance"),
-}
 LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 
 
@@ -44,6 +39,10 @@ class UnmappableModel(Exception):
 
 class WeightsMismatch(Exception):
     """A weights file that does not fit the model (its message is one sentence)."""
+
+
+class InputError(ValueError):
+    """The spec's data cannot give the certificate its fixed batch or its steps (one sentence)."""
 
 
 def label(framework: str) -> str:
@@ -78,7 +77,7 @@ def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
     """The first LOGITS_SAMPLES test samples, uint8 NHWC, as the kit's feeder slices them."""
     n = min(LOGITS_SAMPLES, len(arrays.x_test))
     if n == 0:
-        raise ValueError("the dataset has no test samples, so the certificate has no fixed batch for its logits")
+        raise InputError("the dataset has no test samples, so the certificate has no fixed batch for its logits")
     return arrays.x_test[:n], arrays.y_test[:n]
 
 
@@ -88,7 +87,7 @@ def step_batches(spec: dict, arrays: datalib.Arrays) -> list[tuple[np.ndarray, n
     size = step_batch_size(spec)
     n = len(arrays.x_train)
     if n < size:
-        raise ValueError(f"the certificate needs training batches of {size} samples but the dataset has "
+        raise InputError(f"the certificate needs training batches of {size} samples but the dataset has "
                          f"{n} training samples")
     out: list[tuple[np.ndarray, np.ndarray]] = []
     epoch = 1
@@ -308,7 +307,7 @@ def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: st
     else:
         passed = finite and rel[worst] <= rtol
         verdict = f"{'<=' if passed else '>'} {rtol:g}"
-    steps = len(a) - 1 if len(a) > 10 else len(a)
+    steps = len(a) - 1 if len(a) > STEPS else len(a)
     evidence = (f"loss over {steps} optimizer steps ({setup}): max relative difference {rel[worst]:.2e} {verdict}, "
                 f"at {_point(worst, len(a))} ({la} {a[worst]:.9g} vs {lb} {b[worst]:.9g}); "
                 f"first {a[0]:.6g} vs {b[0]:.6g}, last {a[-1]:.6g} vs {b[-1]:.6g}")
@@ -325,7 +324,7 @@ def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
 
     Not a pass/fail check: the declared differences (Adam's epsilon, BatchNorm's unbiased
     running variance in PyTorch) are expected to show here, and are named."""
-    (fa, a), (fb, b) = weights.items()
+    a, b = weights.values()
     rows = []
     for name in a:
         if name not in b or a[name].shape != b[name].shape:
@@ -338,7 +337,9 @@ def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
         role = name.split(".", 1)[1]
         if role not in by_role or rel > by_role[role][2]:
             by_role[role] = (name, diff, rel)
-    parts = [f"{role}: {n} max |diff| {d:.2e} ({r:.1e} of its largest value)" for role, (n, d, r) in by_role.items()]
+    parts = [f"{role}: {n} max |diff| {d:.2e} ({r:.1e} of its largest value)"
+             + (" - the declared running-variance difference" if role == "moving_variance" else "")
+             for role, (n, d, r) in by_role.items()]
     return {"name": "weights_after_steps", "passed": None,
-            "evidence": "informational, worst tensor per role after the steps: " + "; ".join(parts),
+            "evidence": "informational, after the fp64 steps, worst tensor per role: " + "; ".join(parts),
             "numbers": {n: {"max_abs_diff": d, "relative_to_max": r} for n, d, r in rows}}

@@ -88,7 +88,7 @@ class Certifier:
         if self.dtype != tf.float64:
             raise RuntimeError(f"the float64 rebuild of the Keras model has {self.dtype.name} weights")
 
-    def _map(self) -> list[tuple[dict, "keras.Variable"]]:
+    def _map(self) -> list[tuple[dict, keras.Variable]]:
         params = []
         counters: dict[str, int] = {}
         for layer in _layers(self.model):

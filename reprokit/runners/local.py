@@ -42,6 +42,10 @@ class LocalRunner:
             name = envs.lock_name(framework, self.device)
             self._pythons[framework] = self.python or envs.build(self.envs_root, name, log)
 
+    def python_of(self, framework: str) -> Path:
+        """The interpreter prepare() chose for a framework."""
+        return self._pythons[framework]
+
     def describe(self, framework: str) -> dict:
         if self.python:
             return {"lock": None, "lock_sha256": None, "image": None, "interpreter": str(self.python)}
