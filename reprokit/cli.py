@@ -23,6 +23,7 @@ from reprokit.runners.base import collect
 from reprokit.runners.local import LocalRunner
 from reprokit.store import Store
 
+FRAMEWORKS = ("pytorch", "tensorflow")
 STATE = REPO / ".reprokit"
 ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
 # A priori guesses per run, used until this machine has finished a run of the same kind.
@@ -152,9 +153,10 @@ def _certificates(experiments: dict, opts: planning.Options, runner, state: Path
     """The equivalence certificate of each experiment, checked before any timing, cached by its specs.
 
     It runs on the quick profile's fixed models (same builders, smaller widths) with the local
-    interpreters; under Docker it is left out and the report says so.
+    runner's two framework environments; under Docker, with one given interpreter (--python) or
+    with one framework, it is left out.
     """
-    if not isinstance(runner, LocalRunner):
+    if not isinstance(runner, LocalRunner) or runner.python is not None or set(opts.frameworks) != set(FRAMEWORKS):
         return {}
     out = {}
     quick = dataclasses.replace(opts, profile="quick", repeats=1, variants=("fixed",), ablation=False, dataset=None,
