@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", help="never download; fail early if data is missing")
     p.add_argument("--name", help="report name: reports/<name>/ (default <profile>-<device>)")
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
+    p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (recorded in the spec)")
     p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
     p.add_argument("--no-certify", dest="certify", action="store_false",
                    help="skip the equivalence certificate (same weights, logits, ten steps) before the runs")
@@ -197,8 +198,9 @@ def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict
 
 def reproduce(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        raise UserError("--repeats must be at least 1")
+    for flag, value in (("--repeats", args.repeats), ("--max-steps", args.max_steps)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
     experiments, extra_dirs = _experiments(args, frameworks)
 
@@ -214,7 +216,7 @@ def reproduce(argv: list[str] | None = None) -> int:
                             frameworks=frameworks, data_dir=args.data_dir.resolve(), allow_download=not args.offline,
                             dataset=args.dataset, timeout_s=args.timeout,
                             variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
-                            ablation=args.ablation)
+                            ablation=args.ablation, max_steps=args.max_steps)
     loaded = claimlib.load(args.claims) if args.claims else None
     per_experiment = {name: opts for name in experiments}
     if loaded is not None:

@@ -35,6 +35,7 @@ class Options:
     timeout_s: float | None = None
     variants: tuple[str, ...] = ("fixed",)
     ablation: bool = False          # also each pitfall of the chosen variants alone, as "+<pitfall>"
+    max_steps: int | None = None    # a tighter cap on training steps per epoch (a bounded check)
 
 
 def run_id(spec: dict) -> str:
@@ -83,6 +84,8 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
     numerics = dict(resolved["numerics"])
     numerics["cpu_threads"] = {k: _threads(v) for k, v in numerics["cpu_threads"].items()}
     train = {"eval_batch_size": resolved["train"]["batch_size"], "max_steps_per_epoch": None, **resolved["train"]}
+    if opts.max_steps:
+        train["max_steps_per_epoch"] = min(train["max_steps_per_epoch"] or opts.max_steps, opts.max_steps)
     common = {
         "schema": SPEC_SCHEMA,
         "experiment": exp.name,

@@ -6,9 +6,7 @@ import platform
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch.utils.data import DataLoader, Dataset
-from torchvision import transforms
 
 from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
@@ -112,13 +110,14 @@ class Backend(FeederMixin):
         x, y = batch
         self._seen["train_steps"] += 1
         self._seen["eval_mode_in_train"] += not self.model.training
+        # Free the last step's gradients before the forward pass, as Keras keeps none between steps.
+        self.optimizer.zero_grad(set_to_none=True)
         outputs = self._forward(x)
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
             self._seen["loss_input_probe"] = _probe(outputs.detach())
         loss = F.cross_entropy(outputs, y)
         if "pt_loss_sum_tensor" in self.pitfalls:
             self._planted_total = self._planted_total + loss
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         self._accumulate(outputs, y, loss)
@@ -241,6 +240,7 @@ class _ResizedImages(Dataset):
         return len(self.x)
 
     def __getitem__(self, i: int):
+        from PIL import Image      # only this pitfall needs PIL and torchvision: keep them off every other run
         return self.transform(Image.fromarray(self.x[i])), int(self.y[i])
 
 
@@ -249,6 +249,7 @@ class _CpuResizeLoader:
     single-process DataLoader, in the same batch order as every other run."""
 
     def __init__(self, arrays: datalib.Arrays, spec: dict, to_device) -> None:
+        from torchvision import transforms
         size = spec["data"]["input_size"]
         self.transform = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor()])
         self.arrays, self.spec, self.to_device = arrays, spec, to_device
