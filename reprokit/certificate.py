@@ -112,13 +112,13 @@ def spec_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def _run_side(fw: str, python: Path, spec: dict, data_dir: Path, work: Path, timeout_s: float,
-              extra: list[str]) -> tuple[dict | None, str]:
+              extra: list[str], paths: tuple[Path, ...] = ()) -> tuple[dict | None, str]:
     spec_path, out_path = work / f"spec-{fw}.json", work / f"{fw}.json"
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
     cmd = [str(python), "-m", "kits.certify", "--spec", str(spec_path), "--data-dir", str(data_dir),
            "--out", str(out_path), *extra]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *paths))), "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
@@ -176,13 +176,20 @@ def _known_differences(spec: dict) -> list[dict]:
                     "pytorch": "1e-5", "tensorflow": "1e-3",
                     "why": "different defaults",
                     "handled": f"both set from the spec, model.batchnorm.epsilon = {bn['epsilon']:g}"})
-    init = model["init"]
-    out.append({"field": "initializers",
-                "pytorch": f"{init['conv']} / {init['dense']} via nn.init (kaiming_uniform_(relu) = he_uniform, "
-                           f"xavier_uniform_ = glorot_uniform), bias zeros; not PyTorch's default kaiming_uniform_(a=sqrt(5))",
-                "tensorflow": f"{init['conv']} / {init['dense']}, bias {init['bias']}",
-                "why": "the same distributions from different random streams: the timed runs start from different draws",
-                "handled": "the certificate loads PyTorch's initial weights into TensorFlow"})
+    init = model.get("init")
+    if init is None:
+        out.append({"field": "initializers", "pytorch": "the user's builder", "tensorflow": "the user's builder",
+                    "why": "a custom model initialises itself",
+                    "handled": "the certificate loads PyTorch's initial weights into TensorFlow"})
+    else:
+        out.append({"field": "initializers",
+                    "pytorch": f"{init['conv']} / {init['dense']} via nn.init (kaiming_uniform_(relu) = he_uniform, "
+                               f"xavier_uniform_ = glorot_uniform), bias zeros; not PyTorch's default "
+                               f"kaiming_uniform_(a=sqrt(5))",
+                    "tensorflow": f"{init['conv']} / {init['dense']}, bias {init['bias']}",
+                    "why": "the same distributions from different random streams: the timed runs start from "
+                           "different draws",
+                    "handled": "the certificate loads PyTorch's initial weights into TensorFlow"})
     out.append({"field": "padding rules",
                 "pytorch": "Conv2d(3, padding=1), MaxPool2d(2, 2) (floor)",
                 "tensorflow": "Conv2D(3, padding='same'), MaxPooling2D(2, 2) ('valid')",
@@ -248,7 +255,8 @@ def _summary(status: str, checks: list[dict], message: str | None) -> str:
 
 
 def certify(spec_by_framework: dict[str, dict], python_by_framework: dict[str, Path], data_dir: Path,
-            work_dir: Path, tolerances: dict | None = None, timeout_s: float = TIMEOUT_S) -> dict:
+            work_dir: Path, tolerances: dict | None = None, timeout_s: float = TIMEOUT_S,
+            extra_paths: tuple[Path, ...] = ()) -> dict:
     """Certify that the two frameworks' runs of one experiment compute the same thing.
 
     Returns (and writes to ``work_dir/certificate.json``) {"schema", "experiment", "profile",
@@ -277,7 +285,7 @@ def certify(spec_by_framework: dict[str, dict], python_by_framework: dict[str, P
     sides: dict[str, dict] = {}
     for fw, extra in (("pytorch", ["--weights-out", str(weights)]), ("tensorflow", ["--weights-in", str(weights)])):
         side, tail = _run_side(fw, Path(python_by_framework[fw]), specs[fw], Path(data_dir), work, timeout_s,
-                               [*extra, "--weights-after-out", str(work / f"after-{fw}.npz")])
+                               [*extra, "--weights-after-out", str(work / f"after-{fw}.npz")], extra_paths)
         if side is None or side.get("status") in ("failed", "unmappable") or "layers" not in side:
             what = side.get("message") if side else tail
             kind = "has no canonical form" if side and side.get("status") == "unmappable" else "failed"

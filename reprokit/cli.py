@@ -173,7 +173,8 @@ def _certificates(experiments: dict, opts: planning.Options, runner, state: Path
             continue
         print(f"certificate: {name} (same initial weights in both frameworks, logits, ten steps, FLOPs)", flush=True)
         runner.prepare({"pytorch", "tensorflow"})
-        cert = certify(specs, {fw: runner.python_of(fw) for fw in specs}, opts.data_dir, state / "work" / f"cert-{key}")
+        cert = certify(specs, {fw: runner.python_of(fw) for fw in specs}, opts.data_dir, state / "work" / f"cert-{key}",
+                       extra_paths=runner.extra_paths)
         write_json_atomic(cached, cert)
         print(f"certificate: {name}: {cert['status']}: {cert['summary']}", flush=True)
         out[name] = cert
