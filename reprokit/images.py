@@ -214,6 +214,16 @@ def client_or_error():
 
 
 def _short(exc: BaseException) -> str:
+    """The root cause in a few words: the Docker SDK wraps socket errors in several layers of repr."""
+    root = exc
+    while root.__cause__ or root.__context__:
+        root = root.__cause__ or root.__context__
+    if isinstance(root, FileNotFoundError):
+        return "no Docker socket here"
+    if isinstance(root, ConnectionRefusedError):
+        return "the Docker socket refuses connections"
+    if isinstance(root, PermissionError):
+        return "no permission to use the Docker socket"
     text = str(exc).strip().splitlines()
     return (text[-1] if text else type(exc).__name__)[:300]
 
