@@ -27,8 +27,8 @@ FRAMEWORKS = ("pytorch", "tensorflow")
 STATE = REPO / ".reprokit"
 ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
 # A priori guesses per run, used until this machine has finished a run of the same kind.
-FIRST_GUESS_S = {"quick": 90}
-ENV_BUILD_S = 120
+FIRST_GUESS_S = {"quick": 30}
+ENV_BUILD_S = 60
 
 
 def _parser() -> argparse.ArgumentParser:

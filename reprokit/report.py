@@ -72,6 +72,9 @@ def _summary(runs: list[dict], flops_per_sample: float | None = None) -> dict:
         "batch": runs[0]["effective"]["batch_size"],
         "samples_per_epoch": runs[0]["effective"]["train_samples_per_epoch"][0],
         "data_wait": _median([r["timing"]["data_wait_fraction"] for r in runs]),
+        "target": runs[0]["timing"].get("target_accuracy"),
+        "time_to_target": _median([r["timing"].get("time_to_target_s") for r in runs]),
+        "reached_target": sum(r["timing"].get("time_to_target_s") is not None for r in runs),
         "epochs": len(runs[0]["metrics"]["epochs"]),
     }
 
@@ -100,6 +103,9 @@ def _side_by_side(s: dict[str, dict]) -> str:
         row("final test loss", "test_loss", _num, ratio=False),
         row("data-wait fraction of training time", "data_wait", lambda v: _num(v, "{:.1%}"), ratio=False),
         row("model FLOPs utilisation (of the device's peak)", "mfu", lambda v: _num(v, "{:.1%}"), ratio=False),
+        ["time to target test accuracy (training s)",
+         *[_to_target(x) if x else "not run" for x in (pt, tf)],
+         _ratio(pt["time_to_target"], tf["time_to_target"]) if pt and tf else ""],
         ["parameters (total / trainable)",
          *[f"{x['parameters']['total']:,} / {x['parameters']['trainable']:,}" if x else "not run" for x in (pt, tf)], ""],
         ["batch size: configured / observed in tensors",
@@ -110,6 +116,14 @@ def _side_by_side(s: dict[str, dict]) -> str:
         ["repeats (figures are medians)", *[str(x["repeats"]) if x else "0" for x in (pt, tf)], ""],
     ]
     return tabulate(rows, headers=["", "PyTorch", "TensorFlow", "PyTorch / TensorFlow"], tablefmt="github")
+
+
+def _to_target(x: dict) -> str:
+    if x["target"] is None:
+        return "no target set"
+    if x["time_to_target"] is None:
+        return f"not reached ({x['target']:.2f})"
+    return f"{x['time_to_target']:.1f} to {x['target']:.2f} ({x['reached_target']}/{x['repeats']} runs)"
 
 
 def _throughput_row(pt: dict | None, tf: dict | None) -> list[str]:

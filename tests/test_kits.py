@@ -150,3 +150,15 @@ def test_step_instrumentation_does_not_change_throughput(kit_python, tmp_path, t
             rates[timing].append(result["timing"]["samples_per_s"])
     on, off = sorted(rates[True])[-1], sorted(rates[False])[-1]      # best of two: least disturbed
     assert 0.8 < on / off < 1.25, rates
+
+
+@pytest.mark.parametrize("fw,how", [("pytorch", "torch.autocast"), ("tensorflow", "Keras policy mixed_bfloat16")])
+def test_bf16_mixed_precision_is_applied_and_recorded(kit_python, tmp_path, tiny_dir, data_dir, fw, how):
+    def bf16(spec):
+        spec["numerics"]["precision"] = "bf16_mixed"
+    spec = tiny_specs(tiny_dir, data_dir, edit=bf16)[fw]
+    proc = _run_kit(kit_python(fw), write_spec(tmp_path, spec), tmp_path / "r.json", data_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["environment"]["precision"] == {"requested": "bf16_mixed", "compute_dtype": "bfloat16", "how": how}
+    assert result["metrics"]["epochs"][-1]["train_loss"] > 0

@@ -78,6 +78,10 @@ PITFALLS: dict[str, dict] = {
         "framework": "pytorch",
         "summary": "planted: running_loss += loss (no .item()), which keeps every step's graph alive",
     },
+    "pt_slow_input": {
+        "framework": "pytorch",
+        "summary": "planted: an input source that takes 50 ms per batch (a slow disk or decoder)",
+    },
     # Seed 004 (memory), TensorFlow side.
     "tf_posted_model": {
         "framework": "tensorflow",

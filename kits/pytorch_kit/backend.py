@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import platform
+import time
 
 import numpy as np
 import torch
@@ -83,6 +84,8 @@ class Backend(FeederMixin):
         self.feeder = (_CpuResizeLoader(arrays, self.spec, self._to_device)
                        if "pt_cpu_resize_dataloader" in self.pitfalls
                        else NumpyFeeder(arrays, self.spec, self._to_device))
+        if "pt_slow_input" in self.pitfalls:
+            self.feeder = _SlowSource(self.feeder)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         return {"parameters": models.parameter_counts(self.model)}
@@ -230,6 +233,24 @@ def _probe(outputs: torch.Tensor) -> dict:
     """Do the rows the loss receives look like probabilities? (cross_entropy expects logits)"""
     return {"expects_logits": True, "rows": int(outputs.shape[0]), "nonnegative": bool((outputs >= 0).all()),
             "max_row_sum_error": float((outputs.sum(1) - 1).abs().max())}
+
+
+class _SlowSource:
+    """Planted for the input-bound detector's test: every batch arrives 50 ms late."""
+
+    def __init__(self, feeder) -> None:
+        self.feeder = feeder
+
+    def _slow(self, batches):
+        for batch in batches:
+            time.sleep(0.05)
+            yield batch
+
+    def train(self, epoch: int):
+        return self._slow(self.feeder.train(epoch))
+
+    def test(self):
+        return self.feeder.test()
 
 
 class _ResizedImages(Dataset):
