@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CODE_PATHS = ("kits", "reprokit", "locks", "docker", "claims", "noxfile.py", "pyproject.toml")
 
 
 def sha256_file(path: Path) -> str:
@@ -47,7 +48,8 @@ def code_info() -> dict:
     uncommitted edit of the kits never reuses an old result.
     """
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # Dirty means the code that makes a result differs from the commit (a fresh report is not code).
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
     return {
         "code_commit": commit or "unknown (not a git checkout)",
         "code_dirty": bool(status) if status is not None else True,

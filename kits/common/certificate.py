@@ -343,3 +343,15 @@ def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
     return {"name": "weights_after_steps", "passed": None,
             "evidence": "informational, after the fp64 steps, worst tensor per role: " + "; ".join(parts),
             "numbers": {n: {"max_abs_diff": d, "relative_to_max": r} for n, d, r in rows}}
+
+
+def kit_train_losses(backend, batches: list[tuple[object, int]]) -> list[float]:
+    """The kit's own fp32 train_step on each (device batch, samples); the mean loss it adds to its sums."""
+    backend.set_mode(True)
+    backend.take_sums()
+    losses = []
+    for batch, n in batches:
+        backend.train_step(batch)
+        loss_sum, _ = backend.take_sums()
+        losses.append(loss_sum / n)
+    return losses

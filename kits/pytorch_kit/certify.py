@@ -199,14 +199,7 @@ class Certifier:
 
     def kit_train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
         """The kit's own train_step (fp32) on each batch; the loss is the one it adds to its sums."""
-        self.backend.set_mode(True)
-        self.backend.take_sums()
-        losses = []
-        for x, y in batches:
-            self.backend.train_step(self._batch(x, y))
-            loss_sum, _ = self.backend.take_sums()
-            losses.append(loss_sum / len(y))
-        return losses
+        return cert.kit_train_losses(self.backend, [(self._batch(x, y), len(y)) for x, y in batches])
 
     def neutralisable(self) -> list[dict]:
         """Differences this side removes from the certified (fp64) trajectory, each named."""
