@@ -4,7 +4,7 @@ Measures, for N runs of a tiny real training spec, the time from just before
 ``DockerRunner.run`` (container create) to the result collected
 (``collect``), and subtracts the kit process's own lifetime as the engine
 recorded it (State.StartedAt -> FinishedAt): what remains is the orchestrator's
-cost (staging, create, start, log streaming, wait, inspect, result delivery,
+cost (the spec written, create, start, log streaming, wait, inspect,
 removal, collect), the training and the kit's own start-up excluded.
 Target: median under 1.5 s.
 
@@ -18,7 +18,6 @@ engine; prints one table and exits 1 when the median misses the target.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -61,31 +60,25 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="reprokit-bench-"))
-    data_dir, results_dir = work / "data", work / "results"
+    data_dir = work / "data"
     data_dir.mkdir()
-    results_dir.mkdir()
     try:
-        runner = dr.DockerRunner(REPO, data_dir, results_dir, gpus=args.gpus, base_override=args.base_override,
+        runner = dr.DockerRunner(REPO, data_dir, gpus=args.gpus, base_override=args.base_override,
                                  extra_ca=args.extra_ca, log=lambda line: print(line, file=sys.stderr))
         spec = tiny_spec(runner, args.framework, data_dir, "cpu" if runner.gpus == "none" else "gpu")
         runner.prepare({args.framework})              # builds the image if missing: not timed
-        spec_path = work / "spec.json"
-        spec_path.write_text(json.dumps(spec))
         rows = []
         for i in range(args.runs + 1):                # run 0 warms the engine and the page cache: dropped
-            out = results_dir / f"{spec['run_id']}.json"
             t0 = time.perf_counter()
-            outcome = runner.run(spec_path, out, args.framework, timeout_s=600, on_progress=lambda e: None)
-            result = base.collect(spec, outcome, out)
+            result = base.run_spec(runner, spec, work / "runs", lambda e: None)
             total = time.perf_counter() - t0
             if result["status"] != "ok" or results.problems(result):
                 print(f"run {i} failed: {result.get('failure')}", file=sys.stderr)
                 return 2
-            timing = outcome.launcher["timing"]
+            timing = result["launcher"]["timing"]
             if i:
                 rows.append({"total": total, "process": timing["process_s"], "kit_wall": result["timing"]["wall_s"],
                              "start": timing["start_s"], "overhead": total - timing["process_s"]})
-            out.unlink()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -98,7 +91,7 @@ def main() -> int:
 
     over = sorted(r["overhead"] for r in rows)
     print(f"image {runner.recipe(args.framework).tag}, {args.runs} runs (after 1 warm-up), engine {runner._engine_version}")
-    print(f"  run() + collect() wall          median {med('total'):.3f} s")
+    print(f"  run_spec() wall                 median {med('total'):.3f} s")
     print(f"  kit process lifetime (engine)   median {med('process'):.3f} s   (kit's own timing.wall_s {med('kit_wall'):.3f} s)")
     print(f"  create + start                  median {med('start'):.3f} s")
     print(f"  orchestrator overhead           median {statistics.median(over):.3f} s   "

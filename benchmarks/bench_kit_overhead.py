@@ -4,13 +4,14 @@
         [--frameworks pytorch,tensorflow] [--skip throughput,overhead,render] [--json OUT]
 
 1. Throughput. For each framework, in that framework's real environment and
-   in ONE process (benchmarks/bare_loops.py), the kit with all its
+   in ONE process (``python -m kits.bench``, started through the local runner like every kit process),
+   the kit with all its
    instrumentation and a bare loop of the same model, data, optimizer and
    batch size alternate over several rounds, on the quick profile's models of
    both seed experiments, on this machine's CPU. Prints the median of the
    pairwise ratios kit/bare; fails when a framework's median is below 0.97.
 2. Local runner overhead. A run with almost no training (1 epoch of 2 steps)
-   through LocalRunner.run + collect, several times per framework: the time
+   through reprokit.runners.base.run_spec, several times per framework: the time
    from just before the process starts to the result collected, minus the
    kit's own timing.wall_s (which starts once kits.run is imported). Reported,
    not gated.
@@ -30,7 +31,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,12 +39,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reprokit import envs, plan, report
+from reprokit import plan, report
 from reprokit.cli import ENVS, STATE
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, discover
 from reprokit.provenance import code
-from reprokit.runners.base import PROGRESS_MARKER, collect
+from reprokit.runners.base import KitCall, run_spec
 from reprokit.runners.local import LocalRunner
 from reprokit.store import Store
 
@@ -72,27 +72,19 @@ def quick_specs(framework: str, data_dir: Path, runner: LocalRunner) -> list[dic
 
 # --- 1. throughput ----------------------------------------------------------------------------
 
-def throughput(framework: str, python: Path, specs: list[dict], data_dir: Path, work: Path,
+def throughput(framework: str, runner: LocalRunner, specs: list[dict], work: Path,
                rounds: int, warmup: int, steps: int) -> list[dict]:
-    """Run bare_loops.py in the framework's environment; its per-round lines are shown as they come."""
-    spec_path, out_path = work / f"specs-{framework}.json", work / f"throughput-{framework}.json"
+    """kits.bench in the framework's environment, through the runner; its per-round lines are shown as they come."""
+    spec_path, out = work / f"specs-{framework}.json", work / f"throughput-{framework}"
     spec_path.write_text(json.dumps(specs))
-    cmd = [str(python), str(REPO / "benchmarks" / "bare_loops.py"), "--specs", str(spec_path),
-           "--data-dir", str(data_dir), "--rounds", str(rounds), "--warmup", str(warmup),
-           "--steps", str(steps), "--out", str(out_path)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tail: list[str] = []
-    for line in proc.stdout:           # the kit's progress lines are drained like a runner does, not shown
-        if line.startswith(PROGRESS_MARKER):
-            continue
-        if line.startswith("  "):
-            log(line.rstrip("\n"))
-        else:
-            tail = (tail + [line.rstrip("\n")])[-30:]
-    if proc.wait() != 0:
-        raise RuntimeError(f"{framework}: bare_loops.py exited with {proc.returncode}:\n" + "\n".join(tail))
-    return json.loads(out_path.read_text())
+    call = KitCall(framework, "kits.bench", ("--specs", spec_path, "--data-dir", runner.data_dir,
+                                             "--rounds", str(rounds), "--warmup", str(warmup), "--steps", str(steps),
+                                             "--out", out / "throughput.json"),
+                   output=out, inputs=(spec_path,), timeout_s=3600, label=f"bench-{framework}")
+    outcome = runner.run(call, lambda event: "bench" in event and log(event["bench"]))
+    if outcome.exit_code != 0:
+        raise RuntimeError(f"{framework}: kits.bench ended with {outcome.exit_code}:\n" + "\n".join(outcome.log_tail))
+    return json.loads((out / "throughput.json").read_text())
 
 
 # --- 2. local runner overhead -----------------------------------------------------------------
@@ -108,23 +100,17 @@ def tiny(spec: dict) -> dict:
 
 def runner_overhead(framework: str, runner: LocalRunner, spec: dict, work: Path, runs: int) -> dict:
     spec = tiny(spec)
-    run_dir = work / f"overhead-{framework}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec))
     rows, kept = [], None
     for i in range(runs + 1):          # run 0 warms the page cache: dropped
-        out = run_dir / "result.json"
-        out.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        outcome = runner.run(run_dir / "spec.json", out, framework, timeout_s=600, on_progress=lambda e: None)
-        result = collect(spec, outcome, out)
+        result = run_spec(runner, spec, work / f"overhead-{framework}", lambda e: None)
         total = time.perf_counter() - t0
         if result["status"] != "ok":
             raise RuntimeError(f"{framework}: the overhead run failed: {result['failure']}")
         t = result["timing"]
         training = sum(e["train_s"] + e["eval_s"] for e in t["epochs"])
         if i:
-            rows.append({"total": total, "process": outcome.wall_s, "kit_wall": t["wall_s"],
+            rows.append({"total": total, "process": result["launcher"]["wall_s"], "kit_wall": t["wall_s"],
                          "kit_setup": t["wall_s"] - training, "overhead": total - t["wall_s"]})
         kept = result
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
@@ -202,7 +188,6 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     try:
         runner = LocalRunner(ENVS, data_dir, "cpu")
-        pythons = {fw: envs.build(ENVS, envs.lock_name(fw, "cpu"), log) for fw in frameworks}
         runner.prepare(set(frameworks), log=log)
         specs = {fw: quick_specs(fw, data_dir, runner) for fw in frameworks}
 
@@ -212,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"steps per side, alternating in one process per framework")
             out["throughput"] = {}
             for fw in frameworks:
-                out["throughput"][fw] = throughput(fw, pythons[fw], specs[fw], data_dir, work,
+                out["throughput"][fw] = throughput(fw, runner, specs[fw], work,
                                                    args.rounds, args.warmup, args.steps)
         if "overhead" not in skip:
             log(f"\n== 2. local runner overhead per run (process start to result collected, minus the kit's "

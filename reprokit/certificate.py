@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -47,7 +45,7 @@ import numpy as np
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
 from reprokit.errors import UserError
-from reprokit.provenance import REPO
+from reprokit.runners.base import KitCall
 
 SCHEMA = "reprokit.certificate/1"
 FRAMEWORKS = ("pytorch", "tensorflow")
@@ -58,6 +56,9 @@ TOLERANCE_MEANING = {
     "flops_rtol": "relative difference of the two counters' training FLOPs per sample",
 }
 TIMEOUT_S = 900
+SIDE_NAME = "side.json"                 # what each side's kits.certify writes to its output folder
+WEIGHTS_NAME = "initial-weights.npz"    # the PyTorch side's initial weights, read by the TensorFlow side
+AFTER_NAME = "after-steps.npz"          # each side's fp64 weights after the steps
 
 
 def validate_tolerances(tolerances: dict | None) -> dict:
@@ -78,15 +79,13 @@ def validate_tolerances(tolerances: dict | None) -> dict:
     return out
 
 
-def _check_inputs(specs: dict[str, dict], pythons: dict[str, Path], data_dir: Path) -> None:
+def _check_inputs(specs: dict[str, dict], data_dir: Path) -> None:
     if set(specs) != set(FRAMEWORKS):
         raise UserError(f"the certificate compares {' and '.join(FRAMEWORKS)}; got specs for "
                         f"{', '.join(sorted(specs)) or 'none'}")
     for fw, spec in specs.items():
         if spec.get("framework") != fw:
             raise UserError(f"the spec given for {fw} is a {spec.get('framework')!r} spec")
-        if fw not in pythons or not Path(pythons[fw]).exists():
-            raise UserError(f"no {fw} interpreter to certify with: {pythons.get(fw)!r} does not exist")
     a, b = (specs[fw] for fw in FRAMEWORKS)
     if a.get("experiment") != b.get("experiment"):
         raise UserError(f"the two specs are of different experiments ({a.get('experiment')!r} and "
@@ -111,25 +110,27 @@ def spec_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def _run_side(fw: str, python: Path, spec: dict, data_dir: Path, work: Path, timeout_s: float,
-              extra: list[str], paths: tuple[Path, ...] = ()) -> tuple[dict | None, str]:
-    spec_path, out_path = work / f"spec-{fw}.json", work / f"{fw}.json"
+def _run_side(fw: str, runner, spec: dict, work: Path, timeout_s: float, extra: list[str | Path],
+              inputs: tuple[Path, ...] = ()) -> tuple[dict | None, str, dict]:
+    """One side's ``python -m kits.certify`` through the runner: (its findings or None, log tail, launcher)."""
+    spec_path = work / f"spec-{fw}.json"
     spec_path.write_text(json.dumps(spec))
-    out_path.unlink(missing_ok=True)
-    cmd = [str(python), "-m", "kits.certify", "--spec", str(spec_path), "--data-dir", str(data_dir),
-           "--out", str(out_path), *extra]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *paths))), "PYTHONUNBUFFERED": "1"}
+    out = work / fw
+    call = KitCall(fw, "kits.certify", ("--spec", spec_path, "--data-dir", runner.data_dir,
+                                        "--out", out / SIDE_NAME, *extra),
+                   output=out, inputs=(spec_path, *inputs), timeout_s=timeout_s, label=f"certify-{fw}")
+    outcome = runner.run(call, lambda event: None)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    tail = "\n".join(outcome.log_tail[-15:])
+    if outcome.timed_out:
+        return None, f"the {cert.label(fw)} certificate did not finish within {timeout_s:.0f} s", outcome.launcher
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return None, f"the {cert.label(fw)} certificate did not finish within {timeout_s:.0f} s"
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-    try:
-        side = json.loads(out_path.read_text())
+        side = json.loads((out / SIDE_NAME).read_text())
     except (OSError, json.JSONDecodeError):
-        return None, f"the {cert.label(fw)} certificate exited with {proc.returncode} and wrote no readable {out_path.name}:\n{tail}"
-    return side, tail
+        return None, (f"the {cert.label(fw)} certificate exited with {outcome.exit_code} and wrote no readable "
+                      f"{SIDE_NAME}:\n{tail}"), outcome.launcher
+    return side, tail, outcome.launcher
 
 
 def _known_differences(spec: dict) -> list[dict]:
@@ -230,7 +231,7 @@ def _skipped(name: str, reason: str) -> dict:
 
 def _weights_after(work: Path) -> dict | None:
     try:
-        return {fw: dict(np.load(work / f"after-{fw}.npz")) for fw in FRAMEWORKS}
+        return {fw: dict(np.load(work / fw / AFTER_NAME)) for fw in FRAMEWORKS}
     except (OSError, ValueError):
         return None
 
@@ -254,10 +255,14 @@ def _summary(status: str, checks: list[dict], message: str | None) -> str:
             f"fp64 loss trajectory within {loss:.1e} (relative)")
 
 
-def certify(spec_by_framework: dict[str, dict], python_by_framework: dict[str, Path], data_dir: Path,
-            work_dir: Path, tolerances: dict | None = None, timeout_s: float = TIMEOUT_S,
-            extra_paths: tuple[Path, ...] = ()) -> dict:
+def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, tolerances: dict | None = None,
+            timeout_s: float = TIMEOUT_S) -> dict:
     """Certify that the two frameworks' runs of one experiment compute the same thing.
+
+    Both sides run through ``runner`` (reprokit.runners.base.Runner), the one the timed runs use:
+    in Docker the PyTorch container writes the initial weights to its output folder and the
+    TensorFlow container reads them read-only. The certificate records what each side ran on
+    (``runner.describe``: lock hash, image) beside the launcher's facts.
 
     Returns (and writes to ``work_dir/certificate.json``) {"schema", "experiment", "profile",
     "variant", "status": "pass"|"fail"|"error", "summary", "message", "checks": [{"name",
@@ -268,7 +273,7 @@ def certify(spec_by_framework: dict[str, dict], python_by_framework: dict[str, P
     """
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
-    _check_inputs(spec_by_framework, python_by_framework, data_dir)
+    _check_inputs(spec_by_framework, runner.data_dir)
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     specs = spec_by_framework
@@ -280,12 +285,15 @@ def certify(spec_by_framework: dict[str, dict], python_by_framework: dict[str, P
               "declared_differences": _declared(specs), "neutralised": [],
               "spec_differences": spec_differences(specs["pytorch"], specs["tensorflow"]),
               "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()},
-              "setup": None, "frameworks": {}}
-    weights = work / "initial-weights.npz"
+              "setup": None, "frameworks": {},
+              "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in FRAMEWORKS}}
+    weights = work / "pytorch" / WEIGHTS_NAME
     sides: dict[str, dict] = {}
-    for fw, extra in (("pytorch", ["--weights-out", str(weights)]), ("tensorflow", ["--weights-in", str(weights)])):
-        side, tail = _run_side(fw, Path(python_by_framework[fw]), specs[fw], Path(data_dir), work, timeout_s,
-                               [*extra, "--weights-after-out", str(work / f"after-{fw}.npz")], extra_paths)
+    for fw, extra, inputs in (("pytorch", ["--weights-out", weights], ()),
+                              ("tensorflow", ["--weights-in", weights], (weights,))):
+        side, tail, launcher = _run_side(fw, runner, specs[fw], work, timeout_s,
+                                         [*extra, "--weights-after-out", work / fw / AFTER_NAME], inputs)
+        result["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
         if side is None or side.get("status") in ("failed", "unmappable") or "layers" not in side:
             what = side.get("message") if side else tail
             kind = "has no canonical form" if side and side.get("status") == "unmappable" else "failed"

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from kits.common.files import write_json_atomic
+from reprokit import certify_plan
 from reprokit import claims as claimlib
 from reprokit import gpu_state, report
 from reprokit import plan as planning
@@ -19,11 +20,12 @@ from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
 from reprokit.provenance import REPO, code
-from reprokit.runners.base import collect
+from reprokit.runners.base import run_spec
 from reprokit.runners.local import LocalRunner
 from reprokit.store import Store
 
 FRAMEWORKS = ("pytorch", "tensorflow")
+LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 STATE = REPO / ".reprokit"
 ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
 # A priori guesses per run, used until this machine has finished a run of the same kind.
@@ -94,7 +96,7 @@ def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...], f
         if args.backend == "docker":
             raise UserError(why)
         return local(), why
-    return docker_backend.select(REPO, data_dir, args.state_dir.resolve() / "work", args.gpus, extra, device,
+    return docker_backend.select(REPO, data_dir, args.gpus, extra, device,
                                  forced=args.backend == "docker", gpus_explicit=gpus_explicit,
                                  frameworks=sorted(frameworks), local=local)
 
@@ -130,16 +132,10 @@ def _print_plan(specs: list[dict], done: set[str], history: list[dict], header: 
 def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
     """One run to one result (None when interrupted); the GPU's state is read on the host around it."""
     progress = RunProgress(label)
-    run_dir = work / spec["run_id"]
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec, indent=1, sort_keys=True))
     before = gpu_state.snapshot() if spec["device"] == "gpu" else None
-    outcome = runner.run(run_dir / "spec.json", run_dir / "result.json", spec["framework"],
-                         timeout_s=spec["limits"]["timeout_s"], on_progress=progress)
-    if outcome.interrupted:
+    result = run_spec(runner, spec, work, progress)
+    if result is None:
         return None
-    result = collect(spec, outcome, run_dir / "result.json")
     if spec["device"] == "gpu":
         after = gpu_state.snapshot()
         result.setdefault("launcher", {})["gpu_state"] = {"before": before, "after": after}
@@ -150,34 +146,31 @@ def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
     return result
 
 
-def _certificates(experiments: dict, opts: planning.Options, runner, state: Path, code_info: dict) -> dict:
-    """The equivalence certificate of each experiment, checked before any timing, cached by its specs.
-
-    It runs on the quick profile's fixed models (same builders, smaller widths) with the local
-    runner's two framework environments; under Docker, with one given interpreter (--python) or
-    with one framework, it is left out.
-    """
-    if not isinstance(runner, LocalRunner) or runner.python is not None or set(opts.frameworks) != set(FRAMEWORKS):
-        return {}
-    out = {}
-    quick = dataclasses.replace(opts, profile="quick", repeats=1, variants=("fixed",), ablation=False, dataset=None,
-                                frameworks=("pytorch", "tensorflow"))
-    for name, exp in experiments.items():
-        if set(exp.frameworks) != {"pytorch", "tensorflow"}:
-            continue
-        specs = {s["framework"]: s for s in planning.specs_for(exp, quick, runner.describe, code_info)}
-        key = planning.run_id({"certificate": [specs["pytorch"]["run_id"], specs["tensorflow"]["run_id"]]})
-        cached = state / "certificates" / f"{key}.json"
-        if cached.exists():
-            out[name] = json.loads(cached.read_text())
-            continue
-        print(f"certificate: {name} (same initial weights in both frameworks, logits, ten steps, FLOPs)", flush=True)
-        runner.prepare({"pytorch", "tensorflow"})
-        cert = certify(specs, {fw: runner.python_of(fw) for fw in specs}, opts.data_dir, state / "work" / f"cert-{key}",
-                       extra_paths=runner.extra_paths)
-        write_json_atomic(cached, cert)
-        print(f"certificate: {name}: {cert['status']}: {cert['summary']}", flush=True)
-        out[name] = cert
+def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict[str, list[dict]]:
+    """Each experiment's equivalence certificates, checked before any timing: one per variant pair
+    that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
+    they certify. One that cannot run is recorded with its reason, never left out."""
+    out: dict[str, list[dict]] = {}
+    for experiment, pairs in certify_plan.pairs(specs).items():
+        for pair in pairs:
+            if not enabled:
+                pair = certify_plan.not_run(pair, "skipped with --no-certify")
+            if pair.get("status") == "not-run":
+                out.setdefault(experiment, []).append(pair)
+                continue
+            key = certify_plan.cache_key(pair)
+            cached = state / "certificates" / f"{key}.json"
+            if cached.exists():
+                # The same model, data and step under another variant name: relabelled, not repeated.
+                cert = {**json.loads(cached.read_text()), "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
+                        "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
+            else:
+                what = " vs ".join(f"{LABELS[fw]} {pair[fw]['variant']}" for fw in FRAMEWORKS)
+                print(f"certificate: {experiment}: {what} (same initial weights, logits, ten steps, FLOPs)", flush=True)
+                cert = certify(pair, runner, state / "work" / f"cert-{key}")
+                write_json_atomic(cached, cert)
+                print(f"certificate: {experiment}: {cert['status']}: {cert['summary']}", flush=True)
+            out.setdefault(experiment, []).append(cert)
     return out
 
 
@@ -192,8 +185,9 @@ def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict
         copies.put(r)
     for old in report_dir.glob("certificate-*.json"):
         old.unlink()
-    for exp_name, cert in certificates.items():
-        write_json_atomic(report_dir / f"certificate-{exp_name}.json", cert)
+    for certs in certificates.values():
+        for cert in certs:
+            write_json_atomic(report_dir / certify_plan.file_name(cert), cert)
     return report.write(report_dir, name, results, experiments, claims=claims, certificates=certificates)
 
 
@@ -235,7 +229,7 @@ def reproduce(argv: list[str] | None = None) -> int:
     _print_plan(specs, done, store.all(), f"profile {profile} on {device}, backend {runner.name}", runner.missing(needed))
     if todo:
         runner.prepare(needed)
-    certificates = _certificates(experiments, opts, runner, state, code(extra_dirs)) if args.certify else {}
+    certificates = _certificates(specs, runner, state, args.certify)
     failures = 0
     for i, spec in enumerate(todo, 1):
         label = f"[run {i}/{len(todo)}] {spec['experiment']} / {spec['framework']} / {spec['variant']} r{spec['repeat']}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from reprokit import architecture, pairs, plots, stats, utilisation, verdicts
+from reprokit import architecture, certify_plan, pairs, plots, stats, utilisation, verdicts
 from reprokit.claims import Claim
 from reprokit.experiments import Experiment
 
@@ -137,8 +137,9 @@ def _throughput_row(pt: dict | None, tf: dict | None) -> list[str]:
     return ["throughput (samples/s, after warmup)", *cells, ratio]
 
 
-def _flops_per_sample(cert: dict | None, profile: str) -> dict[str, float]:
-    """Training FLOPs per sample by each framework's own counter, where the certificate measured this model."""
+def _flops_per_sample(certs: list[dict], profile: str) -> dict[str, float]:
+    """Training FLOPs per sample by each framework's own counter, where the fixed pair's certificate counted them."""
+    cert = next((c for c in certs if set(c["variant"].values()) == {FIXED}), None)
     if not cert or cert.get("profile") != profile:
         return {}
     for check in cert["checks"]:
@@ -147,13 +148,31 @@ def _flops_per_sample(cert: dict | None, profile: str) -> dict[str, float]:
     return {}
 
 
-def _certificate(cert: dict, exp_name: str) -> str:
-    """Is it the same experiment in both frameworks? The certificate's verdict, checks and numbers."""
+def _certificates(certs: list[dict]) -> str:
+    """Is it the same experiment in both frameworks? The fixed pair's certificate in full, then one
+    line per other variant pair; a certificate that did not run is named with its reason."""
+    fixed = next((c for c in certs if set(c["variant"].values()) == {FIXED}), None)
+    parts = [_certificate(fixed) if fixed else "### Equivalence certificate\n\nThe `fixed` pair has no certificate."]
+    others = [c for c in certs if c is not fixed]
+    if others:
+        rows = [[f"{md(c['variant']['pytorch'])} / {md(c['variant']['tensorflow'])}", f"**{c['status']}**",
+                 md(c["summary"]), f"[json]({certify_plan.file_name(c)})"] for c in others]
+        parts.append("Certificates of the other variant pairs (an as-posted pair is expected to fail where the posts' "
+                     "code differs):\n\n" + tabulate(rows, headers=["PyTorch / TensorFlow variant", "certificate",
+                                                                     "what it found", "file"], tablefmt="github"))
+    return "\n\n".join(parts)
+
+
+def _certificate(cert: dict) -> str:
+    """The certificate's verdict, checks and numbers."""
     mark = {True: "pass", False: "**FAIL**", None: "info"}
     rows = [[md(c["name"]), mark[c["passed"]], md(c["evidence"])] for c in cert["checks"]]
+    ran_on = "; ".join(f"{LABEL[fw]} on {md(r.get('image') or r.get('lock') or r.get('backend'))}"
+                       for fw, r in (cert.get("ran_on") or {}).items())
+    file = certify_plan.file_name(cert)
     head = (f"### Equivalence certificate: **{cert['status']}**\n\n{md(cert['summary'] or cert.get('message') or '')} "
-            f"Checked before any timing on the `{cert['profile']}` profile's `fixed` models "
-            f"([`certificate-{exp_name}.json`](certificate-{exp_name}.json)).")
+            f"Checked before any timing on the timed `{cert['profile']}` specs"
+            + (f" ({ran_on})" if ran_on else "") + f" ([`{file}`]({file})).")
     parts = [head, tabulate(rows, headers=["check", "result", "evidence"], tablefmt="github")]
     if cert.get("spec_differences"):
         parts.append("Spec fields that differ between the two runs: " +
@@ -511,9 +530,9 @@ def _ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
 
 def render(name: str, results: list[dict], experiments: dict[str, Experiment],
            claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None,
-           certificates: dict[str, dict] | None = None) -> str:
+           certificates: dict[str, list[dict]] | None = None) -> str:
     """The report as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs;
-    ``certificates`` (by experiment) adds each experiment's equivalence certificate."""
+    ``certificates`` (by experiment) adds each experiment's equivalence certificates."""
     certificates = certificates or {}
     ok = [r for r in results if r["status"] == "ok"]
     failed = [r for r in results if r["status"] != "ok"]
@@ -547,14 +566,14 @@ def render(name: str, results: list[dict], experiments: dict[str, Experiment],
             out.append("No run of this experiment finished; see *Failed runs*.")
             continue
         runs = variants.get(FIXED)
-        cert = certificates.get(exp_name)
-        if cert:
-            out.append(_certificate(cert, exp_name))
+        certs = certificates.get(exp_name, [])
+        out.append(_certificates(certs) if certs else
+                   "### Equivalence certificate\n\nNo certificate was given to this report for this experiment.")
         if runs:
             out.append(_model_sizes(exp, runs))
             if len(variants) > 1:
                 out.append("### PyTorch and TensorFlow, `fixed` variant")
-            flops = _flops_per_sample(cert, next(iter(runs.values()))[0]["profile"])
+            flops = _flops_per_sample(certs, next(iter(runs.values()))[0]["profile"])
             out.append(_side_by_side({fw: _summary(rs, flops.get(fw)) for fw, rs in runs.items()}))
             out.append(_memory_note(runs))
         else:
@@ -591,7 +610,7 @@ def _order(r: dict) -> tuple:
 
 
 def write(report_dir: Path, name: str, results: list[dict], experiments: dict[str, Experiment],
-          claims: list[Claim] | None = None, certificates: dict[str, dict] | None = None) -> Path:
+          claims: list[Claim] | None = None, certificates: dict[str, list[dict]] | None = None) -> Path:
     """report.md and its PNG plots in report_dir; plots from an earlier report there are replaced."""
     report_dir.mkdir(parents=True, exist_ok=True)
     for old in [*report_dir.glob("*-throughput.png"), *report_dir.glob("*-memory.png")]:

@@ -10,8 +10,9 @@ from reprokit.store import Store
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import bare_loops
 import bench_kit_overhead
+
+from kits import bench
 
 REFERENCE = sorted((REPO / "reports" / "quick-cpu" / "results").glob("*.json"))
 
@@ -27,7 +28,7 @@ def test_fan_out_writes_valid_distinct_result_files(tmp_path):
 
 def test_kit_spec_is_one_epoch_of_warmup_plus_steps():
     spec = json.loads(REFERENCE[0].read_text())["spec"]
-    cut = bare_loops.kit_spec(spec, warmup=5, steps=20)
+    cut = bench.kit_spec(spec, warmup=5, steps=20)
     assert cut["train"]["epochs"] == 1 and cut["train"]["warmup_steps"] == 5
     assert cut["train"]["max_steps_per_epoch"] == 25
     assert cut["data"]["test_samples"] <= 2 * cut["train"]["eval_batch_size"]

@@ -17,18 +17,23 @@ import pytest
 
 from kits.common import certificate as cert
 from reprokit import certificate
+from reprokit.cli import ENVS
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, load
 from reprokit.plan import Options, run_id, specs_for
 from reprokit.provenance import REPO
+from reprokit.runners.local import LocalRunner
 
 from conftest import tiny_specs, write_spec
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 
 
-def _pythons(kit_python) -> dict[str, Path]:
-    return {fw: kit_python(fw) for fw in FRAMEWORKS}
+def _runner(kit_python, data_dir: Path) -> LocalRunner:
+    """The local runner on the kits' real environments (built once per session by kit_python)."""
+    for fw in FRAMEWORKS:
+        kit_python(fw)
+    return LocalRunner(ENVS, data_dir, "cpu")
 
 
 def _vgg_specs(data_dir: Path, edit=None) -> dict[str, dict]:
@@ -59,7 +64,7 @@ def test_default_tolerances_are_declared_and_positive():
 @pytest.mark.parametrize("value", [0, -1e-4, "1e-4", True, float("nan"), float("inf"), None, [1e-4]])
 def test_a_tolerance_that_is_not_a_positive_number_is_refused(value, tmp_path):
     with pytest.raises(UserError) as err:
-        certificate.certify({}, {}, tmp_path, tmp_path / "w", {"loss_rtol": value})
+        certificate.certify({}, LocalRunner(ENVS, tmp_path, "cpu"), tmp_path / "w", {"loss_rtol": value})
     message = str(err.value)
     assert message.startswith("certificate tolerance loss_rtol must be a positive number") and "\n" not in message
     assert not (tmp_path / "w").exists()          # refused before anything ran
@@ -74,9 +79,9 @@ def test_specs_of_two_experiments_are_refused(tmp_path, tiny_dir, data_dir):
     specs = tiny_specs(tiny_dir, data_dir)
     specs["tensorflow"]["experiment"] = "other"
     with pytest.raises(UserError, match="different experiments"):
-        certificate.certify(specs, {fw: Path("/bin/sh") for fw in FRAMEWORKS}, data_dir, tmp_path)
+        certificate.certify(specs, LocalRunner(ENVS, data_dir, "cpu", python=Path("/bin/sh")), tmp_path)
     with pytest.raises(UserError, match="got specs for pytorch"):
-        certificate.certify({"pytorch": specs["pytorch"]}, {}, data_dir, tmp_path)
+        certificate.certify({"pytorch": specs["pytorch"]}, LocalRunner(ENVS, data_dir, "cpu"), tmp_path)
 
 
 def _fake_python(tmp_path: Path, side: dict | None) -> Path:
@@ -93,7 +98,7 @@ def test_a_model_without_canonical_form_gives_a_clear_message(tmp_path, tiny_dir
     side = {"schema": cert.SIDE_SCHEMA, "status": "unmappable",
             "message": "PyTorch layer 3 (LayerNorm) has weights but no canonical form (known: Conv2d, Linear, BatchNorm2d)"}
     fake = _fake_python(tmp_path, side)
-    result = certificate.certify(tiny_specs(tiny_dir, data_dir), {fw: fake for fw in FRAMEWORKS}, data_dir,
+    result = certificate.certify(tiny_specs(tiny_dir, data_dir), LocalRunner(ENVS, data_dir, "cpu", python=fake),
                                  tmp_path / "work")
     assert result["status"] == "error"
     assert result["message"] == f"the PyTorch side has no canonical form: {side['message']}"
@@ -103,10 +108,10 @@ def test_a_model_without_canonical_form_gives_a_clear_message(tmp_path, tiny_dir
 
 def test_a_side_that_writes_nothing_is_an_error_with_its_log(tmp_path, tiny_dir, data_dir):
     fake = _fake_python(tmp_path, None)
-    result = certificate.certify(tiny_specs(tiny_dir, data_dir), {fw: fake for fw in FRAMEWORKS}, data_dir,
+    result = certificate.certify(tiny_specs(tiny_dir, data_dir), LocalRunner(ENVS, data_dir, "cpu", python=fake),
                                  tmp_path / "work")
     assert result["status"] == "error"
-    assert "exited with 2 and wrote no readable pytorch.json" in result["message"] and "some log line" in result["message"]
+    assert "exited with 2 and wrote no readable side.json" in result["message"] and "some log line" in result["message"]
 
 
 # -- the framework-free parts ---------------------------------------------------------------------
@@ -182,7 +187,7 @@ def tiny(kit_python, tmp_path_factory, data_dir):
 
 @pytest.mark.slow
 def test_the_tiny_simplecnn_is_certified(kit_python, tiny, data_dir, tmp_path):
-    result = certificate.certify(tiny_specs(tiny, data_dir), _pythons(kit_python), data_dir, tmp_path)
+    result = certificate.certify(tiny_specs(tiny, data_dir), _runner(kit_python, data_dir), tmp_path)
     assert result["status"] == "pass", result["summary"]
     assert json.loads((tmp_path / "certificate.json").read_text())["status"] == "pass"
     layers = _check(result, "layers")
@@ -208,7 +213,7 @@ def test_batchnorm_epsilon_on_one_side_fails_with_the_numbers(kit_python, tiny, 
     # A copy first: the planned specs of one experiment share their nested sections.
     specs = json.loads(json.dumps(tiny_specs(tiny, data_dir)))
     specs["tensorflow"]["model"]["batchnorm"]["epsilon"] = 1e-3
-    result = certificate.certify(specs, _pythons(kit_python), data_dir, tmp_path)
+    result = certificate.certify(specs, _runner(kit_python, data_dir), tmp_path)
     assert result["status"] == "fail"
     assert result["tolerances"]["logits_atol"]["value"] == 1e-4 and result["tolerances"]["loss_rtol"]["value"] == 1e-6
     assert _check(result, "layers")["passed"] and _check(result, "flops")["passed"]   # same shapes, same work
@@ -227,9 +232,9 @@ def test_the_quick_vgg16_is_certified(kit_python, data_dir, tmp_path, input_size
     """48: a 1x1 final feature map; 64: 2x2, so the first dense layer's rows are permuted from CHW to HWC."""
     def size(spec):
         spec["data"]["input_size"] = input_size
-    result = certificate.certify(_vgg_specs(data_dir, size), _pythons(kit_python), data_dir, tmp_path)
+    result = certificate.certify(_vgg_specs(data_dir, size), _runner(kit_python, data_dir), tmp_path)
     assert result["status"] == "pass", result["summary"]
-    pt = json.loads((tmp_path / "pytorch.json").read_text())
+    pt = json.loads((tmp_path / "pytorch" / certificate.SIDE_NAME).read_text())
     dense1 = next(r for r in pt["layers"] if r["name"] == "dense1.kernel")
     channels = 64                                    # 512 at width 0.125
     spatial = input_size // 32
@@ -249,7 +254,7 @@ def test_the_quick_vgg16_is_certified(kit_python, data_dir, tmp_path, input_size
 def test_pytorchs_1000_class_head_is_not_the_same_model(kit_python, data_dir, tmp_path):
     specs = _vgg_specs(data_dir)
     specs["pytorch"]["pitfalls"] = ["pt_head_1000"]
-    result = certificate.certify(specs, _pythons(kit_python), data_dir, tmp_path)
+    result = certificate.certify(specs, _runner(kit_python, data_dir), tmp_path)
     assert result["status"] == "fail"
     layers = _check(result, "layers")
     assert layers["mismatches"] == ["dense 3 kernel: PyTorch (256, 1000) vs TensorFlow (256, 10)",

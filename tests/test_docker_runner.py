@@ -115,6 +115,21 @@ sys.exit(probe.get("exit", 0))
 '''
 
 
+# A second entry point: copies --in to --out and says whether it could also write to --in.
+CHAIN_KIT = r'''
+import argparse, json
+p = argparse.ArgumentParser()
+p.add_argument("--in", dest="src"); p.add_argument("--out")
+a = p.parse_args()
+try:
+    open(a.src, "a").close()
+    wrote_input = "ok"
+except OSError as exc:
+    wrote_input = exc.strerror
+json.dump({"read": open(a.src).read(), "wrote_input": wrote_input, "src": a.src, "out": a.out}, open(a.out, "w"))
+'''
+
+
 def make_spec(tmp_path: Path, probe: dict, *, run_id: str | None = None, timeout_s: float = 60) -> tuple[dict, Path]:
     run_id = run_id or _run_id()
     spec = {"run_id": run_id, "experiment": "probe", "variant": "fixed", "framework": "tensorflow",
@@ -192,7 +207,8 @@ def probe_kits(tmp_path_factory) -> Path:
     kits.mkdir()
     (kits / "__init__.py").write_text("")
     (kits / "run.py").write_text(PROBE_KIT)
-    for p in (kits.parent, kits, kits / "__init__.py", kits / "run.py"):
+    (kits / "chain.py").write_text(CHAIN_KIT)
+    for p in (kits.parent, kits, kits / "__init__.py", kits / "run.py", kits / "chain.py"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     return kits
 
@@ -215,7 +231,7 @@ def dirs(tmp_path) -> dict:
 def make_runner(client, test_base, probe_lock, probe_kits, dirs):
     def make(**kw) -> dr.DockerRunner:
         kw.setdefault("gpus", "none")
-        runner = dr.DockerRunner(REPO, dirs["data"], dirs["results"], kits_dir=probe_kits,
+        runner = dr.DockerRunner(REPO, dirs["data"], kits_dir=probe_kits,
                                  base_override=test_base, lock_overrides={"tensorflow": probe_lock},
                                  extra_ca=_extra_ca_path(), client=client, log=lambda line: None, **kw)
         runner.prepare({"tensorflow"})
@@ -223,12 +239,17 @@ def make_runner(client, test_base, probe_lock, probe_kits, dirs):
     return make
 
 
+def probe_call(runner: dr.DockerRunner, spec: dict, spec_path: Path) -> base.KitCall:
+    """The training run's call, as base.run_spec makes it, with the output folder next to the spec."""
+    return base.spec_call(spec, spec_path, spec_path.parent / f"{spec['run_id']}-out", runner.data_dir)
+
+
 def run_probe(runner: dr.DockerRunner, tmp_path: Path, probe: dict, timeout_s: float = 60, **kw):
     spec, spec_path = make_spec(tmp_path, probe, timeout_s=timeout_s, **kw)
-    out = runner.results_dir / f"{spec['run_id']}.json"
+    call = probe_call(runner, spec, spec_path)
     events: list[dict] = []
-    outcome = runner.run(spec_path, out, "tensorflow", timeout_s=timeout_s, on_progress=events.append)
-    return spec, outcome, base.collect(spec, outcome, out), events
+    outcome = runner.run(call, events.append)
+    return spec, outcome, base.collect(spec, outcome, call.output / base.RESULT_NAME), events
 
 
 def assert_removed(client, run_id: str) -> None:
@@ -259,7 +280,6 @@ def test_ok_run_yields_the_kits_result_with_image_facts(make_runner, tmp_path, c
     assert launcher["image"]["base_pinned"] is False
     assert runner.describe("tensorflow")["image"] == launcher["image"]["ref"]
     assert_removed(client, spec["run_id"])
-    assert not (runner.results_dir / ".docker-runs").exists()
 
 
 @pytest.mark.docker
@@ -268,11 +288,10 @@ def test_settings_reach_the_container(make_runner, tmp_path, client, dirs):
     runner = make_runner(extra_mounts=[(dirs["user"], "/opt/reprokit/user")])
     spec, spec_path = make_spec(tmp_path, {"facts": True, "wait_for": "release"})
     run_id = spec["run_id"]
-    out = runner.results_dir / f"{run_id}.json"
+    call = probe_call(runner, spec, spec_path)
     events: list[dict] = []
     box: dict = {}
-    worker = threading.Thread(target=lambda: box.update(outcome=runner.run(
-        spec_path, out, "tensorflow", timeout_s=60, on_progress=events.append)))
+    worker = threading.Thread(target=lambda: box.update(outcome=runner.run(call, events.append)))
     worker.start()
     try:
         deadline = time.time() + 30
@@ -304,10 +323,13 @@ def test_settings_reach_the_container(make_runner, tmp_path, client, dirs):
         assert "memlock" not in ulimits and box.get("outcome") is not None
     assert not host.get("DeviceRequests")
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert set(mounts) == {dr.KITS_TARGET, dr.SPEC_TARGET, dr.DATA_TARGET, dr.RESULTS_TARGET,
-                           "/opt/reprokit/user"}
+    spec_target = f"{dr.INPUTS_TARGET}/0/{spec_path.name}"
+    assert set(mounts) == {dr.KITS_TARGET, spec_target, dr.DATA_TARGET, dr.RESULTS_TARGET, "/opt/reprokit/user"}
     writable = [d for d, m in mounts.items() if m["RW"]]
     assert writable == [dr.RESULTS_TARGET]
+    assert mounts[spec_target]["Source"] == str(spec_path) and mounts[dr.RESULTS_TARGET]["Source"] == str(call.output)
+    assert attrs["Config"]["Cmd"] == ["python", "-m", "kits.run", "--spec", spec_target,
+                                      "--out", f"{dr.RESULTS_TARGET}/result.json", "--data-dir", dr.DATA_TARGET]
     assert mounts[dr.KITS_TARGET]["Source"] == str(runner.kits_dir)
     assert mounts[dr.DATA_TARGET]["Source"] == str(dirs["data"])
     assert mounts["/opt/reprokit/user"]["Source"] == str(dirs["user"])
@@ -328,6 +350,32 @@ def test_settings_reach_the_container(make_runner, tmp_path, client, dirs):
     assert "dataset.npz" in facts["data_files"]
     assert outcome.exit_code == 0
     assert_removed(client, run_id)
+
+
+@pytest.mark.docker
+def test_one_calls_output_is_the_next_calls_read_only_input(make_runner, tmp_path, client):
+    """The certificate's data flow: the first container writes a file to its output folder, the second
+    reads it from a read-only mount; each sees host paths translated to its own mounts."""
+    runner = make_runner()
+    source = tmp_path / "source.txt"
+    source.write_text("weights")
+    source.chmod(0o666)                  # writable by anyone: only the mount can stop a write
+    first = base.KitCall("tensorflow", "kits.chain", ("--in", source, "--out", tmp_path / "a" / "copy.txt"),
+                         output=tmp_path / "a", inputs=(source,), timeout_s=60, label=RUN_PREFIX + "chain-a")
+    second = base.KitCall("tensorflow", "kits.chain", ("--in", first.output / "copy.txt",
+                                                       "--out", tmp_path / "b" / "copy.txt"),
+                          output=tmp_path / "b", inputs=(first.output / "copy.txt",), timeout_s=60,
+                          label=RUN_PREFIX + "chain-b")
+    assert runner.run(first, lambda e: None).exit_code == 0
+    assert runner.run(second, lambda e: None).exit_code == 0
+    a = json.loads((tmp_path / "a" / "copy.txt").read_text())
+    b = json.loads((tmp_path / "b" / "copy.txt").read_text())
+    assert a["read"] == "weights" and a["wrote_input"] == "Read-only file system"
+    assert a["src"] == f"{dr.INPUTS_TARGET}/0/source.txt" and a["out"] == f"{dr.RESULTS_TARGET}/copy.txt"
+    assert json.loads(b["read"]) == a and b["wrote_input"] == "Read-only file system"
+    with pytest.raises(ValueError, match="in none of its mounts"):
+        runner.run(base.KitCall("tensorflow", "kits.chain", ("--in", tmp_path / "elsewhere"),
+                                output=tmp_path / "c"), lambda e: None)
 
 
 @pytest.mark.docker
@@ -394,10 +442,11 @@ def test_missing_or_malformed_result_is_invalid_output(make_runner, tmp_path, cl
 def test_a_stale_result_file_is_never_collected(make_runner, tmp_path):
     runner = make_runner()
     spec, spec_path = make_spec(tmp_path, {})
-    out = runner.results_dir / f"{spec['run_id']}.json"
-    out.write_text(json.dumps(ok_result(spec)))          # left by an earlier attempt
-    outcome = runner.run(spec_path, out, "tensorflow", timeout_s=60, on_progress=lambda e: None)
-    assert base.collect(spec, outcome, out)["failure"]["kind"] == "invalid-output"
+    call = probe_call(runner, spec, spec_path)
+    call.output.mkdir()
+    (call.output / base.RESULT_NAME).write_text(json.dumps(ok_result(spec)))   # left by an earlier attempt
+    outcome = runner.run(call, lambda e: None)
+    assert base.collect(spec, outcome, call.output / base.RESULT_NAME)["failure"]["kind"] == "invalid-output"
 
 
 @pytest.mark.docker
@@ -437,8 +486,7 @@ def test_ctrl_c_removes_the_container_and_reports_interrupted(make_runner, tmp_p
     threading.Thread(target=interrupt_when_running, daemon=True).start()
     t0 = time.perf_counter()
     try:
-        outcome = runner.run(spec_path, runner.results_dir / f"{run_id}.json", "tensorflow",
-                             timeout_s=60, on_progress=lambda e: None)
+        outcome = runner.run(probe_call(runner, spec, spec_path), lambda e: None)
     except KeyboardInterrupt:  # pragma: no cover - the runner must catch it
         pytest.fail("the runner let KeyboardInterrupt through")
     assert outcome.interrupted and time.perf_counter() - t0 < 30
@@ -475,8 +523,9 @@ def test_gpu_device_requests_reach_the_engine(make_runner, tmp_path, client, gpu
     runner = make_runner()
     runner.gpus = dr.parse_gpus(gpus)
     spec, spec_path = make_spec(tmp_path, {})
-    stage, spec_file, out_dir = runner._stage(spec["run_id"], spec_path)
-    container = client.containers.create(**runner.container_config("tensorflow", spec_file, out_dir, spec["run_id"]))
+    call = probe_call(runner, spec, spec_path)
+    call.output.mkdir()
+    container = client.containers.create(**runner.container_config(call, spec["run_id"]))
     try:
         requests = client.api.inspect_container(container.id)["HostConfig"]["DeviceRequests"]
         assert len(requests) == 1
@@ -485,7 +534,6 @@ def test_gpu_device_requests_reach_the_engine(make_runner, tmp_path, client, gpu
         assert got == expect
     finally:
         container.remove(force=True)
-        shutil.rmtree(stage)
 
 
 @pytest.mark.docker
@@ -493,7 +541,7 @@ def test_gpus_without_nvidia_runtime_fail_before_any_container(client, test_base
     if dr.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime")
     before = {c.id for c in client.containers.list(all=True)}
-    runner = dr.DockerRunner(REPO, dirs["data"], dirs["results"], gpus="all", kits_dir=probe_kits,
+    runner = dr.DockerRunner(REPO, dirs["data"], gpus="all", kits_dir=probe_kits,
                              base_override=test_base, lock_overrides={"tensorflow": probe_lock}, client=client)
     with pytest.raises(UserError) as err:
         runner.prepare({"tensorflow"})
@@ -502,9 +550,9 @@ def test_gpus_without_nvidia_runtime_fail_before_any_container(client, test_base
     assert "--gpus none" in message and message.count(";") == 1
     assert {c.id for c in client.containers.list(all=True)} == before
     # and run() without prepare() checks the same before creating anything
-    _, spec_path = make_spec(Path(dirs["results"]), {})
+    spec, spec_path = make_spec(Path(dirs["results"]), {})
     with pytest.raises(UserError):
-        runner.run(spec_path, dirs["results"] / "x.json", "tensorflow", timeout_s=5, on_progress=lambda e: None)
+        runner.run(probe_call(runner, spec, spec_path), lambda e: None)
     assert {c.id for c in client.containers.list(all=True)} == before
 
 
@@ -579,7 +627,7 @@ def test_build_failure_is_one_clear_message(client, test_base, tmp_path):
 def test_missing_image_without_build_names_the_build_command(client, test_base, tmp_path, probe_kits, dirs):
     lock = tmp_path / "never-built.txt"
     lock.write_text(f"# {uuid.uuid4().hex}\n")
-    runner = dr.DockerRunner(REPO, dirs["data"], dirs["results"], kits_dir=probe_kits, base_override=test_base,
+    runner = dr.DockerRunner(REPO, dirs["data"], kits_dir=probe_kits, base_override=test_base,
                              lock_overrides={"tensorflow": lock}, build_missing=False, client=client)
     with pytest.raises(UserError, match="is missing; build it with `nox -s images`"):
         runner.prepare({"tensorflow"})
@@ -722,9 +770,9 @@ def test_parse_gpus():
 def test_the_docker_socket_is_never_mounted(tmp_path):
     for host in ("/var/run", "/run", "/var/run/docker.sock", "/"):
         with pytest.raises(UserError, match="Docker socket"):
-            dr.DockerRunner(REPO, tmp_path, tmp_path, extra_mounts=[(host, "/opt/reprokit/user")])
+            dr.DockerRunner(REPO, tmp_path, extra_mounts=[(host, "/opt/reprokit/user")])
     with pytest.raises(UserError, match="not allowed"):
-        dr.DockerRunner(REPO, tmp_path, tmp_path, extra_mounts=[(tmp_path, "/results")])
+        dr.DockerRunner(REPO, tmp_path, extra_mounts=[(tmp_path, "/results")])
 
 
 # ---------------------------------------------------------------------------
@@ -740,9 +788,7 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     for needed in ("kits/run.py", "locks/tensorflow-cpu.txt"):
         if not (REPO / needed).is_file():
             _unavailable(f"{needed} does not exist yet")
-    results_dir = tmp_path / "results"
-    results_dir.mkdir()
-    runner = dr.DockerRunner(REPO, data_dir, results_dir, gpus="none", base_override=test_base,
+    runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base,
                              extra_ca=_extra_ca_path(), client=client, log=print)
     assert runner.flavor == "cpu" and runner.recipe("tensorflow").lock.name == "tensorflow-cpu.txt"
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
@@ -751,14 +797,10 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     # as on a host run by root: the plan's dataset file is 0600 and pytest's folders 0700; the runner
     # shares just that file with the container's (non-root) user
     runner.prepare({"tensorflow"})                      # builds the image once; cached by tag afterwards
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    out = results_dir / f"{spec['run_id']}.json"
     events: list[dict] = []
-    outcome = runner.run(spec_path, out, "tensorflow", timeout_s=600, on_progress=events.append)
-    result = base.collect(spec, outcome, out)
+    result = base.run_spec(runner, spec, tmp_path / "work", events.append)
 
-    assert result["status"] == "ok", (result.get("failure"), outcome.log_tail)
+    assert result["status"] == "ok", result.get("failure")
     assert results.problems(result) is None            # the same schema a local run is checked against
     tag = runner.recipe("tensorflow").tag
     assert result["provenance"]["image"] == tag == result["launcher"]["image"]["ref"]
@@ -776,7 +818,7 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
 def test_select_says_why_it_falls_back_to_local(client, monkeypatch, tmp_path):
     monkeypatch.setattr(dr, "_registry_reachable", lambda c, ref: False)    # as on an offline machine
     monkeypatch.setattr(dr, "_local_image", lambda c, ref: False)
-    runner, why = dr.select(REPO, tmp_path, tmp_path, "none", device="cpu", client=client, log=lambda line: None,
+    runner, why = dr.select(REPO, tmp_path, "none", device="cpu", client=client, log=lambda line: None,
                             local=lambda: LocalRunner(ENVS, tmp_path, "cpu"))
     if runner.name == "docker":                      # this engine already has every image
         assert "answers" in why
@@ -784,12 +826,12 @@ def test_select_says_why_it_falls_back_to_local(client, monkeypatch, tmp_path):
     assert runner.name == "local"
     assert "can neither be found locally nor pulled" in why and "`nox -s images`" in why
     with pytest.raises(UserError, match="can neither be found locally nor pulled"):
-        dr.select(REPO, tmp_path, tmp_path, "none", device="cpu", forced=True, client=client)
+        dr.select(REPO, tmp_path, "none", device="cpu", forced=True, client=client)
 
 
 @pytest.mark.docker
 def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp_path):
-    runner, why = dr.select(REPO, tmp_path, tmp_path, "none", (tmp_path,), device="cpu", base_override=test_base,
+    runner, why = dr.select(REPO, tmp_path, "none", (tmp_path,), device="cpu", base_override=test_base,
                             client=client, log=lambda line: None)
     assert runner.name == "docker" and why.startswith("Docker engine ") and "GPUs: none" in why
     assert runner.flavor == "cpu" and runner.extra_mounts == [(tmp_path.resolve(), "/opt/reprokit/user/0")]
@@ -799,12 +841,12 @@ def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp
 def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
     if dr.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime")
-    runner, why = dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client,
+    runner, why = dr.select(REPO, tmp_path, "all", device="gpu", client=client,
                             local=lambda: LocalRunner(ENVS, tmp_path, "gpu"))
     assert runner.name == "local" and "nvidia-container-toolkit" in why
     for kw in ({"forced": True}, {"gpus_explicit": True}):
         with pytest.raises(UserError, match="no NVIDIA container runtime; install nvidia-container-toolkit"):
-            dr.select(REPO, tmp_path, tmp_path, "all", device="gpu", client=client, **kw)
+            dr.select(REPO, tmp_path, "all", device="gpu", client=client, **kw)
 
 
 def _fake_nvidia_smi(tmp_path: Path, monkeypatch, script: str) -> None:

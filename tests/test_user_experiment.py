@@ -77,6 +77,6 @@ def test_own_experiment_runs_and_the_report_names_the_undeclared_pitfall(kit_pyt
     report = (tmp_path / "reports" / "mine" / "report.md").read_text()
     assert "probabilities-into-logit-loss" in report and "softmax applied twice" in report
     # The certificate sees it too: same weights, different outputs.
-    cert = json.loads((tmp_path / "reports" / "mine" / "certificate-my_case.json").read_text())
+    cert = json.loads((tmp_path / "reports" / "mine" / "certificate-my_case-fixed.json").read_text())
     checks = {c["name"]: c["passed"] for c in cert["checks"]}
     assert cert["status"] == "fail" and checks["layers"] is True and checks["logits"] is False

@@ -1,14 +1,21 @@
-"""What every runner returns, and how any outcome becomes a result file.
+"""The seam between the host and the kits: what a runner is given, what it returns.
 
-A runner starts ``python -m kits.run --spec SPEC --out OUT --data-dir DATA``
-somewhere (a local virtualenv, a container) and reports what happened as an
-``Outcome``. ``collect`` then turns that outcome plus whatever the kit wrote
-into exactly one result dict, so a failed run is recorded the same way
-whichever runner started it.
+A runner starts one kit process, ``python -m kits.<module> ARGS`` (a
+``KitCall``), somewhere: a local virtualenv, a given interpreter, a container.
+Every runner gives the process the same things: the kit code and the data
+read-only, the call's own input files read-only, and exactly one writable
+folder, fresh and empty. It reports how the process ended as an ``Outcome``.
+
+``run_spec`` is the training run (``kits.run``) on top of that, and ``collect``
+turns its outcome plus whatever the kit wrote into exactly one result dict, so
+a failed run is recorded the same way whichever runner started it. The
+certificate (``kits.certify``), the benchmarks and the GPU check start their
+processes through the same ``Runner.run``.
 """
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -20,8 +27,28 @@ from reprokit import results
 PROGRESS_MARKER = "REPROKIT-PROGRESS "
 
 LOG_TAIL_LINES = 40
+RESULT_NAME = "result.json"
 
 ProgressFn = Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class KitCall:
+    """One kit process: ``python -m <module> <args>`` in one framework's environment.
+
+    Path arguments are host paths; a runner shows each one where the process
+    sees it (unchanged locally, under the container's mounts in Docker), so a
+    path must lie in the kit code, the data folder, one of ``inputs`` or
+    ``output``.
+    """
+
+    framework: str
+    module: str                          # "kits.run", "kits.certify", "kits.bench"
+    args: tuple[str | Path, ...]
+    output: Path                         # the one writable folder; the runner makes it fresh and empty
+    inputs: tuple[Path, ...] = ()        # files or folders the process reads, besides the kit code and data
+    timeout_s: float = 900.0
+    label: str = "kit"                   # names its container and log lines: the run id of a training run
 
 
 @dataclass
@@ -39,6 +66,10 @@ class Outcome:
 
 class Runner(Protocol):
     name: str
+    data_dir: Path                       # the prepared datasets, shown read-only to every process
+
+    def missing(self, frameworks: set[str]) -> list[str]:
+        """Environments or images prepare() still has to build (for the time estimate)."""
 
     def prepare(self, frameworks: set[str]) -> None:
         """Build or check what the runs need; raise UserError before any run."""
@@ -46,9 +77,34 @@ class Runner(Protocol):
     def describe(self, framework: str) -> dict:
         """Static facts recorded in every RunSpec (lock hash, image ref), part of its id."""
 
-    def run(self, spec_path: Path, out_path: Path, framework: str, *,
-            timeout_s: float, on_progress: ProgressFn) -> Outcome:
+    def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
         """Run one kit process to completion (or timeout) and say how it ended."""
+
+
+def fresh_folder(path: Path) -> Path:
+    """An empty folder at path: what a call writes never mixes with an earlier attempt's files."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path) -> KitCall:
+    """The training run of one RunSpec: ``kits.run``, its result file in the call's output folder."""
+    return KitCall(spec["framework"], "kits.run",
+                   ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir),
+                   output=output, inputs=(spec_path,), timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"])
+
+
+def run_spec(runner: Runner, spec: dict, work: Path, on_progress: ProgressFn) -> dict | None:
+    """One training run through the runner: exactly one result, None if interrupted (Ctrl-C)."""
+    run_dir = fresh_folder(work / spec["run_id"])
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True))
+    call = spec_call(spec, spec_path, run_dir / "out", runner.data_dir)
+    outcome = runner.run(call, on_progress)
+    if outcome.interrupted:
+        return None
+    return collect(spec, outcome, call.output / RESULT_NAME)
 
 
 def split_line(line: str, on_progress: ProgressFn, tail: list[str]) -> None:

@@ -1,10 +1,11 @@
-"""The Docker runner: one container per run, from the framework's pinned image.
+"""The Docker runner: one container per kit process, from the framework's pinned image.
 
 Started through the Docker SDK, never the CLI. Each container gets least
 privilege: a non-root user, a read-only root filesystem (a tmpfs at /tmp),
 all capabilities dropped, no new privileges, no network, the kit code, the
-spec and the dataset mounted read-only and exactly one writable mount (a
-fresh, empty results folder of its own). The Docker socket is never mounted.
+dataset and the call's inputs (a spec, weights) mounted read-only and exactly
+one writable mount (the call's fresh, empty output folder). The Docker socket
+is never mounted.
 GPUs reach the container through ``device_requests`` (the `--gpus` flag of the
 CLI), with the shared memory and ulimits NVIDIA recommends for training
 containers ("--shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864", NVIDIA
@@ -12,7 +13,7 @@ Deep Learning Frameworks documentation, "Running A Container" /
 "Setting The Shared Memory Flag",
 https://docs.nvidia.com/deeplearning/frameworks/user-guide/index.html).
 
-Containers carry the labels ``reprokit=1`` and ``reprokit.run_id=<id>``, so
+Containers carry the labels ``reprokit=1`` and ``reprokit.run_id=<call label>``, so
 leftovers can be found (``docker ps -a --filter label=reprokit=1``); the runner
 removes its container in every case, Ctrl-C included.
 """
@@ -20,13 +21,11 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import json
 import os
 import re
 import secrets
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,18 +33,17 @@ from pathlib import Path
 
 from reprokit import images
 from reprokit.errors import UserError
-from reprokit.runners.base import Outcome, ProgressFn, split_line
+from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 KITS_TARGET = "/opt/reprokit/kits"
-SPEC_TARGET = "/opt/reprokit/spec.json"
+INPUTS_TARGET = "/opt/reprokit/in"
 DATA_TARGET = "/data"
 RESULTS_TARGET = "/results"
-OUT_NAME = "result.json"
 PYTHONPATH_ROOT = "/opt/reprokit"
 # The image's own user (see docker/*.Dockerfile). A host user that is not root
 # runs the container under its own uid:gid instead, so it owns what the kit writes.
 IMAGE_USER = (10001, 10001)
-RESERVED_TARGETS = (KITS_TARGET, SPEC_TARGET, DATA_TARGET, RESULTS_TARGET, "/tmp", "/opt/venv")
+RESERVED_TARGETS = (KITS_TARGET, INPUTS_TARGET, DATA_TARGET, RESULTS_TARGET, "/tmp", "/opt/venv")
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
@@ -269,7 +267,7 @@ class DockerRunner:
 
     name = "docker"
 
-    def __init__(self, repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[str] = "none",
+    def __init__(self, repo_root: Path, data_dir: Path, gpus: str | list[str] = "none",
                  extra_mounts: Sequence[tuple[Path | str, str]] = (), *, flavor: str | None = None,
                  base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
                  lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
@@ -278,7 +276,6 @@ class DockerRunner:
         self.repo_root = Path(repo_root).resolve()
         self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
         self.data_dir = Path(data_dir).resolve()
-        self.results_dir = Path(results_dir).resolve()
         self.gpus = parse_gpus(gpus)
         self.extra_mounts = [(Path(h).resolve(), str(c)) for h, c in extra_mounts]
         self.flavor = flavor or ("cpu" if self.gpus == "none" else "cuda")
@@ -335,7 +332,7 @@ class DockerRunner:
             if _engine_is_local(client):
                 check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root)
         self.data_dir.mkdir(parents=True, exist_ok=True)     # the plan fills it after prepare()
-        self._share_data({})                                 # the folder; each run's file in run()
+        _readable_by_others(self.data_dir)                   # its files are shared as each call starts
         uid = _container_user()[0]
         for what, path in (("kit code", self.kits_dir), ("data cache", self.data_dir),
                            *((f"extra mount {t}", h) for h, t in self.extra_mounts)):
@@ -377,28 +374,42 @@ class DockerRunner:
 
     # -- one run -----------------------------------------------------------
 
-    def container_config(self, framework: str, spec_file: Path, out_dir: Path, run_id: str,
-                         name: str | None = None) -> dict:
-        """The keyword arguments of ``client.containers.create`` for one run."""
+    def mounts(self, call: KitCall) -> list[tuple[Path, str, bool]]:
+        """(host path, container path, writable) for one call: the kit code, the user's folders and the
+        data read-only, each of the call's inputs read-only, and its output folder, the one writable mount."""
+        fixed = [(self.kits_dir, KITS_TARGET, False), *((h, t, False) for h, t in self.extra_mounts),
+                 (self.data_dir, DATA_TARGET, False)]
+        inputs = [(Path(p).resolve(), f"{INPUTS_TARGET}/{i}/{Path(p).name}", False) for i, p in enumerate(call.inputs)]
+        return [*fixed, *inputs, (Path(call.output).resolve(), RESULTS_TARGET, True)]
+
+    @staticmethod
+    def container_path(path: Path, mounts: list[tuple[Path, str, bool]]) -> str:
+        """Where the process sees a host path: under the innermost mount that holds it."""
+        path = Path(path).resolve()
+        holders = [(host, target) for host, target, _ in mounts if path == host or path.is_relative_to(host)]
+        if not holders:
+            raise ValueError(f"{path} is named in a kit call but is in none of its mounts; pass it as an input")
+        host, target = max(holders, key=lambda m: len(m[0].parts))
+        rest = path.relative_to(host)
+        return target if rest == Path(".") else f"{target}/{rest.as_posix()}"
+
+    def container_config(self, call: KitCall, label: str, name: str | None = None) -> dict:
+        """The keyword arguments of ``client.containers.create`` for one call."""
         import docker.types
         uid, gid = _container_user()
-        mounts = [
-            docker.types.Mount(KITS_TARGET, str(self.kits_dir), type="bind", read_only=True),
-            docker.types.Mount(SPEC_TARGET, str(spec_file), type="bind", read_only=True),
-            docker.types.Mount(DATA_TARGET, str(self.data_dir), type="bind", read_only=True),
-            docker.types.Mount(RESULTS_TARGET, str(out_dir), type="bind", read_only=False),
-        ] + [docker.types.Mount(t, str(h), type="bind", read_only=True) for h, t in self.extra_mounts]
+        mounts = self.mounts(call)
+        args = [self.container_path(a, mounts) if isinstance(a, Path) else a for a in call.args]
         pythonpath = ":".join([PYTHONPATH_ROOT, *(t for _, t in self.extra_mounts)])
         config = {
-            "image": self.recipe(framework).tag,
-            "command": ["python", "-m", "kits.run", "--spec", SPEC_TARGET,
-                        "--out", f"{RESULTS_TARGET}/{OUT_NAME}", "--data-dir", DATA_TARGET],
-            "name": name or f"reprokit-{run_id}-{secrets.token_hex(3)}",
-            "labels": {LABEL: "1", LABEL_RUN: run_id, LABEL_FRAMEWORK: framework},
+            "image": self.recipe(call.framework).tag,
+            "command": ["python", "-m", call.module, *args],
+            "name": name or f"reprokit-{label}-{secrets.token_hex(3)}",
+            "labels": {LABEL: "1", LABEL_RUN: label, LABEL_FRAMEWORK: call.framework},
             "user": f"{uid}:{gid}",
             "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
             "working_dir": "/tmp",
-            "mounts": mounts,
+            "mounts": [docker.types.Mount(target, str(host), type="bind", read_only=not writable)
+                       for host, target, writable in mounts],
             "network_mode": "none",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
@@ -414,52 +425,30 @@ class DockerRunner:
             config.update(mem_limit=self.mem_limit, memswap_limit=self.mem_limit)  # no swap: OOM is OOM
         return config
 
-    def _share_data(self, spec: dict) -> None:
-        """Let the container's user read the dataset file the spec names.
+    def _share(self, call: KitCall) -> None:
+        """Let the container's user read the data and the call's inputs, and own its output folder.
 
-        Where the host user is root the container runs as the image's user,
-        and the cache files written on the host (0600 by default for atomic
-        writes) would be unreadable to it. Files this host user owns in the
-        data cache are made world-readable (they are public datasets);
-        anything else is left as it is, and the kit reports it.
+        Where the host user is root the container runs as the image's user, and
+        files written on the host (0600 by default for atomic writes) would be
+        unreadable to it. Files and folders this host user owns are made
+        readable to others (datasets, specs, weights: nothing secret); anything
+        else is left as it is, and the process reports what it cannot read.
         """
-        uid = _container_user()[0]
+        fresh_folder(call.output)
+        uid, gid = _container_user()
         if uid == os.getuid():
             return
-        name = (spec.get("data") or {}).get("file")
-        targets = [(self.data_dir, 0o005)] + ([(self.data_dir / name, 0o004)] if name else [])
-        for path, bits in targets:
-            with contextlib.suppress(OSError):
-                st = path.stat()
-                if st.st_uid == os.getuid() and st.st_mode & bits != bits:
-                    path.chmod(st.st_mode | bits)
+        os.chown(call.output, uid, gid)
+        call.output.chmod(0o700)
+        for root in (self.data_dir, *map(Path, call.inputs)):
+            for path in (root, *(root.rglob("*") if root.is_dir() else ())):
+                _readable_by_others(path)
 
-    def _stage(self, run_id: str, spec_path: Path) -> tuple[Path, Path, Path]:
-        """A fresh folder with a read-only copy of the spec and the one writable results folder."""
-        root = self.results_dir / ".docker-runs"
-        root.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f"{run_id}-", dir=root))
-        stage.chmod(0o755)
-        spec_file = stage / "spec.json"
-        shutil.copyfile(spec_path, spec_file)
-        spec_file.chmod(0o444)
-        out_dir = stage / "out"
-        out_dir.mkdir(mode=0o700)
-        uid, gid = _container_user()
-        if (uid, gid) != (os.getuid(), os.getgid()):
-            os.chown(out_dir, uid, gid)
-        return stage, spec_file, out_dir
-
-    def run(self, spec_path: Path, out_path: Path, framework: str, *,
-            timeout_s: float, on_progress: ProgressFn) -> Outcome:
-        spec_path, out_path = Path(spec_path), Path(out_path)
-        spec = json.loads(spec_path.read_text())
-        run_id = spec["run_id"]
-        image = self._image(framework)
-        self._share_data(spec)
+    def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
+        image = self._image(call.framework)
+        self._share(call)
         client = self.client
-        stage, spec_file, out_dir = self._stage(run_id, spec_path)
-        config = self.container_config(framework, spec_file, out_dir, run_id)
+        config = self.container_config(call, call.label)
         launcher = {"backend": "docker", "image": images.image_facts(image),
                     "container": {"name": config["name"], "user": config["user"], "gpus": self._gpus_text(),
                                   "network": "none", "engine": self._engine_version}}
@@ -476,7 +465,7 @@ class DockerRunner:
             pump = threading.Thread(target=_pump, args=(container, on_progress, tail), daemon=True)
             pump.start()
             try:
-                exit_code = container.wait(timeout=max(float(timeout_s), 0.001))["StatusCode"]
+                exit_code = container.wait(timeout=max(float(call.timeout_s), 0.001))["StatusCode"]
             except Exception as exc:          # the engine's read timed out: the run did
                 if not _is_timeout(exc):
                     raise
@@ -490,7 +479,6 @@ class DockerRunner:
             if not timed_out and exit_code is None:
                 exit_code = state.get("ExitCode")
             wall = time.perf_counter() - t0
-            self._deliver(out_dir / OUT_NAME, out_path)
         except _StartFailed as exc:
             tail.append(f"docker: the engine could not start the container: {exc}")
             wall = time.perf_counter() - t0
@@ -500,11 +488,6 @@ class DockerRunner:
             wall = time.perf_counter() - t0
         finally:
             _remove(client, container, config["name"])
-            shutil.rmtree(stage, ignore_errors=True)
-            try:
-                stage.parent.rmdir()         # only when no other run is staged there
-            except OSError:
-                pass
         # The orchestrator's own cost is total_s minus process_s (the kit process's lifetime).
         timing["total_s"] = time.perf_counter() - t0
         if interrupted:
@@ -540,24 +523,14 @@ class DockerRunner:
                 raise _StartFailed(reason) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    @staticmethod
-    def _deliver(written: Path, out_path: Path) -> None:
-        """Move what the kit wrote to out_path (as the host user); no file there if it wrote none."""
-        if not written.is_file():
-            out_path.unlink(missing_ok=True)    # never let collect read a stale file
-            return
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh, open(written, "rb") as src:
-                shutil.copyfileobj(src, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out_path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+
+def _readable_by_others(path: Path) -> None:
+    """Add read (and, for a folder, search) permission for others to a path this host user owns."""
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        bits = 0o005 if path.is_dir() else 0o004
+        if st.st_uid == os.getuid() and st.st_mode & bits != bits:
+            path.chmod(st.st_mode | bits)
 
 
 class _StartFailed(Exception):
@@ -654,7 +627,7 @@ def _registry_reachable(client, ref: str) -> bool:
         return False
 
 
-def select(repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[str] | None,
+def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
            extra_dirs: Sequence[Path] = (), device: str | None = None, *, forced: bool = False,
            gpus_explicit: bool | None = None, frameworks: Iterable[str] = images.FRAMEWORKS,
            base_override: str | None = None, client=None, log: Log = print, local=None):
@@ -683,7 +656,7 @@ def select(repo_root: Path, data_dir: Path, results_dir: Path, gpus: str | list[
                             f"but this Docker engine has no NVIDIA container runtime; {TOOLKIT_FIX}.")
         return fallback("the Docker engine has no NVIDIA container runtime for this host's GPU; install "
                         "nvidia-container-toolkit to run in the pinned images")
-    runner = DockerRunner(repo_root, data_dir, results_dir, gpus, extra, base_override=base_override,
+    runner = DockerRunner(repo_root, data_dir, gpus, extra, base_override=base_override,
                           client=client, log=log)
     try:
         recipes = [runner.recipe(fw) for fw in frameworks]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from reprokit import envs
 from reprokit.provenance import REPO, sha256_file
-from reprokit.runners.base import Outcome, ProgressFn, split_line
+from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 
 class LocalRunner:
@@ -52,10 +52,11 @@ class LocalRunner:
         lock = envs.lock_path(envs.lock_name(framework, self.device))
         return {"lock": str(lock.relative_to(REPO)), "lock_sha256": sha256_file(lock), "image": None}
 
-    def run(self, spec_path: Path, out_path: Path, framework: str, *,
-            timeout_s: float, on_progress: ProgressFn) -> Outcome:
-        cmd = [str(self._pythons[framework]), "-m", "kits.run",
-               "--spec", str(spec_path), "--out", str(out_path), "--data-dir", str(self.data_dir)]
+    def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
+        if call.framework not in self._pythons:
+            self.prepare({call.framework})
+        fresh_folder(call.output)
+        cmd = [str(self._pythons[call.framework]), "-m", call.module, *map(str, call.args)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
                "PYTHONUNBUFFERED": "1"}
         tail: list[str] = []
@@ -70,7 +71,7 @@ class LocalRunner:
         launcher = {"backend": "local",
                     "python": str(python.relative_to(REPO)) if python.is_relative_to(REPO) else str(python)}
         try:
-            code = proc.wait(timeout=timeout_s)
+            code = proc.wait(timeout=call.timeout_s)
         except subprocess.TimeoutExpired:
             _kill(proc)
             reader.join(5)

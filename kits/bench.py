@@ -1,10 +1,9 @@
 """Bare training loops, and the kit and the bare loop alternating in one process.
 
-Runs INSIDE one framework's environment (the kits' own virtualenv or image),
-started by benchmarks/bench_kit_overhead.py:
+A kit entry point, started by benchmarks/bench_kit_overhead.py through a
+runner (reprokit/runners), like every kit process:
 
-    PYTHONPATH=. .reprokit/envs/pytorch-*/bin/python benchmarks/bare_loops.py \
-        --specs specs.json --data-dir .reprokit/data --rounds 7 --warmup 5 --steps 40 --out out.json
+    python -m kits.bench --specs specs.json --data-dir DIR --rounds 7 --warmup 5 --steps 40 --out out.json
 
 For every RunSpec in specs.json (one per seed model) it runs, round after
 round, the kit with all its instrumentation (``kits.run.run``: progress lines,
@@ -40,11 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
 from kits.common import data as datalib
+from kits.common.progress import MARKER
 
 
 def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
@@ -318,10 +314,14 @@ def main(argv: list[str] | None = None) -> int:
         d = spec["data"]
         per_epoch = d["train_samples"] // spec["train"]["batch_size"]
         steps = min(args.steps, per_epoch - args.warmup)
-        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps,
-                           log=lambda line: print(line, flush=True)))
+        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps, log=_tell))
     args.out.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def _tell(line: str) -> None:
+    """A line for the person watching the bench, through the runner's progress channel."""
+    print(MARKER + json.dumps({"bench": line}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""Which equivalence certificates a matrix needs: one per variant pair that runs, on the timed specs.
+
+A pair is the PyTorch and the TensorFlow spec of one variant, at repeat 0. A
+variant that only one framework has (an ablation's ``+pitfall``) is paired
+with the other framework's ``fixed`` spec, which is what the report holds it
+against. A pair that cannot be certified (one framework only) is recorded
+as not run, with the reason, so the report names it instead of leaving it out.
+
+Certificates are cached by what they certify: the model, the data and its
+preprocessing, the optimizer and loss, the numerics, the pitfalls that touch
+those parts, and the environment (lock or image). An ablation of many
+variants that share a model therefore certifies it once.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from kits.common.pitfalls import certified
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+FIXED = "fixed"
+# Spec fields that do not change what the certificate checks: how long and how it is measured.
+UNCERTIFIED_TRAIN = ("epochs", "max_steps_per_epoch", "warmup_steps", "target_accuracy", "eval_batch_size")
+
+
+def pairs(specs: list[dict]) -> dict[str, list[dict]]:
+    """experiment -> [{"pytorch": spec, "tensorflow": spec} or a not-run record], one per variant."""
+    by: dict[str, dict[str, dict[str, dict]]] = {}
+    for s in specs:
+        if s["repeat"] == 0:
+            by.setdefault(s["experiment"], {}).setdefault(s["variant"], {})[s["framework"]] = s
+    out: dict[str, list[dict]] = {}
+    for experiment, variants in by.items():
+        fixed = variants.get(FIXED, {})
+        for variant in sorted(variants, key=lambda v: (v != FIXED, v)):
+            pair = {fw: variants[variant].get(fw) or fixed.get(fw) for fw in FRAMEWORKS}
+            missing = [fw for fw in FRAMEWORKS if pair[fw] is None]
+            if missing:
+                there = next(s for s in pair.values() if s)
+                pair = not_run({fw: s for fw, s in pair.items() if s},
+                               f"only {_label(there['framework'])} runs variant {variant!r} in this matrix, so "
+                               f"there is no {_label(missing[0])} run to hold it against", experiment, variant)
+            out.setdefault(experiment, []).append(pair)
+    return out
+
+
+def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str | None = None) -> dict:
+    """The record of a certificate that did not run, in the certificate's own shape."""
+    if pair.get("status") == "not-run":
+        return pair
+    specs = [s for s in pair.values() if isinstance(s, dict) and "run_id" in s]
+    experiment = experiment or specs[0]["experiment"]
+    return {"schema": "reprokit.certificate/1", "experiment": experiment,
+            "profile": specs[0]["profile"] if specs else None,
+            "variant": {fw: (pair[fw]["variant"] if fw in pair else variant) for fw in FRAMEWORKS},
+            "status": "not-run", "summary": f"not run: {reason}", "message": reason, "checks": []}
+
+
+def _label(framework: str) -> str:
+    return {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}[framework]
+
+
+def _certified_part(spec: dict) -> dict:
+    train = {k: v for k, v in spec["train"].items() if k not in UNCERTIFIED_TRAIN}
+    data = {k: v for k, v in spec["data"].items() if k != "file"}
+    return {"experiment": spec["experiment"], "profile": spec["profile"], "device": spec["device"],
+            "model": spec["model"], "data": data, "train": train, "numerics": spec["numerics"],
+            "pitfalls": certified(spec["pitfalls"]), "provenance": spec["provenance"]}
+
+
+def cache_key(pair: dict) -> str:
+    body = {fw: _certified_part(pair[fw]) for fw in FRAMEWORKS}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def file_name(cert: dict) -> str:
+    """certificate-<experiment>-<variant>.json; the variant named after its non-fixed side."""
+    variants = [v for v in cert["variant"].values() if v and v != FIXED] or [FIXED]
+    return f"certificate-{cert['experiment']}-{variants[0]}.json"
