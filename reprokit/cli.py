@@ -21,7 +21,7 @@ from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
 from reprokit.provenance import REPO, code
 from reprokit.runners.base import run_spec
-from reprokit.runners.local import LocalRunner
+from reprokit.runners.choose import choose
 from reprokit.store import Store
 
 FRAMEWORKS = ("pytorch", "tensorflow")
@@ -84,21 +84,9 @@ def _estimate(store_results: list[dict], spec: dict) -> float | None:
 
 def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...], frameworks: set[str],
                    gpus_explicit: bool):
-    """(runner, why): Docker where an engine answers and the images are there or can be built."""
-    def local() -> LocalRunner:
-        return LocalRunner(ENVS, data_dir, device, python=args.python, extra_paths=extra)
-
-    if args.python is not None or args.backend == "local":
-        return local(), "--python given" if args.python is not None else "asked for"
-    from reprokit.runners import docker as docker_backend
-    ok, why = docker_backend.engine_status()
-    if not ok:
-        if args.backend == "docker":
-            raise UserError(why)
-        return local(), why
-    return docker_backend.select(REPO, data_dir, args.gpus, extra, device,
-                                 forced=args.backend == "docker", gpus_explicit=gpus_explicit,
-                                 frameworks=sorted(frameworks), local=local)
+    return choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
+                  device=device, repo_root=REPO, envs_root=ENVS, data_dir=data_dir, extra_dirs=extra,
+                  frameworks=frameworks)
 
 
 def _experiments(args, frameworks: tuple[str, ...]) -> tuple[dict, tuple[Path, ...]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import pickle
-import shutil
 import tarfile
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from kits.common.files import atomic_file
+from reprokit.console import duration
 from reprokit.errors import UserError
 
 DATASETS = ("cifar10", "synthetic", "learnable")
@@ -47,25 +48,40 @@ class PreparedDataset:
     test_samples: int
 
 
+def _path(data: dict, cache_dir: Path) -> Path:
+    name = data["dataset"]
+    if name == "cifar10":
+        return Path(cache_dir) / CIFAR10_FILE
+    if name not in GENERATED_SIZES:
+        raise UserError(f"Unknown dataset {name!r}: use one of {', '.join(DATASETS)}.")
+    n_train, n_test = _counts_wanted(data)
+    return Path(cache_dir) / f"{name}-n{n_train}-t{n_test}-s{data.get('seed', 0)}.npz"
+
+
 def prepare(data: dict, cache_dir: Path, *, allow_download: bool = True) -> PreparedDataset:
     """Write the dataset's .npz into cache_dir unless it is there already, and describe it."""
-    name = data["dataset"]
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    if name == "cifar10":
-        path = cache_dir / CIFAR10_FILE
-        if not path.exists():
-            _write_npz(path, *_cifar10_arrays(_cifar10_archive(cache_dir, allow_download)))
-    elif name in GENERATED_SIZES:
-        default_train, default_test = GENERATED_SIZES[name]
-        n_train = _or_default(data.get("train_samples"), default_train)
-        n_test = _or_default(data.get("test_samples"), default_test)
-        seed = data.get("seed", 0)
-        path = cache_dir / f"{name}-n{n_train}-t{n_test}-s{seed}.npz"
-        if not path.exists():
-            _write_npz(path, *_generate(name, n_train, n_test, seed))
-    else:
-        raise UserError(f"Unknown dataset {name!r}: use one of {', '.join(DATASETS)}.")
+    path = _path(data, cache_dir)
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        if data["dataset"] == "cifar10":
+            _write_npz(path, *_cifar10_arrays(_cifar10_archive(Path(cache_dir), allow_download)))
+        else:
+            _write_npz(path, *_generate(data["dataset"], *_counts_wanted(data), data.get("seed", 0)))
+    return _describe(data, path)
+
+
+def prepared(data: dict, cache_dir: Path) -> PreparedDataset | None:
+    """The dataset's description if it is already prepared, else None; writes and downloads nothing."""
+    path = _path(data, cache_dir)
+    return _describe(data, path) if path.exists() else None
+
+
+def _counts_wanted(data: dict) -> tuple[int, int]:
+    default_train, default_test = GENERATED_SIZES[data["dataset"]]
+    return _or_default(data.get("train_samples"), default_train), _or_default(data.get("test_samples"), default_test)
+
+
+def _describe(data: dict, path: Path) -> PreparedDataset:
     available_train, available_test = _counts(path)
     return PreparedDataset(
         file=path.name,
@@ -137,10 +153,23 @@ def _cifar10_archive(cache_dir: Path, allow_download: bool) -> Path:
     return path
 
 
-def _download(url: str, path: Path) -> None:
+def _download(url: str, path: Path, log=print) -> None:
+    """Fetch url to path (atomically), saying how far it got about every 10% or 10 s."""
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, atomic_file(path, "wb") as fh:
-            shutil.copyfileobj(response, fh, _CHUNK)
+            total = int(response.headers.get("Content-Length") or 0)
+            log(f"downloading {url} ({total / 2**20:,.0f} MiB)" if total else f"downloading {url}")
+            done, t0, shown = 0, time.monotonic(), (0.0, 0)
+            while chunk := response.read(_CHUNK):
+                fh.write(chunk)
+                done += len(chunk)
+                now = time.monotonic()
+                if (total and done * 10 // total > shown[1]) or now - shown[0] >= 10:
+                    shown = (now, done * 10 // total if total else 0)
+                    rate = done / max(now - t0, 1e-6)
+                    left = f", {duration((total - done) / rate)} left" if total else ""
+                    share = f" ({done / total:.0%})" if total else ""
+                    log(f"  {done / 2**20:,.0f} MiB{share} at {rate / 2**20:,.1f} MiB/s{left}")
     # URLError, HTTPError and timeouts are OSErrors; a cut connection is an HTTPException.
     except (OSError, http.client.HTTPException) as exc:
         raise UserError(f"Downloading {url} failed ({exc}): download it by other means "

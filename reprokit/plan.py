@@ -35,7 +35,9 @@ class Options:
     timeout_s: float | None = None
     variants: tuple[str, ...] = ("fixed",)
     ablation: bool = False          # also each pitfall of the chosen variants alone, as "+<pitfall>"
+    alone: frozenset[str] = frozenset()   # ... or only these of their pitfalls (those the claims name)
     max_steps: int | None = None    # a tighter cap on training steps per epoch (a bounded check)
+    prepare_data: bool = True       # False (a dry run): describe the data only if it is already prepared
 
 
 def run_id(spec: dict) -> str:
@@ -51,10 +53,13 @@ def _data(resolved: dict, opts: Options) -> dict:
     data = dict(resolved["data"])
     if opts.dataset:
         data["dataset"] = opts.dataset
-    prepared = datasets.prepare(
-        {"dataset": data["dataset"], "train_samples": data.get("train_samples"),
-         "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"]},
-        opts.data_dir, allow_download=opts.allow_download)
+    request = {"dataset": data["dataset"], "train_samples": data.get("train_samples"),
+               "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"]}
+    prepared = (datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download) if opts.prepare_data
+                else datasets.prepared(request, opts.data_dir))
+    if prepared is None:            # a dry run before the data exists: the spec's id waits for its checksum
+        data.update(file=None, sha256=None)
+        return data
     data.update(file=prepared.file, sha256=prepared.sha256,
                 train_samples=prepared.train_samples, test_samples=prepared.test_samples)
     return data
@@ -72,8 +77,8 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, list[str]]:
             raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
                             f"it has: fixed, {', '.join(exp.variants) or '(no others)'}")
         out[name] = exp.variants[name]["pitfalls"]
-        if opts.ablation:
-            for pitfall in exp.variants[name]["pitfalls"]:
+        for pitfall in exp.variants[name]["pitfalls"]:
+            if opts.ablation or pitfall in opts.alone:
                 out[f"+{pitfall}"] = [pitfall]
     return out
 

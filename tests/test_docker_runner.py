@@ -34,6 +34,7 @@ from reprokit import images, results
 from reprokit.cli import ENVS
 from reprokit.errors import UserError
 from reprokit.runners import base
+from reprokit.runners import choose
 from reprokit.runners import docker as dr
 from reprokit.runners.local import LocalRunner
 
@@ -816,9 +817,9 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
 
 @pytest.mark.docker
 def test_select_says_why_it_falls_back_to_local(client, monkeypatch, tmp_path):
-    monkeypatch.setattr(dr, "_registry_reachable", lambda c, ref: False)    # as on an offline machine
-    monkeypatch.setattr(dr, "_local_image", lambda c, ref: False)
-    runner, why = dr.select(REPO, tmp_path, "none", device="cpu", client=client, log=lambda line: None,
+    monkeypatch.setattr(choose, "_registry_reachable", lambda c, ref: False)    # as on an offline machine
+    monkeypatch.setattr(choose, "_local_image", lambda c, ref: False)
+    runner, why = choose.select(REPO, tmp_path, "none", device="cpu", client=client, log=lambda line: None,
                             local=lambda: LocalRunner(ENVS, tmp_path, "cpu"))
     if runner.name == "docker":                      # this engine already has every image
         assert "answers" in why
@@ -826,12 +827,12 @@ def test_select_says_why_it_falls_back_to_local(client, monkeypatch, tmp_path):
     assert runner.name == "local"
     assert "can neither be found locally nor pulled" in why and "`nox -s images`" in why
     with pytest.raises(UserError, match="can neither be found locally nor pulled"):
-        dr.select(REPO, tmp_path, "none", device="cpu", forced=True, client=client)
+        choose.select(REPO, tmp_path, "none", device="cpu", forced=True, client=client)
 
 
 @pytest.mark.docker
 def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp_path):
-    runner, why = dr.select(REPO, tmp_path, "none", (tmp_path,), device="cpu", base_override=test_base,
+    runner, why = choose.select(REPO, tmp_path, "none", (tmp_path,), device="cpu", base_override=test_base,
                             client=client, log=lambda line: None)
     assert runner.name == "docker" and why.startswith("Docker engine ") and "GPUs: none" in why
     assert runner.flavor == "cpu" and runner.extra_mounts == [(tmp_path.resolve(), "/opt/reprokit/user/0")]
@@ -841,12 +842,12 @@ def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp
 def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
     if dr.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime")
-    runner, why = dr.select(REPO, tmp_path, "all", device="gpu", client=client,
+    runner, why = choose.select(REPO, tmp_path, "all", device="gpu", client=client,
                             local=lambda: LocalRunner(ENVS, tmp_path, "gpu"))
     assert runner.name == "local" and "nvidia-container-toolkit" in why
     for kw in ({"forced": True}, {"gpus_explicit": True}):
         with pytest.raises(UserError, match="no NVIDIA container runtime; install nvidia-container-toolkit"):
-            dr.select(REPO, tmp_path, "all", device="gpu", client=client, **kw)
+            choose.select(REPO, tmp_path, "all", device="gpu", client=client, **kw)
 
 
 def _fake_nvidia_smi(tmp_path: Path, monkeypatch, script: str) -> None:

@@ -7,13 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from kits.common.custom import load_builder
-
-VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
-SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
-
-
-def _width(c: int, multiplier: float) -> int:
-    return max(1, int(round(c * multiplier)))
+from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 
 
 def _init(model: nn.Module, init: dict) -> None:
@@ -31,7 +25,7 @@ def vgg16(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> nn.Module:
     channels = 3
     for block in VGG16_BLOCKS:
         for width in block:
-            out = _width(width, cfg["width_multiplier"])
+            out = scaled_width(width, cfg["width_multiplier"])
             layers += [nn.Conv2d(channels, out, 3, padding=1), nn.ReLU(inplace=True)]
             channels = out
         layers.append(nn.MaxPool2d(2, 2))
@@ -64,7 +58,7 @@ def simplecnn(cfg: dict, pitfalls: frozenset[str]) -> nn.Module:
     channels = 3
     for i, block in enumerate(SIMPLECNN_BLOCKS):
         for width in block:
-            out = _width(width, cfg["width_multiplier"])
+            out = scaled_width(width, cfg["width_multiplier"])
             layers += [nn.Conv2d(channels, out, 3, padding=1), nn.ReLU(inplace=True), drop(rates[i]), batchnorm(out)]
             channels = out
         # The last block pools by averaging (the post's AvgPool2d / GlobalAveragePooling2D).

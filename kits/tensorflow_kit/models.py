@@ -5,15 +5,10 @@ import keras
 from keras import layers
 
 from kits.common.custom import load_builder
+from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 
-VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
-SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
 
 _INITS = {"glorot_uniform": "glorot_uniform", "he_uniform": "he_uniform"}
-
-
-def _width(c: int, multiplier: float) -> int:
-    return max(1, int(round(c * multiplier)))
 
 
 def _conv(out: int, init: dict) -> layers.Conv2D:
@@ -30,7 +25,7 @@ def vgg16(cfg: dict, input_size: int) -> keras.Model:
     x = inputs = keras.Input((input_size, input_size, 3))
     for block in VGG16_BLOCKS:
         for width in block:
-            x = layers.ReLU()(_conv(_width(width, cfg["width_multiplier"]), init)(x))
+            x = layers.ReLU()(_conv(scaled_width(width, cfg["width_multiplier"]), init)(x))
         x = layers.MaxPooling2D(2, 2)(x)
     x = layers.Flatten()(x)
     for _ in range(2):
@@ -46,7 +41,7 @@ def simplecnn(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> keras.Mod
     x = inputs = keras.Input((input_size, input_size, 3))
     for i, block in enumerate(SIMPLECNN_BLOCKS):
         for width in block:
-            x = layers.ReLU()(_conv(_width(width, cfg["width_multiplier"]), init)(x))
+            x = layers.ReLU()(_conv(scaled_width(width, cfg["width_multiplier"]), init)(x))
             # Channel dropout drops whole feature maps, as torch's Dropout2d does.
             x = (layers.SpatialDropout2D(rates[i]) if cfg["dropout_kind"] == "channel"
                  else layers.Dropout(rates[i]))(x)
