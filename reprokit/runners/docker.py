@@ -25,7 +25,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -34,6 +33,15 @@ from pathlib import Path
 
 from reprokit import images
 from reprokit.errors import UserError
+from reprokit.host_checks import (  # noqa: F401
+    TOOLKIT_FIX,
+    check_gpu_host,
+    device_requests,
+    engine_status,
+    nvidia_runtime_available,
+    parse_gpus,
+)
+from reprokit.host_checks import engine_is_local as _engine_is_local
 from reprokit.runners.base import Outcome, ProgressFn, split_line
 
 KITS_TARGET = "/opt/reprokit/kits"
@@ -55,162 +63,11 @@ LABEL = "reprokit"
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
 
-TOOLKIT_FIX = ("install nvidia-container-toolkit and restart Docker "
-               "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html), "
-               "or run with --gpus none")
-
 Log = Callable[[str], None]
 
 
 # ---------------------------------------------------------------------------
-# The engine and the GPU host
-
-def engine_status() -> tuple[bool, str]:
-    """Whether a Docker engine answers, and why (not)."""
-    try:
-        import docker
-    except ImportError:
-        return False, "the Docker SDK for Python is not installed (pip install docker)"
-    import requests
-    try:
-        client = docker.from_env(timeout=10)
-        version = client.version()
-        where = client.api.base_url.replace("http+docker://localhost", "the local socket")
-        return True, f"Docker engine {version.get('Version', '?')} answers at {where}"
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        return False, (f"no Docker engine answers ({images._short(exc)}); start it with "
-                       f"`sudo systemctl start docker` (or scripts/start-dockerd)")
-
-
-def _engine_is_local(client) -> bool:
-    url = client.api.base_url
-    return url.startswith("http+docker://localhost") or "localhost" in url or "127.0.0.1" in url
-
-
-def nvidia_runtime_available(client) -> bool:
-    """Whether the engine can hand GPUs to a container (NVIDIA container toolkit installed).
-
-    Yes when the engine lists an ``nvidia`` runtime (what `nvidia-ctk runtime
-    configure` registers), or when, on a local engine, the toolkit's
-    ``nvidia-container-runtime-hook`` is on the PATH (dockerd then serves
-    `--gpus` requests with it).
-    """
-    import docker.errors
-    import requests
-    try:
-        info = client.info()
-    except (docker.errors.DockerException, requests.exceptions.RequestException):
-        return False
-    if "nvidia" in (info.get("Runtimes") or {}):
-        return True
-    return _engine_is_local(client) and shutil.which("nvidia-container-runtime-hook") is not None
-
-
-def parse_gpus(value: str | Sequence[str] | None) -> str | list[str]:
-    """'none' | 'all' | ['0', '1'] from what a user typed (--gpus none|all|0,1)."""
-    if value is None:
-        return "none"
-    if not isinstance(value, str):
-        ids = [str(v).strip() for v in value if str(v).strip()]
-        return ids or "none"
-    text = value.strip().lower()
-    if text in ("none", "all"):
-        return text
-    ids = [part.strip() for part in value.split(",") if part.strip()]
-    if not ids or not all(re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+", i) for i in ids):
-        raise UserError(f"--gpus {value!r} is not understood; use none, all, or GPU ids such as 0,1.")
-    return ids
-
-
-def device_requests(gpus: str | list[str]) -> list | None:
-    """The engine's DeviceRequests for `--gpus all` or `--gpus device=0,1`; None for no GPU."""
-    import docker.types
-    gpus = parse_gpus(gpus)
-    if gpus == "none":
-        return None
-    if gpus == "all":
-        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    return [docker.types.DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
-
-
-def query_gpus() -> list[dict]:
-    """The host's GPUs from nvidia-smi: index, uuid, name, driver, compute capability ('' if unknown)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        raise UserError("GPUs were requested but this host has no nvidia-smi, so no NVIDIA driver was found; "
-                        "install the NVIDIA driver, or run with --gpus none.")
-    fields = ["index", "uuid", "name", "driver_version", "compute_cap"]
-    for attempt in (fields, fields[:-1]):   # drivers before ~510 do not know compute_cap
-        proc = subprocess.run([exe, f"--query-gpu={','.join(attempt)}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)
-        if proc.returncode == 0:
-            rows = []
-            for line in proc.stdout.strip().splitlines():
-                parts = [p.strip() for p in line.split(",")]
-                row = dict(zip(attempt, parts))
-                rows.append({"index": row.get("index", ""), "uuid": row.get("uuid", ""),
-                             "name": row.get("name", ""), "driver": row.get("driver_version", ""),
-                             "compute_capability": row.get("compute_cap", "")})
-            return rows
-    message = (proc.stderr or proc.stdout).strip().splitlines()
-    raise UserError(f"GPUs were requested but nvidia-smi failed ({message[-1] if message else proc.returncode}); "
-                    f"check the NVIDIA driver with `nvidia-smi`, or run with --gpus none.")
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)) or (0,)
-
-
-def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                   host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT) -> None:
-    """Check the host's driver and GPU generation against each image's CUDA build.
-
-    Raises UserError with one sentence per mismatch (and the way out) before
-    any GPU run. ``host_gpus`` replaces the nvidia-smi query (tests).
-    """
-    gpus = parse_gpus(gpus)
-    if gpus == "none":
-        return
-    bases = images.load_bases(repo_root)
-    rows = query_gpus() if host_gpus is None else host_gpus
-    if not rows:
-        raise UserError("GPUs were requested but nvidia-smi lists none; check the driver with `nvidia-smi`, "
-                        "or run with --gpus none.")
-    if gpus != "all":
-        known = {r["index"]: r for r in rows} | {r["uuid"]: r for r in rows if r.get("uuid")}
-        missing = [g for g in gpus if g not in known]
-        if missing:
-            raise UserError(f"GPU id {', '.join(missing)} is not on this host (it has "
-                            f"{', '.join(r['index'] for r in rows)}); choose ids from `nvidia-smi -L`.")
-        rows = [known[g] for g in gpus]
-    problems = []
-    for fw in sorted(set(frameworks)):
-        need = bases[fw]
-        min_driver = need["min_driver"]
-        min_cc = need["min_compute_capability"]
-        driver = rows[0]["driver"]
-        if _version(driver) < _version(min_driver):
-            problems.append(f"The NVIDIA driver {driver} is older than the {min_driver} that the {fw} image's "
-                            f"CUDA {need['cuda']} build needs; upgrade the driver, or run with --gpus none.")
-        for r in rows:
-            cc = r.get("compute_capability") or ""
-            if cc and _version(cc) < _version(min_cc):
-                problems.append(f"GPU {r['index']} ({r['name']}, compute capability {cc}) is older than the "
-                                f"{min_cc} that the {fw} image's CUDA {need['cuda']} build supports; use a newer "
-                                f"GPU (choose it with --gpus), or run with --gpus none.")
-    if problems:
-        raise UserError(" ".join(problems))
-
-
-def default_gpus(client) -> str:
-    """'all' where the engine has the NVIDIA runtime and the host lists a GPU, else 'none'."""
-    if not nvidia_runtime_available(client):
-        return "none"
-    try:
-        return "all" if query_gpus() else "none"
-    except (UserError, OSError, subprocess.SubprocessError):
-        return "none"
-
+# Leftover containers
 
 def leftovers(client) -> list:
     """Containers this kit started and did not remove (e.g. after a killed orchestrator)."""
