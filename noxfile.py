@@ -75,7 +75,7 @@ def bench(session: nox.Session) -> None:
     try:
         session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
     finally:
-        answer = session.run("python", "-c", "from reprokit.runners.docker import engine_status as s; "
+        answer = session.run("python", "-c", "from reprokit.host_checks import engine_status as s; "
                              "ok, why = s(); print(('yes: ' if ok else 'no: ') + why)", silent=True, env=env)
         if str(answer).strip().startswith("yes"):
             docker_args = shlex.split(os.environ.get("REPROKIT_BENCH_DOCKER_ARGS", "--runs 5"))

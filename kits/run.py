@@ -19,7 +19,7 @@ from pathlib import Path
 from kits.common import data as datalib
 from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
-from kits.common.nvml import DeviceMemorySampler
+from kits.common.nvml import DeviceSampler
 from kits.common.progress import Progress
 from kits.common.training import train
 
@@ -42,14 +42,15 @@ def run(spec: dict, data_dir: Path) -> dict:
     t0 = time.perf_counter()
     # CUDA numbers devices fastest-first by default, NVML by PCI bus: make index 0 the same device.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    sampler = DeviceMemorySampler() if spec["device"] == "gpu" else None
-    if sampler:
-        sampler.start()
+    # Every device's baseline before the framework touches one; then the framework names its own.
+    sampler = DeviceSampler() if spec["device"] == "gpu" else None
     backend = importlib.import_module(BACKENDS[spec["framework"]]).Backend(spec)
     env = backend.environment()
     if spec["device"] == "gpu" and env["device"] != "gpu":
         raise NoGpuError(f"the spec asks for a GPU but {spec['framework']} sees none "
                          f"({env.get('device_name')}); refusing to run on the CPU instead")
+    if sampler:
+        sampler.watch(env.get("device_uuid"), env.get("device_pci_bus_id"), mig=" MIG " in env["device_name"])
     d = spec["data"]
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
     model = backend.build(arrays)
@@ -62,6 +63,8 @@ def run(spec: dict, data_dir: Path) -> dict:
         result["memory"]["framework"].update(sampler.stop())
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
+    if sampler:
+        result["environment"]["nvml"] = sampler.report()
     if env["device"] == "cpu":
         # Measured after training, so it cannot disturb the run: the CPU's peak for utilisation.
         result["environment"]["matmul_peak_flops"] = backend.matmul_flops_per_s()

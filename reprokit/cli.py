@@ -128,7 +128,7 @@ def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
         after = gpu_state.snapshot()
         result.setdefault("launcher", {})["gpu_state"] = {"before": before, "after": after}
         if result["status"] == "ok":
-            result["findings"] += gpu_state.findings(before, after)
+            result["findings"] += gpu_state.findings(before, after, result)
     progress.done(result["status"] if result["status"] == "ok"
                   else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
     return result

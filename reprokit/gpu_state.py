@@ -1,58 +1,85 @@
-"""The GPU's state around a run, read on the host (a container cannot see other processes)."""
+"""The GPU's state around a run, read on the host (a container cannot see other processes).
+
+Only the run's own GPU counts: the kit's NVML sampler records the UUID it watched, and
+compute processes are matched to it by their ``gpu_uuid``. A MIG device's clocks are its GPU's;
+nvidia-smi lists the processes of every MIG device under the GPU's UUID, so for a MIG run the
+processes on its GPU are reported as such.
+"""
 from __future__ import annotations
 
-import shutil
-import subprocess
-
-GPU_FIELDS = ["index", "name", "clocks.sm", "clocks.max.sm", "temperature.gpu",
-              "clocks_throttle_reasons.active", "memory.used"]
-# Throttle reasons that mean the clocks were held down (NVML's bit values); idle and
-# application-clock settings are not slowdowns.
-SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
-             0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
-
-
-def _query(args: list[str]) -> list[list[str]] | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+from kits.common import nvidia_smi
+from kits.common.nvml import SLOWDOWNS
 
 
 def snapshot() -> dict | None:
-    """Clocks, temperature, throttle reasons and compute processes of every GPU; None without a driver."""
-    gpus = _query([f"--query-gpu={','.join(GPU_FIELDS)}"])
+    """Clocks, temperature, clock-event reasons, MIG devices and compute processes of every GPU; None without a driver."""
+    gpus = nvidia_smi.query("gpu", nvidia_smi.STATE)
     if gpus is None:
         return None
-    apps = _query(["--query-compute-apps=pid,used_memory"]) or []
-    return {"gpus": [dict(zip(GPU_FIELDS, row)) for row in gpus],
-            "processes": [{"pid": int(pid), "used_memory_mib": mem} for pid, mem in apps if pid.isdigit()]}
+    migs = {d["uuid"]: [m["uuid"] for m in d["mig"]] for d in nvidia_smi.devices() or []}
+    apps = nvidia_smi.query("compute-apps", nvidia_smi.APPS) or []
+    return {"gpus": [{**g, "mig": migs.get(g["uuid"], [])} for g in gpus],
+            "processes": [{"pid": int(a["pid"]), "gpu_uuid": a["gpu_uuid"],
+                           "used_memory_mib": nvidia_smi.number(a["used_memory_mib"])}
+                          for a in apps if (a["pid"] or "").isdigit()]}
 
 
-def findings(before: dict | None, after: dict | None) -> list[dict]:
+def watched(result: dict | None) -> str | None:
+    """The UUID of the device the run's sampler watched (None when it recorded none)."""
+    return (((result or {}).get("environment") or {}).get("nvml") or {}).get("uuid")
+
+
+def _run_gpus(state: dict, uuid: str | None) -> tuple[list[dict], bool]:
+    """(the run's GPU rows, whether the run was on a MIG device of them); every GPU when uuid is unknown."""
+    if uuid is None:
+        return state["gpus"], False
+    for gpu in state["gpus"]:
+        if uuid == gpu["uuid"]:
+            return [gpu], False
+        if uuid in gpu.get("mig", []):
+            return [gpu], True
+    return [], False
+
+
+def findings(before: dict | None, after: dict | None, result: dict | None = None) -> list[dict]:
+    """gpu-throttled and gpu-shared, about the run's own GPU only."""
+    uuid = watched(result)
+    scope = "" if uuid else " (the run recorded no GPU UUID, so every GPU is considered)"
     out = []
     for when, state in (("before", before), ("after", after)):
         if not state:
             continue
-        for gpu in state["gpus"]:
-            try:
-                active = int(gpu["clocks_throttle_reasons.active"], 16)
-            except ValueError:
-                continue
-            reasons = [text for bit, text in SLOWDOWNS.items() if active & bit]
+        for gpu in _run_gpus(state, uuid)[0]:
+            active = nvidia_smi.bitmask(gpu.get("event_reasons"))
+            reasons = [text for bit, text in SLOWDOWNS.items() if active and active & bit]
             if reasons:
                 out.append({"code": "gpu-throttled", "severity": "warning",
                             "message": f"GPU {gpu['index']} ({gpu['name']}) {when} the run: {', '.join(reasons)} "
-                                       f"(SM clock {gpu['clocks.sm']} of {gpu['clocks.max.sm']} MHz, "
-                                       f"{gpu['temperature.gpu']} C)"})
+                                       f"(SM clock {gpu.get('clocks_sm_mhz')} of {gpu.get('clocks_max_sm_mhz')} MHz, "
+                                       f"{gpu.get('temperature_c')} C){scope}"})
+    out += _during(result)
     if before and before["processes"]:
-        pids = ", ".join(str(p["pid"]) for p in before["processes"])
-        out.append({"code": "gpu-shared", "severity": "warning",
-                    "message": f"other processes were using the GPU when the run started (pids {pids}); "
-                               f"their work competes with the measured run"})
+        gpus, mig = _run_gpus(before, uuid)
+        mine = {g["uuid"] for g in gpus}
+        others = [p for p in before["processes"] if p["gpu_uuid"] in mine]
+        if others:
+            pids = ", ".join(str(p["pid"]) for p in others)
+            where = ("on the GPU that holds this run's MIG device (nvidia-smi does not say which MIG device "
+                     "they use)" if mig else "on the run's GPU")
+            out.append({"code": "gpu-shared", "severity": "warning",
+                        "message": f"other processes were using the GPU {where} when the run started (pids {pids}); "
+                                   f"their work competes with the measured run{scope}"})
     return out
+
+
+def _during(result: dict | None) -> list[dict]:
+    """gpu-throttled from the clock-event reasons the kit's sampler read while the run trained."""
+    nvml = ((result or {}).get("environment") or {}).get("nvml") or {}
+    events = nvml.get("clock_events") or {}
+    n = events.get("samples") or 0
+    seen = {text: k for text, k in (events.get("slowdown_samples") or {}).items() if k}
+    if not n or not seen:
+        return []
+    parts = ", ".join(f"{text} in {k / n:.0%}" for text, k in sorted(seen.items(), key=lambda kv: -kv[1]))
+    return [{"code": "gpu-throttled", "severity": "warning",
+             "message": f"GPU {nvml.get('name')} ({nvml.get('uuid')}) during the run: {parts} of {n} samples"}]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -97,3 +98,25 @@ def write_spec(tmp_path: Path, spec: dict) -> Path:
     path = tmp_path / f"{spec['framework']}-spec.json"
     path.write_text(json.dumps(spec))
     return path
+
+
+NVIDIA_SMI_CAPTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
+
+
+@pytest.fixture
+def nvidia_smi_replay(tmp_path, monkeypatch):
+    """Put a stand-in nvidia-smi on PATH that answers from one recorded capture (see its SOURCES.md)."""
+    from kits.common import nvidia_smi
+
+    bin_dir = tmp_path / "replay-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(NVIDIA_SMI_CAPTURES / "replay")
+
+    def use(capture: str) -> Path:
+        monkeypatch.setenv("NVIDIA_SMI_REPLAY", str(NVIDIA_SMI_CAPTURES / capture))
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        nvidia_smi._known.cache_clear()         # each capture is another driver
+        return NVIDIA_SMI_CAPTURES / capture
+
+    yield use
+    nvidia_smi._known.cache_clear()

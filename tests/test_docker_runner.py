@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from kits.common import report as kit_report
-from reprokit import images, results
+from reprokit import host_checks, images, results
 from reprokit.cli import ENVS
 from reprokit.errors import UserError
 from reprokit.runners import base
@@ -169,7 +169,7 @@ def ok_result(spec: dict) -> dict:
 
 @pytest.fixture(scope="session")
 def client():
-    ok, reason = dr.engine_status()
+    ok, reason = host_checks.engine_status()
     if not ok:
         _unavailable(reason)
     import docker
@@ -497,7 +497,7 @@ def test_ctrl_c_removes_the_container_and_reports_interrupted(make_runner, tmp_p
 @pytest.mark.docker
 def test_engine_refusing_to_start_is_a_failed_run_not_a_crash(make_runner, tmp_path, client):
     """A GPU request that slipped past the checks: the engine refuses at start; the matrix goes on."""
-    if dr.nvidia_runtime_available(client):
+    if host_checks.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime, so it would start the container")
     runner = make_runner()
     runner.gpus = "all"                      # bypass prepare()'s check on purpose
@@ -522,7 +522,7 @@ def test_engine_refusing_to_start_is_a_failed_run_not_a_crash(make_runner, tmp_p
 def test_gpu_device_requests_reach_the_engine(make_runner, tmp_path, client, gpus, expect):
     """Created, never started (no NVIDIA runtime here): the engine stores the request as given."""
     runner = make_runner()
-    runner.gpus = dr.parse_gpus(gpus)
+    runner.gpus = host_checks.parse_gpus(gpus)
     spec, spec_path = make_spec(tmp_path, {})
     call = probe_call(runner, spec, spec_path)
     call.output.mkdir()
@@ -539,7 +539,7 @@ def test_gpu_device_requests_reach_the_engine(make_runner, tmp_path, client, gpu
 
 @pytest.mark.docker
 def test_gpus_without_nvidia_runtime_fail_before_any_container(client, test_base, probe_lock, probe_kits, dirs):
-    if dr.nvidia_runtime_available(client):
+    if host_checks.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime")
     before = {c.id for c in client.containers.list(all=True)}
     runner = dr.DockerRunner(REPO, dirs["data"], gpus="all", kits_dir=probe_kits,
@@ -642,11 +642,11 @@ def test_missing_base_override_names_the_script(client, tmp_path, probe_lock):
 
 
 # ---------------------------------------------------------------------------
-# Without an engine: engine down, pins, the GPU host check
+# Without an engine: engine down, pins (the GPU host check: tests/test_host_checks.py)
 
 def test_engine_down_is_one_clear_message(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    ok, reason = dr.engine_status()
+    ok, reason = host_checks.engine_status()
     assert not ok and "no Docker engine answers" in reason and "start" in reason
     with pytest.raises(UserError, match="no Docker engine answers .*; start it"):
         images.client_or_error()
@@ -726,48 +726,6 @@ def test_extra_ca_must_be_pem(tmp_path):
         images.read_extra_ca(tmp_path / "missing.pem")
 
 
-GPU_OK = [{"index": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100", "driver": "580.95.05",
-           "compute_capability": "9.0"}]
-
-
-@pytest.mark.parametrize("frameworks, gpus, rows, fragment", [
-    ({"pytorch"}, "all", [dict(GPU_OK[0], driver="570.86.15")],
-     "The NVIDIA driver 570.86.15 is older than the 580.65.06 that the pytorch image's CUDA 13 build needs"),
-    ({"tensorflow"}, "all", [dict(GPU_OK[0], driver="470.256.02")],
-     "The NVIDIA driver 470.256.02 is older than the 525.60.13 that the tensorflow image's CUDA 12 build needs"),
-    ({"pytorch"}, "all", [dict(GPU_OK[0], name="Tesla V100", compute_capability="7.0")],
-     "GPU 0 (Tesla V100, compute capability 7.0) is older than the 7.5 that the pytorch image"),
-    ({"pytorch"}, ["3"], GPU_OK, "GPU id 3 is not on this host (it has 0)"),
-    ({"pytorch"}, "all", [], "nvidia-smi lists none"),
-])
-def test_gpu_host_check_says_what_does_not_fit(frameworks, gpus, rows, fragment):
-    with pytest.raises(UserError) as err:
-        dr.check_gpu_host(frameworks, gpus, host_gpus=rows)
-    assert fragment in str(err.value)
-    assert "--gpus" in str(err.value) or "nvidia-smi -L" in str(err.value)
-
-
-def test_gpu_host_check_passes_a_fitting_host():
-    dr.check_gpu_host({"pytorch", "tensorflow"}, "all", host_gpus=GPU_OK)
-    dr.check_gpu_host({"pytorch", "tensorflow"}, ["GPU-aaaa"], host_gpus=GPU_OK)
-    # a V100 still fits TensorFlow's CUDA 12 build
-    dr.check_gpu_host({"tensorflow"}, "all", host_gpus=[dict(GPU_OK[0], compute_capability="7.0")])
-    dr.check_gpu_host({"pytorch"}, "none", host_gpus=[])
-
-
-def test_gpu_host_without_nvidia_smi_is_one_clear_message(monkeypatch):
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(UserError, match="no nvidia-smi.*install the NVIDIA driver, or run with --gpus none"):
-        dr.check_gpu_host({"pytorch"}, "all")
-
-
-def test_parse_gpus():
-    assert dr.parse_gpus("none") == "none" and dr.parse_gpus("ALL") == "all"
-    assert dr.parse_gpus("0, 1") == ["0", "1"] and dr.parse_gpus(["2"]) == ["2"]
-    with pytest.raises(UserError, match="--gpus 'two' is not understood"):
-        dr.parse_gpus("two")
-
-
 def test_the_docker_socket_is_never_mounted(tmp_path):
     for host in ("/var/run", "/run", "/var/run/docker.sock", "/"):
         with pytest.raises(UserError, match="Docker socket"):
@@ -840,7 +798,7 @@ def test_select_picks_docker_when_the_images_can_be_built(client, test_base, tmp
 
 @pytest.mark.docker
 def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
-    if dr.nvidia_runtime_available(client):
+    if host_checks.nvidia_runtime_available(client):
         pytest.skip("this engine has the NVIDIA runtime")
     runner, why = choose.select(REPO, tmp_path, "all", device="gpu", client=client,
                             local=lambda: LocalRunner(ENVS, tmp_path, "gpu"))
@@ -848,30 +806,3 @@ def test_select_with_gpus_but_no_nvidia_runtime(client, tmp_path):
     for kw in ({"forced": True}, {"gpus_explicit": True}):
         with pytest.raises(UserError, match="no NVIDIA container runtime; install nvidia-container-toolkit"):
             choose.select(REPO, tmp_path, "all", device="gpu", client=client, **kw)
-
-
-def _fake_nvidia_smi(tmp_path: Path, monkeypatch, script: str) -> None:
-    exe = tmp_path / "bin" / "nvidia-smi"
-    exe.parent.mkdir()
-    exe.write_text("#!/bin/sh\n" + script)
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{exe.parent}:{os.environ['PATH']}")
-
-
-def test_gpu_host_check_reads_nvidia_smi(tmp_path, monkeypatch):
-    _fake_nvidia_smi(tmp_path, monkeypatch, 'echo "0, GPU-1111, NVIDIA H200, 580.95.05, 9.0"\n'
-                                            'echo "1, GPU-2222, Tesla V100-SXM2-16GB, 580.95.05, 7.0"\n')
-    rows = dr.query_gpus()
-    assert [(r["index"], r["name"], r["compute_capability"]) for r in rows] == [
-        ("0", "NVIDIA H200", "9.0"), ("1", "Tesla V100-SXM2-16GB", "7.0")]
-    dr.check_gpu_host({"pytorch", "tensorflow"}, ["0"])
-    with pytest.raises(UserError, match=r"GPU 1 \(Tesla V100-SXM2-16GB, compute capability 7.0\)"):
-        dr.check_gpu_host({"pytorch"}, "all")
-
-
-def test_gpu_host_check_with_a_driver_that_predates_compute_cap(tmp_path, monkeypatch):
-    _fake_nvidia_smi(tmp_path, monkeypatch,
-                     'case "$1" in *compute_cap*) echo \'Field "compute_cap" is not a valid field to query.\'; '
-                     'exit 2;; esac\necho "0, GPU-1111, Tesla T4, 470.82.01"\n')
-    with pytest.raises(UserError, match="driver 470.82.01 is older than the 525.60.13"):
-        dr.check_gpu_host({"tensorflow"}, "all")

@@ -1,33 +1,61 @@
-"""The host's view of the GPU, read through a stand-in nvidia-smi that prints what the real one prints."""
+"""The host's view of the run's GPU, read through a stand-in nvidia-smi replaying real drivers'
+outputs (tests/fixtures/nvidia_smi), and the clock-event reasons the kit sampled during the run."""
 from __future__ import annotations
 
-import os
-import stat
+import copy
 
 from reprokit import gpu_state
 
-FAKE = """#!/bin/sh
-case "$1" in
-  --query-gpu=*) echo "0, NVIDIA H200, 1980, 1980, 41, 0x0000000000000000, 1024"
-                 echo "1, NVIDIA H200, 1305, 1980, 88, 0x0000000000000040, 70000" ;;
-  --query-compute-apps=*) echo "4242, 69000" ;;
-esac
-"""
+H100 = "GPU-00000000-0000-0000-0000-000000000000"
 
 
-def test_throttled_and_shared_gpus_become_findings(tmp_path, monkeypatch):
-    exe = tmp_path / "nvidia-smi"
-    exe.write_text(FAKE)
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+def _result(uuid=None, samples=0, thermal=0):
+    return {"environment": {"nvml": {"uuid": uuid, "name": "NVIDIA H100 80GB HBM3", "clock_events": {
+        "samples": samples, "slowdown_samples": {"hardware thermal slowdown": thermal, "software power cap": 0}}}}}
+
+
+def test_other_processes_on_the_runs_gpu_are_found_by_uuid(nvidia_smi_replay):
+    nvidia_smi_replay("590.48.01-h100")
     state = gpu_state.snapshot()
-    assert [g["name"] for g in state["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]
-    assert state["processes"] == [{"pid": 4242, "used_memory_mib": "69000"}]
-    found = gpu_state.findings(state, state)
-    codes = [f["code"] for f in found]
-    assert codes == ["gpu-throttled", "gpu-throttled", "gpu-shared"]
-    assert "hardware thermal slowdown" in found[0]["message"] and "GPU 1" in found[0]["message"]
-    assert "4242" in found[2]["message"]
+    assert [g["name"] for g in state["gpus"]] == ["NVIDIA H100 80GB HBM3"]
+    assert [p["pid"] for p in state["processes"]] == [11327, 11328, 11345]
+    assert state["processes"][2] == {"pid": 11345, "gpu_uuid": H100, "used_memory_mib": 15690}
+    (shared,) = gpu_state.findings(state, state, _result(H100))
+    assert shared["code"] == "gpu-shared" and "11327, 11328, 11345" in shared["message"]
+    assert "on the run's GPU" in shared["message"]
+    # a run watched on another GPU does not inherit this GPU's processes
+    assert gpu_state.findings(state, state, _result("GPU-ffffffff-0000-0000-0000-000000000000")) == []
+
+
+def test_a_run_without_a_recorded_uuid_considers_every_gpu_and_says_so(nvidia_smi_replay):
+    nvidia_smi_replay("590.48.01-h100")
+    state = gpu_state.snapshot()
+    (shared,) = gpu_state.findings(state, None, None)
+    assert "every GPU is considered" in shared["message"]
+
+
+def test_mig_runs_see_their_gpus_processes_with_the_caveat(nvidia_smi_replay):
+    nvidia_smi_replay("590.48.01-h200-mig")
+    state = gpu_state.snapshot()
+    assert state["gpus"][0]["mig"][3] == "MIG-00000003-0000-0000-0000-000000000003"
+    (shared,) = gpu_state.findings(state, state, _result("MIG-00000003-0000-0000-0000-000000000003"))
+    assert "12249, 12250, 12267" in shared["message"] and "does not say which MIG device" in shared["message"]
+
+
+def test_throttling_before_after_and_during_the_run(nvidia_smi_replay):
+    nvidia_smi_replay("465.27-rtx2080super")          # the old clocks_throttle_reasons name
+    state = gpu_state.snapshot()
+    assert state["gpus"][0]["event_reasons"] == "0x0000000000000001" and state["processes"] == []
+    assert gpu_state.findings(state, state, _result()) == []          # idle is not a slowdown
+    hot = copy.deepcopy(state)
+    hot["gpus"][0]["event_reasons"] = "0x0000000000000040"
+    found = gpu_state.findings(state, hot, _result(samples=200, thermal=50))
+    assert [f["code"] for f in found] == ["gpu-throttled", "gpu-throttled"]
+    assert found[0]["message"].startswith("GPU 0 (NVIDIA GeForce RTX 2080 SUPER) after the run: hardware thermal")
+    assert "during the run: hardware thermal slowdown in 25% of 200 samples" in found[1]["message"]
+    unreadable = copy.deepcopy(state)
+    unreadable["gpus"][0]["event_reasons"] = None                     # "[Not Supported]"
+    assert gpu_state.findings(unreadable, unreadable, _result()) == []
 
 
 def test_no_driver_means_no_state(monkeypatch, tmp_path):

@@ -1,4 +1,7 @@
-"""Model FLOPs utilisation: the device's peak from the datasheet table, or the CPU's measured matmul rate."""
+"""Model FLOPs utilisation: the device's peak from the datasheet table, or the CPU's measured matmul rate.
+
+GPU names are matched whole, as drivers print them (nvidia-smi, torch.cuda.get_device_name).
+"""
 from __future__ import annotations
 
 import copy
@@ -17,6 +20,12 @@ def result():
     return json.loads(REFERENCE[0].read_text())
 
 
+def _on(result, name, tf32=False, dtype="float32"):
+    r = copy.deepcopy(result)
+    r["environment"].update(device="gpu", device_name=name, tf32=tf32, precision={"compute_dtype": dtype})
+    return r
+
+
 def test_cpu_peak_is_the_measured_matmul_rate(result):
     top, source = utilisation.peak(result)
     assert top == result["environment"]["matmul_peak_flops"] > 1e9 and "measured" in source
@@ -25,15 +34,60 @@ def test_cpu_peak_is_the_measured_matmul_rate(result):
     assert utilisation.mfu(result, None) is None
 
 
-@pytest.mark.parametrize("name,tf32,dtype,expected", [
-    ("NVIDIA H200", False, "float32", 67e12),
-    ("NVIDIA H200", True, "float32", 494.5e12),
-    ("NVIDIA A100-SXM4-80GB", False, "bfloat16", 312e12),
-    ("Tesla V100-SXM2-16GB", False, "bfloat16", None),
+# (device name as printed, table row, dense bf16 peak or None where the GPU has no bf16)
+NAMES = [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm", 989.5e12), ("NVIDIA H100 PCIe", "h100-pcie", 756.5e12),
+    ("NVIDIA H100 NVL", "h100-nvl", 835.5e12), ("NVIDIA H200", "h200-sxm", 989.5e12),
+    ("NVIDIA H200 NVL", "h200-nvl", 835.5e12), ("NVIDIA A100-SXM4-80GB", "a100", 312e12),
+    ("NVIDIA A100-SXM4-40GB", "a100", 312e12), ("NVIDIA A100-PCIE-40GB", "a100", 312e12),
+    ("A100-SXM4-40GB", "a100", 312e12), ("NVIDIA A100 80GB PCIe", "a100", 312e12),
+    ("NVIDIA L4", "l4", 121e12), ("NVIDIA L40", "l40", 181.05e12), ("NVIDIA L40S", "l40s", 362.05e12),
+    ("NVIDIA A10", "a10", 125e12), ("Tesla V100-SXM2-16GB", "v100-sxm2", None),
+    ("Tesla V100-PCIE-16GB", "v100-pcie", None), ("Tesla T4", "t4", None),
+]
+
+
+@pytest.mark.parametrize("name, key, bf16", NAMES)
+def test_whole_names_find_their_own_row(result, name, key, bf16):
+    assert utilisation.model(name) is utilisation._table()[key]
+    top, source = utilisation.peak(_on(result, name, dtype="bfloat16"))
+    assert top == bf16
+    assert ("datasheet" in source or "product brief" in source) if bf16 else source == f"no bf16 peak known for {name}"
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A10G", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA H100",
+                                  "NVIDIA L4 Ti", "NVIDIA GeForce RTX 4090", "NVIDIA B200", "GRID T4-16Q"])
+def test_an_unknown_gpu_gets_no_peak(result, name):
+    assert utilisation.peak(_on(result, name)) == (None, f"no peak known for {name}")
+    assert utilisation.mfu(_on(result, name), 1e9) is None
+
+
+def test_l4_is_not_l40s_and_sxm_is_not_pcie(result):
+    l4, l40s = (utilisation.peak(_on(result, n, tf32=True))[0] for n in ("NVIDIA L4", "NVIDIA L40S"))
+    assert (l4, l40s) == (60e12, 183e12)
+    sxm, pcie, nvl = (utilisation.peak(_on(result, n))[0] for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe",
+                                                                   "NVIDIA H100 NVL"))
+    assert (sxm, pcie, nvl) == (67e12, 51e12, 60e12)
+
+
+@pytest.mark.parametrize("name, tf32, dtype, expected, says", [
+    ("NVIDIA H200", False, "float32", 67e12, "fp32"),
+    ("NVIDIA H200", True, "float32", 494.5e12, "tf32"),
+    ("NVIDIA A100-SXM4-80GB", True, "bfloat16", 312e12, "bf16"),       # bf16 applied: its peak, TF32 or not
+    ("NVIDIA A100-SXM4-80GB", False, "float16", 312e12, "fp16"),
+    ("Tesla T4", False, "float16", 65e12, "fp16"),
+    # TF32 asked for on a GPU without it (compute capability below 8.0): fp32, and said so
+    ("Tesla V100-SXM2-16GB", True, "float32", 15.7e12, "has no TF32, so it computed in fp32"),
+    ("Tesla T4", True, "float32", 8.1e12, "(compute capability 7.5) has no TF32"),
 ])
-def test_gpu_peak_by_model_and_precision(result, name, tf32, dtype, expected):
-    r = copy.deepcopy(result)
-    r["environment"].update(device="gpu", device_name=name, tf32=tf32, precision={"compute_dtype": dtype})
+def test_the_peak_of_the_precision_the_run_applied(result, name, tf32, dtype, expected, says):
+    r = _on(result, name, tf32, dtype)
     top, source = utilisation.peak(r)
-    assert top == expected
-    assert ("datasheet" in source) if expected else ("no bf16 peak" in source)
+    assert top == expected and says in source
+    assert utilisation.mfu(r, 1e9) == pytest.approx(1e9 * r["timing"]["samples_per_s"] / expected)
+
+
+def test_every_row_cites_a_source_and_has_an_fp32_peak():
+    for key, row in utilisation._table().items():
+        assert row["source"].startswith("NVIDIA ") and row["fp32"] > 1e12 and row["names"], key
+        assert all(row[p] >= row["fp32"] for p in ("tf32", "bf16", "fp16") if p in row), key

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
+
+from kits.common import nvidia_smi as nvidia_smi_lib
 
 
 def cpu_name() -> str:
@@ -29,18 +29,9 @@ def host() -> dict:
 
 
 def nvidia_smi() -> list[dict]:
-    """GPUs as the NVIDIA driver reports them ([] where there is no driver)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        name, driver, cap, mem = (part.strip() for part in line.split(","))
-        gpus.append({"name": name, "driver": driver, "compute_capability": cap, "memory_mib": int(mem)})
-    return gpus
+    """GPUs as the NVIDIA driver reports them ([] where there is no driver); None marks what it could not say."""
+    found = nvidia_smi_lib.gpus() or []
+    for gpu in found:
+        memory = nvidia_smi_lib.number(gpu["memory_mib"])
+        gpu["memory_mib"] = int(memory) if memory is not None else None
+    return found

@@ -1,62 +1,206 @@
-"""Device-level GPU memory through NVML (ctypes, no extra package), sampled in a thread.
+"""The run's own GPU through NVML (ctypes, no extra package), sampled in a thread.
 
 Framework counters see only their own allocator; NVML sees the device, CUDA
-context and cuDNN workspaces included. The figure reported is the peak of
+context and cuDNN workspaces included. The memory figure is the peak of
 "memory used" minus what was used before this process touched the GPU.
+
+NVML numbers devices its own way and ignores CUDA_VISIBLE_DEVICES, so the
+sampler never assumes device 0: it takes every device's baseline before the
+framework starts, then watches the one the framework names, by UUID (or PCI
+bus id), MIG devices included. While the run trains it also samples the
+clock-event ("throttle") reasons, so a slowdown during the run is seen, not
+only one before or after it. An NVML error marks the sampler unavailable with
+its reason; it never fails the run.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
 
+LIBRARY = "libnvidia-ml.so.1"
+# nvmlClocksEventReasons bits that mean the clocks were held down (nvml.h); idle and
+# application-clock settings are not slowdowns.
+SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+             0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+_TEXT = 96          # NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_DEVICE_NAME_V2_BUFFER_SIZE
+
 
 class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
-class DeviceMemorySampler:
-    """Start before the framework creates its CUDA context; stop after training."""
+class NvmlError(OSError):
+    pass
+
+
+class DeviceSampler:
+    """Create before the framework creates its CUDA context; watch() its device; stop() after training."""
 
     SOURCE = "NVML device memory used, peak minus the idle baseline (CUDA context included)"
 
-    def __init__(self, index: int = 0, interval_s: float = 0.02) -> None:
+    def __init__(self, interval_s: float = 0.02, library: str = LIBRARY) -> None:
         self.unavailable: str | None = None
+        self.uuid = self.name = self.found_by = None
         self.baseline = self.peak = 0
+        self.samples = 0
+        self.slowdowns = dict.fromkeys(SLOWDOWNS.values(), 0)
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._baselines: dict[str, int] = {}
+        self._lib = None
+        self._initialised = False
         try:
-            self._lib = ctypes.CDLL("libnvidia-ml.so.1")
-            if self._lib.nvmlInit_v2() != 0:
-                raise OSError("nvmlInit_v2 failed")
-            self._handle = ctypes.c_void_p()
-            if self._lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self._handle)) != 0:
-                raise OSError(f"no NVML device {index}")
-            self.baseline = self.peak = self._used()
+            self._lib = ctypes.CDLL(library)
+            self._lib.nvmlErrorString.restype = ctypes.c_char_p
+            self._call("nvmlInit_v2")
+            self._initialised = True
+            count = ctypes.c_uint()
+            self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
+            for i in range(count.value):
+                handle = self._handle("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i))
+                for h in (handle, *self._mig_devices(handle)):
+                    self._baselines[self._text("nvmlDeviceGetUUID", h)] = self._used(h)
         except (OSError, AttributeError) as exc:
             self.unavailable = f"NVML unavailable ({exc})"
 
-    def _used(self) -> int:
+    # -- NVML calls ----------------------------------------------------------
+
+    def _call(self, name: str, *args) -> None:
+        code = getattr(self._lib, name)(*args)
+        if code != 0:
+            raise NvmlError(f"{name}: {self._lib.nvmlErrorString(code).decode()}")
+
+    def _handle(self, name: str, *args) -> ctypes.c_void_p:
+        handle = ctypes.c_void_p()
+        self._call(name, *args, ctypes.byref(handle))
+        return handle
+
+    def _text(self, name: str, handle) -> str:
+        buf = ctypes.create_string_buffer(_TEXT)
+        self._call(name, handle, buf, ctypes.c_uint(_TEXT))
+        return buf.value.decode()
+
+    def _used(self, handle) -> int:
         memory = _Memory()
-        if self._lib.nvmlDeviceGetMemoryInfo(self._handle, ctypes.byref(memory)) != 0:
-            raise OSError("nvmlDeviceGetMemoryInfo failed")
+        self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
         return int(memory.used)
+
+    def _mig_devices(self, handle) -> list:
+        count = ctypes.c_uint()
+        try:
+            self._call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
+        except (NvmlError, AttributeError):   # not a MIG-capable GPU, or a driver before MIG
+            return []
+        found = []
+        for i in range(count.value):
+            try:
+                found.append(self._handle("nvmlDeviceGetMigDeviceHandleByIndex", handle, ctypes.c_uint(i)))
+            except NvmlError:                  # no MIG device in that slot
+                continue
+        return found
+
+    def _parent(self, handle):
+        """The GPU a MIG device lives on (its clocks are the GPU's), else the handle itself."""
+        is_mig = ctypes.c_uint()
+        try:
+            self._call("nvmlDeviceIsMigDeviceHandle", handle, ctypes.byref(is_mig))
+        except (NvmlError, AttributeError):
+            return handle
+        return self._handle("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle) if is_mig.value else handle
+
+    def _reasons(self, handle) -> int:
+        reasons = ctypes.c_ulonglong()
+        # renamed from ...ClocksThrottleReasons in R535; older drivers have only the old name
+        name = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(self._lib, "nvmlDeviceGetCurrentClocksEventReasons")
+                else "nvmlDeviceGetCurrentClocksThrottleReasons")
+        self._call(name, handle, ctypes.byref(reasons))
+        return reasons.value
+
+    # -- the run -------------------------------------------------------------
+
+    def watch(self, uuid: str | None = None, pci_bus_id: str | None = None, *, mig: bool = False) -> None:
+        """Follow the framework's own device, by the UUID it reports or else its PCI bus id.
+
+        CUDA gives a UUID without NVML's "GPU-"/"MIG-" prefix; both are tried. A PCI bus id names
+        the whole GPU, so it cannot find a MIG device (``mig``): that is said, not guessed.
+        """
+        if self.unavailable is not None:
+            return
+        try:
+            if uuid:
+                handle = self._by_uuid(uuid)
+                self.found_by = "the UUID the framework reported"
+            elif pci_bus_id and mig:
+                raise NvmlError("the framework runs on a MIG device but reports only its GPU's PCI bus id")
+            elif pci_bus_id:
+                handle = self._handle("nvmlDeviceGetHandleByPciBusId_v2", pci_bus_id.encode())
+                self.found_by = "the PCI bus id the framework reported"
+            else:
+                raise NvmlError("the framework named no device (neither a UUID nor a PCI bus id)")
+            self._device = handle
+            self._clocks = self._parent(handle)
+            self.uuid = self._text("nvmlDeviceGetUUID", handle)
+            self.name = self._text("nvmlDeviceGetName", handle)
+            if self.uuid not in self._baselines:
+                raise NvmlError(f"{self.uuid} was not among the devices NVML listed before the run")
+            self.baseline = self._baselines[self.uuid]
+            self.peak = max(self.baseline, self._used(handle))
+        except (OSError, AttributeError) as exc:
+            self._fail(f"NVML could not find the framework's device ({exc})")
+            return
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _by_uuid(self, uuid: str) -> ctypes.c_void_p:
+        names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]
+        for name in names[:-1]:
+            try:
+                return self._handle("nvmlDeviceGetHandleByUUID", name.encode())
+            except NvmlError:
+                continue
+        return self._handle("nvmlDeviceGetHandleByUUID", names[-1].encode())
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, self._used(self._device))
+        active = self._reasons(self._clocks)
+        self.samples += 1
+        for bit, text in SLOWDOWNS.items():
+            self.slowdowns[text] += bool(active & bit)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
-            self.peak = max(self.peak, self._used())
+            try:
+                self._sample()
+            except (OSError, AttributeError) as exc:
+                self._fail(f"NVML failed during the run ({exc})")
+                return
 
-    def start(self) -> None:
-        if self.unavailable is None:
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
+    def _fail(self, reason: str) -> None:
+        self.unavailable = self.unavailable or reason
 
     def stop(self) -> dict:
+        """The device memory figures (None with the reason where NVML could not give them)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            if self.unavailable is None:
+                try:
+                    self._sample()
+                except (OSError, AttributeError) as exc:
+                    self._fail(f"NVML failed at the end of the run ({exc})")
+        if self._initialised:
+            self._initialised = False
+            try:
+                self._call("nvmlShutdown")
+            except (OSError, AttributeError):
+                pass
         if self.unavailable is not None:
             return {"device_peak_bytes": None, "device_source": self.unavailable}
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._used())
-        self._lib.nvmlShutdown()
         return {"device_peak_bytes": self.peak - self.baseline, "device_baseline_bytes": self.baseline,
                 "device_source": self.SOURCE}
+
+    def report(self) -> dict:
+        """Which device was watched and how, and the clock-event reasons seen while training."""
+        return {"uuid": self.uuid, "name": self.name, "found_by": self.found_by, "unavailable": self.unavailable,
+                "clock_events": {"samples": self.samples, "slowdown_samples": dict(self.slowdowns)}}

@@ -53,6 +53,8 @@ class Backend(FeederMixin):
             "numpy": np.__version__,
             "device": "gpu" if cuda else "cpu",
             "device_name": torch.cuda.get_device_name(0) if cuda else cpu_name(),
+            # CUDA's UUID of the device this process uses: the NVML sampler watches exactly this one
+            "device_uuid": str(torch.cuda.get_device_properties(self.device).uuid) if cuda else None,
             "gpus": nvidia_smi() if cuda else [],
             "gpu_count": torch.cuda.device_count() if cuda else 0,
             "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},

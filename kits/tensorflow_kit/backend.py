@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")   # keep the log tail for real errors
 
@@ -62,6 +63,8 @@ class Backend(FeederMixin):
             "device": "gpu" if gpu else "cpu",
             "device_name": (tf.config.experimental.get_device_details(self.gpus[0]).get("device_name", "GPU")
                             if gpu else cpu_name()),
+            # TensorFlow names no UUID; its PCI bus id lets the NVML sampler watch this very GPU
+            "device_pci_bus_id": _pci_bus_id() if gpu else None,
             "gpus": nvidia_smi() if gpu else [],
             "gpu_count": len(self.gpus),
             "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -191,3 +194,15 @@ class Backend(FeederMixin):
                     "framework": {"peak_allocated": peak}}
         return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
                 "framework": {}}
+
+
+def _pci_bus_id() -> str | None:
+    """The PCI bus id of TensorFlow's first GPU, from its physical device description
+    ("device: 0, name: ..., pci bus id: 0000:00:04.0, compute capability: 8.0")."""
+    from tensorflow.python.client import device_lib
+
+    for d in device_lib.list_local_devices():
+        if d.device_type == "GPU":
+            found = re.search(r"pci bus id: ([0-9a-fA-F:.]+)", d.physical_device_desc)
+            return found.group(1) if found else None
+    return None

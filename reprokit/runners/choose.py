@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from reprokit import images
+from reprokit import host_checks, images
 from reprokit.errors import UserError
 from reprokit.runners import docker as docker_runner
 from reprokit.runners.local import LocalRunner
@@ -22,7 +22,7 @@ def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool,
 
     if python is not None or backend == "local":
         return local(), "--python given" if python is not None else "asked for"
-    ok, why = docker_runner.engine_status()
+    ok, why = host_checks.engine_status()
     if not ok:
         if backend == "docker":
             raise UserError(why)
@@ -44,7 +44,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     cannot be described (missing lock file, unresolved base digest); an image
     that is missing and whose base can be neither found locally nor pulled.
     """
-    gpus = docker_runner.parse_gpus(gpus or "none")
+    gpus = host_checks.parse_gpus(gpus or "none")
     strict = forced or bool(gpus_explicit)
     client = client or images.client_or_error()
     extra = [(Path(d), f"/opt/reprokit/user/{i}") for i, d in enumerate(extra_dirs)]
@@ -54,10 +54,10 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
             raise UserError(why)
         return local(), why
 
-    if gpus != "none" and not docker_runner.nvidia_runtime_available(client):
+    if gpus != "none" and not host_checks.nvidia_runtime_available(client):
         if strict:
             raise UserError(f"GPUs were requested (--gpus {gpus if isinstance(gpus, str) else ','.join(gpus)}) "
-                            f"but this Docker engine has no NVIDIA container runtime; {docker_runner.TOOLKIT_FIX}.")
+                            f"but this Docker engine has no NVIDIA container runtime; {host_checks.TOOLKIT_FIX}.")
         return fallback("the Docker engine has no NVIDIA container runtime for this host's GPU; install "
                         "nvidia-container-toolkit to run in the pinned images")
     runner = docker_runner.DockerRunner(repo_root, data_dir, gpus, extra, base_override=base_override,

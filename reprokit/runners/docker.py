@@ -4,8 +4,9 @@ Started through the Docker SDK, never the CLI. Each container gets least
 privilege: a non-root user, a read-only root filesystem (a tmpfs at /tmp),
 all capabilities dropped, no new privileges, no network, the kit code, the
 dataset and the call's inputs (a spec, weights) mounted read-only and exactly
-one writable mount (the call's fresh, empty output folder). The Docker socket
-is never mounted.
+one writable mount (the call's fresh, empty output folder; on a GPU whose
+framework build has only PTX, also a cache of the kernels compiled from it, so
+each container does not compile them again). The Docker socket is never mounted.
 GPUs reach the container through ``device_requests`` (the `--gpus` flag of the
 CLI), with the shared memory and ulimits NVIDIA recommends for training
 containers ("--shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864", NVIDIA
@@ -24,15 +25,21 @@ import contextlib
 import os
 import re
 import secrets
-import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from reprokit import images
+from reprokit import host_checks, images
 from reprokit.errors import UserError
+from reprokit.host_checks import (
+    TOOLKIT_FIX,
+    check_gpu_host,
+    device_requests,
+    engine_is_local,
+    nvidia_runtime_available,
+    parse_gpus,
+)
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 KITS_TARGET = "/opt/reprokit/kits"
@@ -53,162 +60,11 @@ LABEL = "reprokit"
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
 
-TOOLKIT_FIX = ("install nvidia-container-toolkit and restart Docker "
-               "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html), "
-               "or run with --gpus none")
-
 Log = Callable[[str], None]
 
 
 # ---------------------------------------------------------------------------
-# The engine and the GPU host
-
-def engine_status() -> tuple[bool, str]:
-    """Whether a Docker engine answers, and why (not)."""
-    try:
-        import docker
-    except ImportError:
-        return False, "the Docker SDK for Python is not installed (pip install docker)"
-    import requests
-    try:
-        client = docker.from_env(timeout=10)
-        version = client.version()
-        where = client.api.base_url.replace("http+docker://localhost", "the local socket")
-        return True, f"Docker engine {version.get('Version', '?')} answers at {where}"
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        return False, (f"no Docker engine answers ({images._short(exc)}); start it with "
-                       f"`sudo systemctl start docker` (or scripts/start-dockerd)")
-
-
-def _engine_is_local(client) -> bool:
-    url = client.api.base_url
-    return url.startswith("http+docker://localhost") or "localhost" in url or "127.0.0.1" in url
-
-
-def nvidia_runtime_available(client) -> bool:
-    """Whether the engine can hand GPUs to a container (NVIDIA container toolkit installed).
-
-    Yes when the engine lists an ``nvidia`` runtime (what `nvidia-ctk runtime
-    configure` registers), or when, on a local engine, the toolkit's
-    ``nvidia-container-runtime-hook`` is on the PATH (dockerd then serves
-    `--gpus` requests with it).
-    """
-    import docker.errors
-    import requests
-    try:
-        info = client.info()
-    except (docker.errors.DockerException, requests.exceptions.RequestException):
-        return False
-    if "nvidia" in (info.get("Runtimes") or {}):
-        return True
-    return _engine_is_local(client) and shutil.which("nvidia-container-runtime-hook") is not None
-
-
-def parse_gpus(value: str | Sequence[str] | None) -> str | list[str]:
-    """'none' | 'all' | ['0', '1'] from what a user typed (--gpus none|all|0,1)."""
-    if value is None:
-        return "none"
-    if not isinstance(value, str):
-        ids = [str(v).strip() for v in value if str(v).strip()]
-        return ids or "none"
-    text = value.strip().lower()
-    if text in ("none", "all"):
-        return text
-    ids = [part.strip() for part in value.split(",") if part.strip()]
-    if not ids or not all(re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+", i) for i in ids):
-        raise UserError(f"--gpus {value!r} is not understood; use none, all, or GPU ids such as 0,1.")
-    return ids
-
-
-def device_requests(gpus: str | list[str]) -> list | None:
-    """The engine's DeviceRequests for `--gpus all` or `--gpus device=0,1`; None for no GPU."""
-    import docker.types
-    gpus = parse_gpus(gpus)
-    if gpus == "none":
-        return None
-    if gpus == "all":
-        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    return [docker.types.DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
-
-
-def query_gpus() -> list[dict]:
-    """The host's GPUs from nvidia-smi: index, uuid, name, driver, compute capability ('' if unknown)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        raise UserError("GPUs were requested but this host has no nvidia-smi, so no NVIDIA driver was found; "
-                        "install the NVIDIA driver, or run with --gpus none.")
-    fields = ["index", "uuid", "name", "driver_version", "compute_cap"]
-    for attempt in (fields, fields[:-1]):   # drivers before ~510 do not know compute_cap
-        proc = subprocess.run([exe, f"--query-gpu={','.join(attempt)}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)
-        if proc.returncode == 0:
-            rows = []
-            for line in proc.stdout.strip().splitlines():
-                parts = [p.strip() for p in line.split(",")]
-                row = dict(zip(attempt, parts))
-                rows.append({"index": row.get("index", ""), "uuid": row.get("uuid", ""),
-                             "name": row.get("name", ""), "driver": row.get("driver_version", ""),
-                             "compute_capability": row.get("compute_cap", "")})
-            return rows
-    message = (proc.stderr or proc.stdout).strip().splitlines()
-    raise UserError(f"GPUs were requested but nvidia-smi failed ({message[-1] if message else proc.returncode}); "
-                    f"check the NVIDIA driver with `nvidia-smi`, or run with --gpus none.")
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)) or (0,)
-
-
-def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                   host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT) -> None:
-    """Check the host's driver and GPU generation against each image's CUDA build.
-
-    Raises UserError with one sentence per mismatch (and the way out) before
-    any GPU run. ``host_gpus`` replaces the nvidia-smi query (tests).
-    """
-    gpus = parse_gpus(gpus)
-    if gpus == "none":
-        return
-    bases = images.load_bases(repo_root)
-    rows = query_gpus() if host_gpus is None else host_gpus
-    if not rows:
-        raise UserError("GPUs were requested but nvidia-smi lists none; check the driver with `nvidia-smi`, "
-                        "or run with --gpus none.")
-    if gpus != "all":
-        known = {r["index"]: r for r in rows} | {r["uuid"]: r for r in rows if r.get("uuid")}
-        missing = [g for g in gpus if g not in known]
-        if missing:
-            raise UserError(f"GPU id {', '.join(missing)} is not on this host (it has "
-                            f"{', '.join(r['index'] for r in rows)}); choose ids from `nvidia-smi -L`.")
-        rows = [known[g] for g in gpus]
-    problems = []
-    for fw in sorted(set(frameworks)):
-        need = bases[fw]
-        min_driver = need["min_driver"]
-        min_cc = need["min_compute_capability"]
-        driver = rows[0]["driver"]
-        if _version(driver) < _version(min_driver):
-            problems.append(f"The NVIDIA driver {driver} is older than the {min_driver} that the {fw} image's "
-                            f"CUDA {need['cuda']} build needs; upgrade the driver, or run with --gpus none.")
-        for r in rows:
-            cc = r.get("compute_capability") or ""
-            if cc and _version(cc) < _version(min_cc):
-                problems.append(f"GPU {r['index']} ({r['name']}, compute capability {cc}) is older than the "
-                                f"{min_cc} that the {fw} image's CUDA {need['cuda']} build supports; use a newer "
-                                f"GPU (choose it with --gpus), or run with --gpus none.")
-    if problems:
-        raise UserError(" ".join(problems))
-
-
-def default_gpus(client) -> str:
-    """'all' where the engine has the NVIDIA runtime and the host lists a GPU, else 'none'."""
-    if not nvidia_runtime_available(client):
-        return "none"
-    try:
-        return "all" if query_gpus() else "none"
-    except (UserError, OSError, subprocess.SubprocessError):
-        return "none"
-
+# Leftover containers
 
 def leftovers(client) -> list:
     """Containers this kit started and did not remove (e.g. after a killed orchestrator)."""
@@ -271,8 +127,8 @@ class DockerRunner:
                  extra_mounts: Sequence[tuple[Path | str, str]] = (), *, flavor: str | None = None,
                  base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
                  lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
-                 shm_size: str = SHM_SIZE, kits_dir: Path | None = None, client=None,
-                 log: Log = print) -> None:
+                 shm_size: str = SHM_SIZE, kits_dir: Path | None = None, cache_root: Path | None = None,
+                 client=None, log: Log = print) -> None:
         self.repo_root = Path(repo_root).resolve()
         self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
         self.data_dir = Path(data_dir).resolve()
@@ -287,6 +143,8 @@ class DockerRunner:
         self.shm_size = shm_size
         self.ulimits = list(ULIMITS)
         self.log = log
+        self.cache_root = Path(cache_root).resolve() if cache_root else self.data_dir.parent / "cache"
+        self._jit: dict[str, host_checks.JitCache] = {}     # per framework, where its GPU compiles PTX
         self._client = client
         self._recipes: dict[str, images.Recipe] = {}
         self._images: dict[str, object] = {}
@@ -329,8 +187,15 @@ class DockerRunner:
             if not nvidia_runtime_available(client):
                 raise UserError(f"GPUs were requested (--gpus {self._gpus_text()}) but this Docker engine has no "
                                 f"NVIDIA container runtime; {TOOLKIT_FIX}.")
-            if _engine_is_local(client):
+            if engine_is_local(client):
                 check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root)
+                gpus = host_checks.resolve_gpus(self.gpus)
+                for fw in frameworks:
+                    cache = host_checks.jit_cache(fw, gpus, self.cache_root, repo_root=self.repo_root)
+                    if cache:
+                        self._jit[fw] = cache
+                        log(f"note: {fw}'s build has only PTX for this GPU: its kernels are compiled once, during "
+                            f"the first run's warmup, and kept in {cache.host} for the runs after it.")
         self.data_dir.mkdir(parents=True, exist_ok=True)     # the plan fills it after prepare()
         _readable_by_others(self.data_dir)                   # its files are shared as each call starts
         uid = _container_user()[0]
@@ -376,11 +241,14 @@ class DockerRunner:
 
     def mounts(self, call: KitCall) -> list[tuple[Path, str, bool]]:
         """(host path, container path, writable) for one call: the kit code, the user's folders and the
-        data read-only, each of the call's inputs read-only, and its output folder, the one writable mount."""
+        data read-only, each of the call's inputs read-only, and its output folder, the one writable mount
+        besides the compiled-kernel cache of a GPU that has only PTX in the framework's build."""
         fixed = [(self.kits_dir, KITS_TARGET, False), *((h, t, False) for h, t in self.extra_mounts),
                  (self.data_dir, DATA_TARGET, False)]
         inputs = [(Path(p).resolve(), f"{INPUTS_TARGET}/{i}/{Path(p).name}", False) for i, p in enumerate(call.inputs)]
-        return [*fixed, *inputs, (Path(call.output).resolve(), RESULTS_TARGET, True)]
+        jit = self._jit.get(call.framework)
+        cache = [(jit.host, jit.target, True)] if jit else []
+        return [*fixed, *inputs, *cache, (Path(call.output).resolve(), RESULTS_TARGET, True)]
 
     @staticmethod
     def container_path(path: Path, mounts: list[tuple[Path, str, bool]]) -> str:
@@ -406,7 +274,8 @@ class DockerRunner:
             "name": name or f"reprokit-{label}-{secrets.token_hex(3)}",
             "labels": {LABEL: "1", LABEL_RUN: label, LABEL_FRAMEWORK: call.framework},
             "user": f"{uid}:{gid}",
-            "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+            "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                            **(self._jit[call.framework].environment if call.framework in self._jit else {})},
             "working_dir": "/tmp",
             "mounts": [docker.types.Mount(target, str(host), type="bind", read_only=not writable)
                        for host, target, writable in mounts],
@@ -440,6 +309,8 @@ class DockerRunner:
             return
         os.chown(call.output, uid, gid)
         call.output.chmod(0o700)
+        if call.framework in self._jit:
+            os.chown(self._jit[call.framework].host, uid, gid)
         for root in (self.data_dir, *map(Path, call.inputs)):
             for path in (root, *(root.rglob("*") if root.is_dir() else ())):
                 _readable_by_others(path)

@@ -1,0 +1,104 @@
+"""The kit's NVML sampler against a stand-in libnvidia-ml built from tests/fixtures/fake_nvml.c.
+
+The stand-in has NVML's C signatures, two GPUs and a MIG device, so the sampler's real ctypes
+calls run: finding the framework's device by UUID or PCI bus id (never device 0 blindly), the
+clock-event reasons sampled while training, both names of that call, and an NVML failure.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kits.common.nvml import DeviceSampler
+
+SOURCE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
+
+
+@pytest.fixture
+def nvml(tmp_path):
+    """Build a fresh stand-in library (fresh counters) with or without the R535 call name."""
+    def build(event_name: bool = True) -> str:
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            pytest.skip("no C compiler to build the stand-in libnvidia-ml")
+        out = tmp_path / f"libnvidia-ml-{event_name}.so"
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(SOURCE), *(["-DEVENT_NAME"] if event_name else [])],
+                       check=True, capture_output=True)
+        return str(out)
+    return build
+
+
+def _sample(sampler: DeviceSampler, seconds: float = 0.05) -> tuple[dict, dict]:
+    time.sleep(seconds)
+    return sampler.stop(), sampler.report()
+
+
+@pytest.mark.parametrize("event_name", [True, False], ids=["R535+ name", "throttle name"])
+def test_the_framework_uuid_picks_the_device_and_throttling_is_read_during_the_run(nvml, event_name):
+    sampler = DeviceSampler(interval_s=0.005, library=nvml(event_name))
+    # CUDA's UUID has no "GPU-" prefix (torch.cuda.get_device_properties(i).uuid); device 1, not 0
+    sampler.watch("22222222-2222-2222-2222-222222222222")
+    memory, report = _sample(sampler)
+    assert report["uuid"] == "GPU-22222222-2222-2222-2222-222222222222" and report["unavailable"] is None
+    assert report["name"] == "NVIDIA A100-SXM4-80GB" and "UUID" in report["found_by"]
+    # the baseline is device 1's (200 MiB + its first reading), the peak what the run added on it
+    assert memory["device_baseline_bytes"] == (200 + 1) << 20
+    assert memory["device_peak_bytes"] == (report["clock_events"]["samples"] + 1) << 20
+    events = report["clock_events"]
+    assert events["samples"] >= 3 and events["slowdown_samples"]["hardware thermal slowdown"] == events["samples"]
+    assert sum(events["slowdown_samples"].values()) == events["samples"]     # idle (0x1) is not a slowdown
+
+
+def test_a_mig_device_is_watched_by_its_uuid_with_its_gpus_clocks(nvml):
+    sampler = DeviceSampler(interval_s=0.005, library=nvml())
+    sampler.watch("33333333-3333-3333-3333-333333333333")
+    memory, report = _sample(sampler)
+    assert report["uuid"].startswith("MIG-33333333") and report["name"].endswith("MIG 1g.10gb")
+    assert memory["device_baseline_bytes"] == (10 + 1) << 20
+    assert report["clock_events"]["slowdown_samples"]["hardware thermal slowdown"] > 0   # the parent GPU's
+
+
+def test_tensorflow_finds_its_gpu_by_pci_bus_id_but_not_a_mig_device(nvml):
+    lib = nvml()
+    sampler = DeviceSampler(interval_s=0.005, library=lib)
+    sampler.watch(pci_bus_id="0000:01:00.0")
+    _, report = _sample(sampler)
+    assert report["uuid"] == "GPU-11111111-1111-1111-1111-111111111111" and "PCI bus id" in report["found_by"]
+    assert report["clock_events"]["slowdown_samples"]["hardware thermal slowdown"] == 0
+    sampler = DeviceSampler(library=lib)
+    sampler.watch(pci_bus_id="0000:02:00.0", mig=True)
+    memory, report = _sample(sampler, 0)
+    assert memory["device_peak_bytes"] is None and "reports only its GPU's PCI bus id" in memory["device_source"]
+    assert report["uuid"] is None and report["unavailable"] == memory["device_source"]
+
+
+def test_an_unknown_device_or_none_named_is_said_not_guessed(nvml):
+    lib = nvml()
+    for kwargs, reason in (({"uuid": "99999999-9999-9999-9999-999999999999"}, "Not Found"),
+                           ({}, "named no device")):
+        sampler = DeviceSampler(library=lib)
+        sampler.watch(**kwargs)
+        memory, report = _sample(sampler, 0)
+        assert memory["device_peak_bytes"] is None and reason in memory["device_source"]
+        assert report["uuid"] is None
+
+
+def test_an_nvml_error_during_the_run_marks_the_sampler_unavailable(nvml, monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_FAIL_AFTER", "8")     # 3 baselines + the first reading, then a few samples
+    sampler = DeviceSampler(interval_s=0.005, library=nvml())
+    sampler.watch("GPU-11111111-1111-1111-1111-111111111111")
+    memory, report = _sample(sampler)                     # stop() must not raise
+    assert memory == {"device_peak_bytes": None,
+                      "device_source": "NVML failed during the run (nvmlDeviceGetMemoryInfo: GPU is lost)"}
+    assert report["unavailable"] == memory["device_source"] and report["clock_events"]["samples"] >= 1
+
+
+def test_without_nvml_the_sampler_says_so(tmp_path):
+    sampler = DeviceSampler(library=str(tmp_path / "libnvidia-ml.so.1"))
+    sampler.watch("22222222-2222-2222-2222-222222222222")
+    memory = sampler.stop()
+    assert memory["device_peak_bytes"] is None and memory["device_source"].startswith("NVML unavailable (")
