@@ -1,19 +1,23 @@
-"""reprokit reproduce: plan the matrix, run what is not finished, write the report."""
+"""reprokit reproduce: plan the matrix, run what is not finished, write the report.
+
+By default it reproduces the seed cases: for each experiment, the `fixed` and
+`as_posted` variants in both frameworks, each pitfall that a claim names run
+alone, and the claims' verdicts (claims/seeds.toml), on the profile the
+hardware allows (standard on a GPU, quick on a CPU).
+"""
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
-import os
-import shutil
-import statistics
 import sys
 from pathlib import Path
 
 from kits.common.files import write_json_atomic
-from reprokit import certify_plan
+from kits.common.names import FRAMEWORKS, label
+from reprokit import certify_plan, datasets, estimate, gpu_state, host_checks, publish
 from reprokit import claims as claimlib
-from reprokit import gpu_state, report
 from reprokit import plan as planning
 from reprokit.certificate import certify
 from reprokit.console import RunProgress, duration
@@ -24,17 +28,15 @@ from reprokit.runners.base import run_spec
 from reprokit.runners.choose import choose
 from reprokit.store import Store
 
-FRAMEWORKS = ("pytorch", "tensorflow")
-LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 STATE = REPO / ".reprokit"
 ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
-# A priori guesses per run, used until this machine has finished a run of the same kind.
-FIRST_GUESS_S = {"quick": 30}
-ENV_BUILD_S = 60
+DEFAULT_VARIANTS = ("fixed", "as_posted")
+DEFAULT_CLAIMS = "seeds"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="reprokit reproduce", description=__doc__)
+    p = argparse.ArgumentParser(prog="reprokit reproduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", choices=PROFILES,
                    help="quick (CPU-sized), standard (default on a GPU) or full (the seeds' literal length)")
     p.add_argument("--full", action="store_true", help="same as --profile full")
@@ -44,82 +46,176 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--frameworks", default="pytorch,tensorflow", help="comma-separated subset")
     p.add_argument("--repeats", type=int,
                    help="runs of each configuration, each in a fresh process (default: 1 on quick, 5 otherwise)")
-    p.add_argument("--variants", default="fixed",
-                   help="comma-separated: fixed and/or variants the experiments define, e.g. fixed,as_posted")
+    p.add_argument("--variants", help="comma-separated: fixed and/or variants the experiments define "
+                                      "(default: fixed,as_posted; plain runs: --variants fixed)")
     p.add_argument("--ablation", action="store_true",
-                   help="also run each pitfall of the chosen variants alone")
-    p.add_argument("--claims", metavar="NAME|FILE",
-                   help="run exactly what these claims need (e.g. seeds: claims/seeds.toml) and give verdicts")
+                   help="also run every pitfall of the chosen variants alone (by default only those a claim names)")
+    p.add_argument("--claims", metavar="NAME|FILE|none", default=DEFAULT_CLAIMS,
+                   help="claims to give verdicts on (default seeds: claims/seeds.toml; none for no verdicts)")
     p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto")
     p.add_argument("--gpus", default=None, help="none, all, or comma-separated GPU ids (default: all if any)")
     p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
-    p.add_argument("--dataset", choices=("cifar10", "synthetic", "learnable"), help="override the profile's dataset")
+    p.add_argument("--dataset", choices=datasets.DATASETS, help="override the profile's dataset")
     p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
     p.add_argument("--state-dir", type=Path, default=STATE,
                    help="finished results and scratch space (default .reprokit)")
     p.add_argument("--reports-dir", type=Path, default=REPO / "reports", help="where reports/<name>/ goes")
     p.add_argument("--offline", action="store_true", help="never download; fail early if data is missing")
-    p.add_argument("--name", help="report name: reports/<name>/ (default <profile>-<device>)")
+    p.add_argument("--name", help="report name: reports/<name>/ (default runs/<date>-<profile>-<device>, git-ignored)")
+    p.add_argument("--from", dest="from_report", type=Path, metavar="REPORT",
+                   help="re-run the exact specs of a report folder (e.g. reports/seeds-quick-cpu) on this machine")
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
     p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (recorded in the spec)")
     p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan with time estimates and exit; starts nothing, downloads nothing")
     p.add_argument("--no-certify", dest="certify", action="store_false",
-                   help="skip the equivalence certificate (same weights, logits, ten steps) before the runs")
+                   help="skip the equivalence certificates (the report then says they were skipped)")
     return p
 
 
-def _host_has_gpu() -> bool:
-    return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+@dataclasses.dataclass
+class Matrix:
+    """Everything planned before the first run: what runs, where, and what judges it."""
+    specs: list[dict]
+    runner: object
+    why: str
+    experiments: dict          # every experiment known, for the report's titles
+    claims: list | None
+    profile: str
+    device: str
+    gpu_name: str | None
 
 
-def _estimate(store_results: list[dict], spec: dict) -> float | None:
-    """The median wall time of finished runs like this one (same variant if any, else any variant)."""
-    def walls(keys: tuple[str, ...]) -> list[float]:
-        return [r["launcher"]["wall_s"] for r in store_results
-                if r["status"] == "ok" and r.get("launcher", {}).get("wall_s")
-                and all(r[k] == spec[k] for k in keys)]
-    same = walls(("experiment", "framework", "variant", "profile")) or walls(("experiment", "framework", "profile"))
-    return statistics.median(same) if same else FIRST_GUESS_S.get(spec["profile"])
+def _frameworks(args) -> tuple[str, ...]:
+    chosen = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
+    unknown = set(chosen) - set(FRAMEWORKS)
+    if unknown or not chosen:
+        raise UserError(f"--frameworks: unknown {', '.join(sorted(unknown)) or '(empty)'}; "
+                        f"allowed: {', '.join(FRAMEWORKS)}")
+    return chosen
 
 
-def _choose_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...], frameworks: set[str],
-                   gpus_explicit: bool):
-    return choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
-                  device=device, repo_root=REPO, envs_root=ENVS, data_dir=data_dir, extra_dirs=extra,
-                  frameworks=frameworks)
+def _selected(args, known: dict) -> dict:
+    if not args.only:
+        return known
+    missing = set(args.only) - set(known)
+    if missing:
+        raise UserError(f"--only: no experiment named {', '.join(sorted(missing))}; known: {', '.join(sorted(known))}")
+    return {k: v for k, v in known.items() if k in args.only}
 
 
-def _experiments(args, frameworks: tuple[str, ...]) -> tuple[dict, tuple[Path, ...]]:
-    unknown = set(frameworks) - {"pytorch", "tensorflow"}
-    if unknown or not frameworks:
-        raise UserError(f"--frameworks: unknown {', '.join(sorted(unknown)) or '(empty)'}; allowed: pytorch, tensorflow")
+def _claims(args, experiments: dict) -> list | None:
+    """The claims about the experiments that run; the default (seeds) quietly covers only those it has."""
+    if args.claims == "none":
+        return None
+    loaded = [c for c in claimlib.load(args.claims) if c.experiment in experiments]
+    if not loaded:
+        if args.claims != DEFAULT_CLAIMS:
+            raise UserError(f"--claims {args.claims}: none of its claims is about the experiments that run "
+                            f"({', '.join(sorted(experiments))})")
+        return None
+    claimlib.check_against(loaded, experiments)
+    return loaded
+
+
+def _options(args, profile: str, device: str, frameworks: tuple[str, ...], claims, experiments: dict,
+             dry_run: bool) -> dict[str, planning.Options]:
+    """Per experiment: the variants asked for, and the pitfalls to run alone (those the claims name)."""
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else DEFAULT_VARIANTS
+    base = planning.Options(profile=profile, device=device, repeats=args.repeats or (1 if profile == "quick" else 5),
+                            frameworks=frameworks, data_dir=args.data_dir.resolve(),
+                            allow_download=not args.offline and not dry_run, dataset=args.dataset,
+                            timeout_s=args.timeout, variants=variants, ablation=args.ablation,
+                            max_steps=args.max_steps, prepare_data=not dry_run)
+    out = {}
+    for name in experiments:
+        alone = {v[1:] for c in claims or [] if c.experiment == name for v in c.variants() if v.startswith("+")}
+        out[name] = dataclasses.replace(base, alone=frozenset(alone))
+    return out
+
+
+def _specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: dict, offline: bool) -> list[dict]:
+    """A report's exact specs, to run again here: only the environment (runner, code) is this machine's."""
+    try:
+        results = Store(folder / "results").all()
+    except ValueError as exc:
+        raise UserError(f"--from {folder}: {exc}") from None
+    if not results:
+        raise UserError(f"--from {folder}: no result files in {folder / 'results'}; name a report folder")
+    specs = []
+    for r in results:
+        spec = copy.deepcopy(r["spec"])
+        if spec["device"] == "gpu" and device != "gpu":
+            raise UserError(f"--from {folder}: the report ran on a GPU and this machine runs on its CPU; "
+                            f"re-run it on a machine with a GPU (or give --gpus)")
+        d = spec["data"]
+        here = datasets.prepare({"dataset": d["dataset"], "train_samples": d["train_samples"],
+                                 "test_samples": d["test_samples"], "seed": spec["train"]["seed"]},
+                                data_dir, allow_download=not offline)
+        if here.sha256 != d["sha256"]:
+            raise UserError(f"--from {folder}: the {d['dataset']} data prepared here (sha256 {here.sha256[:12]}) is "
+                            f"not the data the report ran on ({d['sha256'][:12]}); prepare the same data and re-run")
+        spec["provenance"] = {**code_info, **runner.describe(spec["framework"])}
+        spec["run_id"] = planning.run_id(spec)
+        specs.append(spec)
+    return specs
+
+
+def _matrix(args) -> Matrix:
+    frameworks = _frameworks(args)
     extra_dirs = tuple(d.resolve() for d in args.experiments)
-    experiments = discover([BUILTIN_DIR, *extra_dirs])
-    if args.only:
-        missing = set(args.only) - set(experiments)
-        if missing:
-            raise UserError(f"--only: no experiment named {', '.join(sorted(missing))}; "
-                            f"known: {', '.join(sorted(experiments))}")
-        experiments = {k: v for k, v in experiments.items() if k in args.only}
-    return experiments, extra_dirs
+    known = discover([BUILTIN_DIR, *extra_dirs])
+    experiments = _selected(args, known)
+    gpus_explicit = args.gpus is not None
+    args.gpus = args.gpus or ("all" if host_checks.host_has_gpu() else "none")
+    device = "cpu" if args.gpus == "none" else "gpu"
+    profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
+    needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
+    runner, why = choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
+                         device=device, repo_root=REPO, envs_root=ENVS, data_dir=args.data_dir.resolve(),
+                         extra_dirs=extra_dirs, frameworks=needed)
+    gpu_name = next((g["name"] for g in host_checks.resolve_gpus(args.gpus)), None) if device == "gpu" else None
+    if args.from_report:
+        specs = _specs_from(args.from_report.resolve(), runner, device, args.data_dir.resolve(), code(extra_dirs),
+                            args.offline)
+        experiments = {k: v for k, v in known.items() if k in {s["experiment"] for s in specs}}
+        profile = specs[0]["profile"]
+    claims = _claims(args, experiments)
+    if not args.from_report:
+        per_experiment = _options(args, profile, device, frameworks, claims, experiments, args.dry_run)
+        specs = [s for name, o in per_experiment.items()
+                 for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
+    return Matrix(specs, runner, why, known, claims, profile, device, gpu_name)
 
 
-def _print_plan(specs: list[dict], done: set[str], history: list[dict], header: str, to_build: list[str]) -> None:
-    todo = [s for s in specs if s["run_id"] not in done]
-    estimates = [_estimate(history, s) for s in todo]
-    total = None if None in estimates else sum(estimates) + ENV_BUILD_S * len(to_build)
-    print(f"\nplan: {len(specs)} runs, {header}; {len(done)} already finished, {len(todo)} to run, "
-          f"estimated {duration(total)}" + (f" (including building {', '.join(to_build)})" if to_build else ""))
-    for i, s in enumerate(specs, 1):
-        when = "done" if s["run_id"] in done else f"~{duration(_estimate(history, s))}"
-        print(f"  {i:>2}. {s['run_id']}  {s['experiment']:<28} {s['framework']:<10} {s['variant']:<26} "
-              f"repeat {s['repeat']}  {when}")
+def _print_plan(m: Matrix, done: set[str], history: list[dict]) -> list[tuple[float | None, str]]:
+    """The plan, one line per run with its estimate; returns the estimates of the runs to do."""
+    todo = [s for s in m.specs if s["run_id"] not in done]
+    estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
+    builds = m.runner.missing({s["framework"] for s in todo})
+    known = [e for e, _ in estimates]
+    total = None if None in known else sum(known) + estimate.ENV_BUILD_S * len(builds)
+    print(f"\nplan: {len(m.specs)} runs, profile {m.profile} on {m.device}"
+          f"{f' ({m.gpu_name})' if m.gpu_name else ''}, backend {m.runner.name}; {len(done)} already finished, "
+          f"{len(todo)} to run, estimated {duration(total)}"
+          + (f" (including building {', '.join(builds)})" if builds else ""))
+    ahead = iter(estimates)
+    for i, s in enumerate(m.specs, 1):
+        if s["run_id"] in done:
+            when = "done"
+        else:
+            seconds, how = next(ahead)
+            when = f"~{duration(seconds)} ({how})"
+        run_id = s["run_id"] if s["data"]["sha256"] else "(id once data is prepared)"
+        print(f"  {i:>2}. {run_id:<16}  {s['experiment']:<26} {s['framework']:<10} {s['variant']:<28} "
+              f"r{s['repeat']}  {when}")
     print()
+    return estimates
 
 
-def _run_one(runner, spec: dict, work: Path, label: str) -> dict | None:
+def _run_one(runner, spec: dict, work: Path, progress: RunProgress) -> dict | None:
     """One run to one result (None when interrupted); the GPU's state is read on the host around it."""
-    progress = RunProgress(label)
     before = gpu_state.snapshot() if spec["device"] == "gpu" else None
     result = run_spec(runner, spec, work, progress)
     if result is None:
@@ -153,7 +249,7 @@ def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict
                 cert = {**json.loads(cached.read_text()), "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
                         "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
             else:
-                what = " vs ".join(f"{LABELS[fw]} {pair[fw]['variant']}" for fw in FRAMEWORKS)
+                what = " vs ".join(f"{label(fw)} {pair[fw]['variant']}" for fw in FRAMEWORKS)
                 print(f"certificate: {experiment}: {what} (same initial weights, logits, ten steps, FLOPs)", flush=True)
                 cert = certify(pair, runner, state / "work" / f"cert-{key}")
                 write_json_atomic(cached, cert)
@@ -162,75 +258,48 @@ def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict
     return out
 
 
-def _publish(report_dir: Path, name: str, results: list[dict], experiments: dict, claims,
-             certificates: dict) -> Path:
-    """The report and a copy of every result it is computed from, replacing the previous ones."""
-    (report_dir / "results").mkdir(parents=True, exist_ok=True)
-    for old in (report_dir / "results").glob("*.json"):
-        old.unlink()
-    copies = Store(report_dir / "results")
-    for r in results:
-        copies.put(r)
-    for old in report_dir.glob("certificate-*.json"):
-        old.unlink()
-    for certs in certificates.values():
-        for cert in certs:
-            write_json_atomic(report_dir / certify_plan.file_name(cert), cert)
-    return report.write(report_dir, name, results, experiments, claims=claims, certificates=certificates)
-
-
 def reproduce(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     for flag, value in (("--repeats", args.repeats), ("--max-steps", args.max_steps)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
-    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
-    experiments, extra_dirs = _experiments(args, frameworks)
-
-    gpus_explicit = args.gpus is not None
-    args.gpus = args.gpus or ("all" if _host_has_gpu() else "none")
-    device = "cpu" if args.gpus == "none" else "gpu"
-    profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
-    needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
-
-    runner, reason = _choose_runner(args, device, args.data_dir.resolve(), extra_dirs, needed, gpus_explicit)
-    print(f"backend: {runner.name} ({reason})")
-    opts = planning.Options(profile=profile, device=device, repeats=args.repeats or (1 if profile == "quick" else 5),
-                            frameworks=frameworks, data_dir=args.data_dir.resolve(), allow_download=not args.offline,
-                            dataset=args.dataset, timeout_s=args.timeout,
-                            variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
-                            ablation=args.ablation, max_steps=args.max_steps)
-    loaded = claimlib.load(args.claims) if args.claims else None
-    per_experiment = {name: opts for name in experiments}
-    if loaded is not None:
-        claimlib.check_against(loaded, experiments)
-        # Every pitfall alone too: the report's ablation table shows which mistake cost what.
-        per_experiment = {name: dataclasses.replace(opts, variants=tuple(sorted(need["variants"])), ablation=True)
-                          for name, need in claimlib.needs(loaded, experiments).items() if name in experiments}
-    specs = [s for name, o in per_experiment.items()
-             for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
-
+    m = _matrix(args)
+    print(f"backend: {m.runner.name} ({m.why})")
     state = args.state_dir.resolve()
     store = Store(state / "results")
-    done = {s["run_id"] for s in specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
-    todo = [s for s in specs if s["run_id"] not in done]
-    _print_plan(specs, done, store.all(), f"profile {profile} on {device}, backend {runner.name}", runner.missing(needed))
+    done = {s["run_id"] for s in m.specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
+    todo = [s for s in m.specs if s["run_id"] not in done]
+    estimates = _print_plan(m, done, store.all())
+    if args.dry_run:
+        print("dry run: nothing was started. Run the same command without --dry-run to start it.")
+        return 0
     if todo:
-        runner.prepare(needed)
-    certificates = _certificates(specs, runner, state, args.certify)
+        m.runner.prepare({s["framework"] for s in todo})
+    certificates = _certificates(m.specs, m.runner, state, args.certify)
     failures = 0
-    for i, spec in enumerate(todo, 1):
-        label = f"[run {i}/{len(todo)}] {spec['experiment']} / {spec['framework']} / {spec['variant']} r{spec['repeat']}"
-        result = _run_one(runner, spec, state / "work", label)
+    for i, spec in enumerate(todo):
+        after = [e for e, _ in estimates[i + 1:]]
+        progress = RunProgress(f"[run {i + 1}/{len(todo)}] {spec['experiment']} / {spec['framework']} / "
+                               f"{spec['variant']} r{spec['repeat']}", estimates[i][0],
+                               None if None in after else sum(after))
+        result = _run_one(m.runner, spec, state / "work", progress)
         if result is None:
             print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
             return 130
         store.put(result)
         failures += result["status"] != "ok"
 
-    name = args.name or f"{profile}-{device}"
-    path = _publish(args.reports_dir.resolve() / name, name, [store.get(s["run_id"]) for s in specs], experiments,
-                    loaded, certificates)
+    name = args.name or publish.default_name(m.profile, m.device)
+    if args.from_report and not args.name:
+        name = f"{publish.default_name(m.profile, m.device)}-from-{args.from_report.resolve().name}"
+    report_dir = args.reports_dir.resolve() / name
+    ran = {s["experiment"] for s in m.specs}
+    kept, kept_certs = publish.earlier(report_dir, ran)
+    if kept:
+        print(f"report: keeping {len(kept)} finished result(s) of "
+              f"{', '.join(sorted({r['experiment'] for r in kept}))} from the earlier report of this name")
+    path = publish.publish(report_dir, name, [*kept, *(store.get(s["run_id"]) for s in m.specs)], m.experiments,
+                           m.claims, {**kept_certs, **certificates})
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
 

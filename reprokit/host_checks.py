@@ -210,14 +210,12 @@ def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
         raise UserError(" ".join(dict.fromkeys(problems)))
 
 
-def default_gpus(client) -> str:
-    """'all' where the engine has the NVIDIA runtime and the host lists a GPU, else 'none'."""
-    if not nvidia_runtime_available(client):
-        return "none"
+def host_has_gpu() -> bool:
+    """Whether nvidia-smi answers here and lists a GPU: the default --gpus is all where it does."""
     try:
-        return "all" if query_gpus() else "none"
+        return bool(query_gpus())
     except UserError:
-        return "none"
+        return False
 
 
 # ---------------------------------------------------------------------------

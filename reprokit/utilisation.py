@@ -49,11 +49,14 @@ def peak(result: dict) -> tuple[float | None, str]:
     if env["device"] == "cpu":
         measured = env.get("matmul_peak_flops")
         return measured, "measured fp32 matmul rate of this CPU with the run's threads"
-    name = env["device_name"]
+    return device_peak(env["device_name"], applied_precision(env))
+
+
+def device_peak(name: str, precision: str) -> tuple[float | None, str]:
+    """A GPU model's datasheet peak for a precision (fp32, tf32, bf16, fp16), and its source."""
     row = model(name)
     if row is None:
         return None, f"no peak known for {name}"
-    precision = applied_precision(env)
     cc = row["compute_capability"]
     if precision == "tf32" and tuple(map(int, re.findall(r"\d+", cc))) < (8, 0):
         return row["fp32"], (f"{row['source']}, fp32: TF32 was on, but {name} (compute capability {cc}) has "

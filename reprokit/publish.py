@@ -1,0 +1,68 @@
+"""Where a report goes, and how it gets there without clobbering anything.
+
+A run's report goes to ``reports/<name>/``. The default name,
+``runs/<date>-<profile>-<device>``, is git-ignored and never equals a report
+this project publishes (those live directly under ``reports/``), so a first
+``nox -s reproduce`` in a fresh clone changes no tracked file.
+
+Publishing is atomic: the new report is written into a sibling folder, then
+swapped in; a crash leaves the old report whole. A report of the same name
+keeps the finished results of experiments this invocation did not run (``--only``
+narrows what runs, not what the report holds).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+from pathlib import Path
+
+from kits.common.files import write_json_atomic
+from reprokit import certify_plan, report
+from reprokit.store import Store
+
+RUNS = "runs"
+
+
+def default_name(profile: str, device: str, today: datetime.date | None = None) -> str:
+    return f"{RUNS}/{(today or datetime.date.today()).isoformat()}-{profile}-{device}"
+
+
+def earlier(report_dir: Path, experiments: set[str]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The results and certificates of other experiments in an existing report of this name."""
+    folder = report_dir / "results"
+    if not folder.is_dir():
+        return [], {}
+    kept = [r for r in Store(folder).all() if r["experiment"] not in experiments]
+    certs: dict[str, list[dict]] = {}
+    for path in sorted(report_dir.glob("certificate-*.json")):
+        cert = json.loads(path.read_text())
+        if cert.get("experiment") not in experiments:
+            certs.setdefault(cert["experiment"], []).append(cert)
+    return kept, certs
+
+
+def publish(report_dir: Path, name: str, results: list[dict], experiments: dict, claims,
+            certificates: dict[str, list[dict]]) -> Path:
+    """The report, a copy of every result and certificate it is computed from; swapped in at the end."""
+    report_dir.parent.mkdir(parents=True, exist_ok=True)
+    new = report_dir.with_name(f".{report_dir.name}.new-{os.getpid()}")
+    shutil.rmtree(new, ignore_errors=True)
+    try:
+        copies = Store(new / "results")
+        for r in results:
+            copies.put(r)
+        for certs in certificates.values():
+            for cert in certs:
+                write_json_atomic(new / certify_plan.file_name(cert), cert)
+        report.write(new, name, results, experiments, claims=claims, certificates=certificates)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)      # the old report stays as it was
+        raise
+    old = report_dir.with_name(f".{report_dir.name}.old-{os.getpid()}")
+    if report_dir.exists():
+        report_dir.rename(old)
+    new.rename(report_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return report_dir / "report.md"

@@ -1,0 +1,118 @@
+"""The CLI's verbs around a run: the dry run, report names, atomic publishing, --from. No training here."""
+from __future__ import annotations
+
+import copy
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprokit import datasets, publish, report
+from reprokit.cli import _specs_from
+from reprokit.errors import UserError
+from reprokit.experiments import BUILTIN_DIR, discover
+from reprokit.provenance import REPO, code
+from reprokit.store import Store
+
+REFERENCE = REPO / "reports" / "quick-cpu"
+
+
+def test_a_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "reprokit", "reproduce", "--dry-run", "--backend", "local",
+                           "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
+                           "--reports-dir", str(tmp_path / "reports"), "--dataset", "cifar10"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    # The default: both seeds, fixed and as posted, in both frameworks, plus the pitfalls a claim names alone.
+    assert "plan: 10 runs, profile quick on cpu, backend local; 0 already finished, 10 to run" in out
+    for line in ("vgg16_cifar10_speed        pytorch    as_posted", "simplecnn_cifar10_memory   pytorch    +pt_val_grad",
+                 "vgg16_cifar10_speed        tensorflow fixed"):
+        assert line in out
+    assert "(id once data is prepared)" in out and "~30s (first-run guess)" in out
+    assert "dry run: nothing was started" in out
+    # No dataset written or downloaded (CIFAR-10 is not there), no environment built, no report.
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "state" / "results").exists()
+
+
+def test_the_default_report_name_is_git_ignored_and_never_a_published_report():
+    name = publish.default_name("quick", "cpu", datetime.date(2026, 11, 30))
+    assert name == "runs/2026-11-30-quick-cpu"
+    published = {p.name for p in (REPO / "reports").iterdir() if p.is_dir()} - {"runs"}
+    assert name not in published and published
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"reports/{name}/report.md"], cwd=REPO)
+    assert ignored.returncode == 0, "reports/runs/ must be git-ignored"
+
+
+def _reference_results() -> list[dict]:
+    return [r for r in Store(REFERENCE / "results").all() if r["status"] == "ok"]
+
+
+def test_publishing_keeps_other_experiments_and_leaves_the_old_report_whole_on_failure(tmp_path, monkeypatch):
+    results = _reference_results()
+    experiments = discover([BUILTIN_DIR])
+    names = sorted({r["experiment"] for r in results})
+    assert len(names) == 2
+    target = tmp_path / "reports" / "mine"
+    publish.publish(target, "mine", results, experiments, None, {})
+    # --only the first experiment: the second's results stay in the report of the same name.
+    only = [r for r in results if r["experiment"] == names[0]]
+    kept, _ = publish.earlier(target, {names[0]})
+    assert {r["experiment"] for r in kept} == {names[1]}
+    publish.publish(target, "mine", [*kept, *only], experiments, None, {})
+    assert {r["experiment"] for r in Store(target / "results").all()} == set(names)
+    before = (target / "report.md").read_text()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(report, "write", broken)
+    with pytest.raises(RuntimeError):
+        publish.publish(target, "mine", only, experiments, None, {})
+    assert (target / "report.md").read_text() == before
+    assert sorted(p.name for p in target.parent.iterdir()) == ["mine"]      # no half-written sibling left
+
+
+class _Runner:
+    """Only what --from asks of a runner: what it would record about the environment."""
+    def describe(self, framework: str) -> dict:
+        return {"lock": "here.txt", "lock_sha256": "0" * 64, "image": None}
+
+
+def _report_from(tmp_path: Path, results: list[dict]) -> Path:
+    folder = tmp_path / "published"
+    store = Store(folder / "results")
+    for r in results:
+        store.put(r)
+    return folder
+
+
+def test_from_reruns_a_reports_exact_specs_with_this_machines_environment(tmp_path):
+    results = copy.deepcopy(_reference_results())
+    data = tmp_path / "data"
+    first = results[0]["spec"]["data"]
+    here = datasets.prepare({"dataset": first["dataset"], "train_samples": first["train_samples"],
+                             "test_samples": first["test_samples"], "seed": results[0]["spec"]["train"]["seed"]}, data)
+    for r in results:                      # as if the report had been made on another machine with this data
+        r["spec"]["data"]["sha256"] = here.sha256
+    specs = _specs_from(_report_from(tmp_path, results), _Runner(), "cpu", data, code(), offline=True)
+    assert len(specs) == len(results)
+    for spec, r in zip(specs, results):
+        drop = ("provenance", "run_id")
+        assert {k: v for k, v in spec.items() if k not in drop} == {k: v for k, v in r["spec"].items() if k not in drop}
+        assert spec["provenance"]["lock"] == "here.txt" and spec["run_id"] != r["run_id"]
+
+
+def test_from_refuses_other_data_and_a_gpu_report_on_a_cpu(tmp_path):
+    results = copy.deepcopy(_reference_results())
+    results[0]["spec"]["data"]["sha256"] = "f" * 64
+    with pytest.raises(UserError, match="is not the data the report ran on"):
+        _specs_from(_report_from(tmp_path / "a", results[:1]), _Runner(), "cpu", tmp_path / "data", code(), True)
+    results[0]["spec"]["device"] = "gpu"
+    with pytest.raises(UserError, match="the report ran on a GPU"):
+        _specs_from(_report_from(tmp_path / "b", results[:1]), _Runner(), "cpu", tmp_path / "data", code(), True)
+    with pytest.raises(UserError, match="no result files"):
+        (tmp_path / "empty" / "results").mkdir(parents=True)
+        _specs_from(tmp_path / "empty", _Runner(), "cpu", tmp_path / "data", code(), True)
