@@ -29,8 +29,10 @@ RUN set -eu; \
         cert="--cert=/build/ca/bundle.pem"; \
     fi; \
     python3 -m venv /opt/venv; \
+    # Wheels wherever the lock has one; the hashes pin every file. tensorflow-datasets needs
+    # promise, which PyPI has only as source, so source builds are allowed for what has no wheel.
     /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check $cert \
-        --require-hashes --no-deps --only-binary=:all: -r /build/lock.txt; \
+        --require-hashes --no-deps --prefer-binary -r /build/lock.txt; \
     /opt/venv/bin/pip check
 
 FROM ${BASE_IMAGE}
