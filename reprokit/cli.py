@@ -17,13 +17,13 @@ from pathlib import Path
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS, label
 from reprokit import certify_plan, datasets, estimate, gpu_state, host_checks, publish
-from reprokit import claims as claimlib
 from reprokit import plan as planning
 from reprokit.certificate import certify
 from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
 from reprokit.provenance import REPO, code
+from reprokit.report import claims as claimlib
 from reprokit.runners.base import run_spec
 from reprokit.runners.choose import choose
 from reprokit.store import Store

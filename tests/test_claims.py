@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from kits.common.pitfalls import PITFALLS
-from reprokit import claims
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, discover
 from reprokit.provenance import REPO
+from reprokit.report import claims
 
-SCHEMA = json.loads((Path(claims.__file__).parent / "schemas" / "claims.schema.json").read_text())
+SCHEMA = json.loads((Path(claims.__file__).parents[1] / "schemas" / "claims.schema.json").read_text())
 
 GOOD = textwrap.dedent("""\
     schema = "reprokit.claims/1"
@@ -24,13 +24,13 @@ GOOD = textwrap.dedent("""\
     experiment = "vgg16_cifar10_speed"
     role = "figure"
     title = "a ratio"
-    source = { seed = "000", where = "question" }
+    source = { seed = "000_c2ccd97f5d7c02f8", where = "question" }
     statement = "A took 40 min, B 10 min"
     published = [
       { label = "A", value = 40, unit = "min", framework = "pytorch", variant = "as_posted" },
       { label = "B", value = 10, unit = "min", framework = "tensorflow", variant = "as_posted" },
     ]
-    metric = { kind = "ratio", quantity = "total_time_s", variant = "as_posted", numerator = { framework = "pytorch" }, denominator = { framework = "tensorflow" } }
+    metric = { kind = "ratio", quantity = "total_time_s", variant = "as_posted", direction = "greater", numerator = { framework = "pytorch" }, denominator = { framework = "tensorflow" } }
     tolerance = { relative = 0.25 }
     transfers = "the ratio"
 
@@ -39,7 +39,7 @@ GOOD = textwrap.dedent("""\
     experiment = "simplecnn_cifar10_memory"
     role = "explanation"
     title = "memory grows"
-    source = { seed = "004", where = "answer" }
+    source = { seed = "004_f3e40c77869401a0", where = "answer" }
     statement = "it accumulates history"
     published = [ { label = "the answer", text = "grows", unit = "qualitative" } ]
     metric = { kind = "value", quantity = "memory_growth", framework = "pytorch", variant = "+pt_val_grad" }
@@ -144,8 +144,36 @@ BAD = [
      "c-growth", r"metric\.variant: '\+pt_val_grad' is a pytorch pitfall"),
     ('numerator = { framework = "pytorch" }, ', '', "c-ratio", r"metric\.numerator: missing"),
     ('quantity = "total_time_s", ', '', "c-ratio", r"metric\.numerator\.quantity: missing"),
-    ('metric = { kind = "value", quantity = "memory_growth",', 'metric = { kind = "value", quantity = "memory_growth", reading = "any",',
+    ('metric = { kind = "value", quantity = "memory_growth",', 'metric = { kind = "value", quantity = "memory_growth", reading = "device",',
      "c-growth", r"metric\.reading: a reading applies to peak_memory_bytes only"),
+    # each claim names in advance the one reading that judges it
+    ('metric = { kind = "value", quantity = "memory_growth",', 'metric = { kind = "value", quantity = "memory_growth", reading = "any",',
+     "c-growth", r"metric\.reading: 'any' is not allowed; allowed: reported, allocated, reserved, device"),
+    ('quantity = "memory_growth", framework', 'quantity = "peak_memory_bytes", framework', "c-growth",
+     r"metric\.reading: missing; a peak-memory claim names in advance the one reading that judges it"),
+    # an effect states which way it points, and only where that means something
+    ('direction = "greater", ', 'direction = "sideways", ', "c-ratio", r"metric\.direction: 'sideways' is not allowed"),
+    ('framework = "pytorch", variant = "+pt_val_grad" }', 'framework = "pytorch", variant = "+pt_val_grad", direction = "greater" }',
+     "c-growth", r"metric\.direction: used by ratio and effect_disappears_with_fix only"),
+    ("tolerance = { relative = 0.25 }", "tolerance = { at_most = 0.8 }", "c-ratio",
+     r"metric\.direction: 'greater' contradicts the tolerance, which accepts only ratios at or below 1"),
+    ('kind = "ratio", quantity = "total_time_s", variant = "as_posted", direction = "greater", ',
+     'kind = "effect_disappears_with_fix", quantity = "total_time_s", variant = "as_posted", ', "c-ratio",
+     r"metric\.direction: missing; an effect that disappears with the fix states which way it points"),
+    # negative times, memory or counts
+    ('{ label = "A", value = 40, unit = "min"', '{ label = "A", value = -40, unit = "min"', "c-ratio",
+     r"published\[0\]\.value: -40 min is negative, and a time cannot be"),
+    ('{ label = "B", value = 10, unit = "min"', '{ label = "B", range = [-1, 10], unit = "min"', "c-ratio",
+     r"published\[1\]\.range: \[-1, 10\] min is negative, and a time cannot be"),
+    ('{ label = "the answer", text = "grows", unit = "qualitative" }', '{ label = "m", at_most = -3, unit = "GB" }',
+     "c-growth", r"published\[0\]\.at_most: -3 GB is negative, and memory cannot be"),
+    ("tolerance = { relative = 0.25 }", "tolerance = { range = [-2.0, 3.0] }", "c-ratio",
+     r"tolerance\.range: \[-2\.0, 3\.0\] x is negative, and a ratio of them cannot be"),
+    ('metric = { kind = "value", quantity = "memory_growth", framework = "pytorch", variant = "+pt_val_grad" }\n'
+     'tolerance = { at_least = 0.05 }',
+     'metric = { kind = "value", quantity = "effective_batch_size", framework = "pytorch", variant = "+pt_val_grad" }\n'
+     'tolerance = { at_least = -1 }', "c-growth", r"tolerance\.at_least: -1 samples/step is negative, and a batch "
+                                                    r"size cannot be"),
     # a malformed tolerance
     ("tolerance = { relative = 0.25 }", "tolerance = { relativ = 0.25 }", "c-ratio",
      r"tolerance\.relativ: unknown key; allowed here: absolute, at_least, at_most, range, relative, unit"),
@@ -191,6 +219,10 @@ def test_a_bad_claim_is_refused_with_one_sentence_naming_file_claim_and_key(tmp_
 def test_the_good_file_itself_loads(tmp_path):
     loaded = claims.load(_write(tmp_path, GOOD))
     assert [c.id for c in loaded] == ["c-ratio", "c-growth"]
+    assert loaded[0].direction == "greater" and loaded[1].direction is None
+    # a ratio may leave its direction unstated ("similar" claims point no way)
+    undirected = claims.load(_edit(tmp_path, 'direction = "greater", ', ''))
+    assert undirected[0].direction is None
     assert claims.reference(loaded[0])[0] == pytest.approx(4.0)
     assert loaded[1].bounds() == (0.05, float("inf"))
 
@@ -213,6 +245,10 @@ def test_claims_are_checked_against_the_experiments(tmp_path):
     with pytest.raises(UserError, match=r"claim 'c-ratio': variant: 'vgg16_cifar10_speed' has no variant 'as_written'; "
                                         r"it has: fixed"):
         claims.check_against(wrong_variant, experiments)
+    wrong_seed = claims.load(_write(tmp_path, GOOD.replace('seed = "000_c2ccd97f5d7c02f8"', 'seed = "004_f3e40c77869401a0"')))
+    with pytest.raises(UserError, match=r"claim 'c-ratio': source\.seed: '004_f3e40c77869401a0' is not the seed of "
+                                        r"experiment 'vgg16_cifar10_speed', which carries '000_c2ccd97f5d7c02f8'$"):
+        claims.check_against(wrong_seed, experiments)
     speed_pitfall = next(p for p, d in PITFALLS.items() if d["framework"] == "pytorch" and p.startswith("pt_head"))
     ablated = claims.load(_write(tmp_path, GOOD.replace('"+pt_val_grad"', f'"+{speed_pitfall}"')))
     with pytest.raises(UserError, match=rf"'\+{speed_pitfall}' needs a variant of 'simplecnn_cifar10_memory' "

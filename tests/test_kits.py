@@ -7,8 +7,9 @@ import subprocess
 import pytest
 from conftest import tiny_specs, write_spec
 
-from reprokit import architecture, results
+from reprokit import results
 from reprokit.provenance import REPO
+from reprokit.report.parameter_counts import parameter_counts
 
 pytestmark = pytest.mark.slow
 FRAMEWORKS = ["pytorch", "tensorflow"]
@@ -87,7 +88,7 @@ def test_both_frameworks_build_the_same_model(tiny_results):
     pt = tiny_results["pytorch"][0]["model"]["parameters"]
     tf = tiny_results["tensorflow"][0]["model"]["parameters"]
     spec = tiny_results["pytorch"][0]["spec"]
-    assert pt == tf == architecture.parameter_counts(spec["model"], spec["data"]["input_size"])
+    assert pt == tf == parameter_counts(spec["model"], spec["data"]["input_size"])
 
 
 
@@ -105,7 +106,7 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert counts == architecture.parameter_counts(resolved["model"], resolved["data"]["input_size"])
+    assert counts == parameter_counts(resolved["model"], resolved["data"]["input_size"])
     if experiment == "vgg16_cifar10_speed":
         assert counts["trainable"] == 134_301_514
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import pairs
+from reprokit.report import pair_findings as pairs
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reports" / "quick-cpu" / "results"
 

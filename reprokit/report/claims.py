@@ -3,9 +3,15 @@
 A claims file (``claims/<name>.toml``, schema ``reprokit/schemas/claims.schema.json``) lists
 claims. Each one names its experiment, its source in the seed post, the published words and
 figures (each with a unit), a metric from a small generic vocabulary, a tolerance, and where it
-is comparable at all. ``reprokit.verdicts`` is the one evaluator; nothing here is specific to a
-seed. A bad file is refused with one sentence naming the file, the claim, the key and what is
-allowed, before anything runs.
+is comparable at all. ``reprokit.report.verdicts`` is the one evaluator; nothing here is specific
+to a seed. A bad file is refused with one sentence naming the file, the claim, the key and what
+is allowed, before anything runs.
+
+Each claim names in advance the one reading that judges it: a peak-memory operand states its
+``reading`` (reported, allocated, reserved or device), and a claim that an effect points one way
+states its ``direction`` (the measured ratio ``greater`` or ``less`` than 1; for an effect that
+disappears with the fix, above or below the similar band), so an effect the wrong way round is
+never counted as reproduced.
 
 Metric kinds:
 
@@ -30,54 +36,22 @@ import jsonschema
 
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
+from reprokit.report import metrics
+from reprokit.report.units import NON_NEGATIVE, UNITS
 from reprokit.schema_messages import describe
 
 SCHEMA_ID = "reprokit.claims/1"
-CLAIMS_DIR = Path(__file__).resolve().parent.parent / "claims"
+CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"
 
-# unit -> (dimension, factor to the dimension's base unit)
-UNITS: dict[str, tuple[str, float]] = {
-    "s": ("time", 1.0), "ms": ("time", 1e-3), "min": ("time", 60.0), "h": ("time", 3600.0),
-    "it/s": ("step_rate", 1.0), "samples/s": ("sample_rate", 1.0),
-    "B": ("bytes", 1.0), "KB": ("bytes", 1e3), "MB": ("bytes", 1e6), "GB": ("bytes", 1e9),
-    "KiB": ("bytes", 2.0**10), "MiB": ("bytes", 2.0**20), "GiB": ("bytes", 2.0**30),
-    "B/step": ("bytes_per_step", 1.0), "KiB/step": ("bytes_per_step", 2.0**10),
-    "MiB/step": ("bytes_per_step", 2.0**20),
-    "samples/step": ("batch", 1.0), "samples": ("samples", 1.0),
-    "x": ("ratio", 1.0), "fraction": ("fraction", 1.0), "%": ("fraction", 0.01),
-    "correct/batch": ("per_batch", 1.0),     # a sum of correct predictions divided by the number of batches
-    "qualitative": ("qualitative", 1.0),     # words only; the figure carries `text`
-}
-
-# quantity -> (dimension, what it is). verdicts.py computes each from a result file.
-QUANTITIES: dict[str, tuple[str, str]] = {
-    "samples_per_s": ("sample_rate", "training samples per second after warmup"),
-    "steps_per_s": ("step_rate", "training steps per second of training time"),
-    "step_time_s": ("time", "training time per step (epoch time / steps)"),
-    "step_time_p50_s": ("time", "median synchronised step time after warmup"),
-    "train_time_per_epoch_s": ("time", "training time per epoch"),
-    "eval_time_per_epoch_s": ("time", "evaluation time per epoch"),
-    "epoch_time_s": ("time", "training plus evaluation time per epoch"),
-    "total_time_s": ("time", "training plus evaluation time over all epochs"),
-    "effective_batch_size": ("batch", "samples per training step, as observed in the tensors"),
-    "train_samples_per_epoch": ("samples", "training samples per epoch, as observed"),
-    "final_test_accuracy": ("fraction", "test accuracy after the last epoch, per sample"),
-    "final_train_accuracy": ("fraction", "training accuracy of the last epoch, per sample"),
-    "peak_memory_bytes": ("bytes", "peak memory, by reading"),
-    "train_peak_memory_bytes": ("bytes", "highest sampled current memory while training"),
-    "eval_peak_memory_bytes": ("bytes", "highest sampled current memory while evaluating"),
-    "memory_growth": ("fraction", "growth of sampled memory over training steps, relative to its level"),
-    "memory_growth_bytes_per_step": ("bytes_per_step", "slope of sampled memory over training steps"),
-}
+# quantity -> (dimension, what it is): every quantity metrics reads
+QUANTITIES: dict[str, tuple[str, str]] = {name: (q.dimension, q.what) for name, q in metrics.QUANTITIES.items()}
 ACCURACIES = ("final_test_accuracy", "final_train_accuracy")
-# Memory readings: `reported` is the result's own peak_bytes (its source says which); `allocated`
-# and `reserved` are the framework allocator's peaks; `device` the device-level figure (NVML);
-# `any` measures every reading the result has and says which one matches.
-READINGS = ("reported", "allocated", "reserved", "device", "any")
+READINGS = metrics.READINGS
 KINDS = ("value", "ratio", "accuracy_vs_chance", "effect_disappears_with_fix")
 BOUNDS = ("range", "at_least", "at_most")
 AROUND = ("relative", "absolute")
 FIGURE_FORMS = ("value", "range", "at_least", "at_most", "text")
+DIRECTIONS = ("greater", "less")
 
 
 @dataclass(frozen=True)
@@ -107,6 +81,7 @@ class Claim:
     comparable: dict = field(default_factory=dict)
     expect: str | None = None
     fixed_variant: str = "fixed"
+    direction: str | None = None    # "greater" / "less": the way the published effect points
     note: str = ""
     file: str = ""
 
@@ -239,10 +214,9 @@ def _build(path: Path, raw: dict) -> Claim:
         where = "metric" if key == "value" else f"metric.{key}"
         if op.reading != "reported" and op.quantity != "peak_memory_bytes":
             raise bad(f"{where}.reading", f"a reading applies to peak_memory_bytes only, not {op.quantity}")
-        if op.reading == "any" and kind != "value":
-            raise bad(f"{where}.reading", "'any' (every reading, saying which matches) is allowed for a value "
-                                          "metric only; a ratio needs one reading: reported, allocated, reserved "
-                                          "or device")
+        if op.quantity == "peak_memory_bytes" and "reading" not in {**base, **extra}:
+            raise bad(f"{where}.reading", "missing; a peak-memory claim names in advance the one reading that "
+                                          f"judges it: {', '.join(READINGS)}")
         if op.variant.startswith("+"):
             pitfall = op.variant[1:]
             if pitfall not in PITFALLS:
@@ -279,13 +253,19 @@ def _build(path: Path, raw: dict) -> Claim:
     fixed_variant = metric.get("fixed_variant", "fixed")
     if kind == "effect_disappears_with_fix" and fixed_variant in {o.variant for o in operands.values()}:
         raise bad("metric.fixed_variant", f"{fixed_variant!r} is also the posted variant; they must differ")
+    direction = metric.get("direction")
+    if kind == "effect_disappears_with_fix" and direction is None:
+        raise bad("metric.direction", "missing; an effect that disappears with the fix states which way it points "
+                                      "as posted: greater (above the similar band) or less (below it)")
+    if direction is not None and kind not in ("ratio", "effect_disappears_with_fix"):
+        raise bad("metric.direction", "used by ratio and effect_disappears_with_fix only")
 
     claim = Claim(
         id=raw["id"], experiment=raw["experiment"], role=raw["role"], title=raw["title"],
         source=raw["source"], statement=raw["statement"], published=tuple(raw["published"]), kind=kind,
         operands=operands, tolerance=raw["tolerance"], transfers=raw["transfers"],
         comparable=raw.get("comparable", {}), expect=metric.get("expect"), fixed_variant=fixed_variant,
-        note=raw.get("note", ""), file=str(path))
+        direction=direction, note=raw.get("note", ""), file=str(path))
     for i, fig in enumerate(claim.published):
         _check_figure(fig, f"published[{i}]", bad)
     _check_tolerance(claim, bad)
@@ -304,6 +284,15 @@ def _check_figure(fig: dict, key: str, bad) -> None:
                                  f"{', '.join(u for u in UNITS if u != 'qualitative')}")
     if forms[0] == "range" and fig["range"][0] > fig["range"][1]:
         raise bad(f"{key}.range", f"must be [low, high], got {fig['range']!r}")
+    if forms[0] != "text":
+        _non_negative(fig[forms[0]], fig["unit"], f"{key}.{forms[0]}", bad)
+
+
+def _non_negative(stated, unit: str, key: str, bad) -> None:
+    """Times, memory, rates, counts and ratios of them are never below zero: such a figure is a typo."""
+    dim = UNITS[unit][0]
+    if dim in NON_NEGATIVE and any(v < 0 for v in (stated if isinstance(stated, list) else [stated])):
+        raise bad(key, f"{stated!r} {unit} is negative, and {NON_NEGATIVE[dim]} cannot be")
 
 
 def _check_tolerance(claim: Claim, bad) -> None:
@@ -322,6 +311,9 @@ def _check_tolerance(claim: Claim, bad) -> None:
                                         f"allowed: {', '.join(allowed) or '(none: give the bound in base units)'}")
     if form == "range" and t["range"][0] >= t["range"][1]:
         raise bad("tolerance.range", f"must be [low, high] with low < high, got {t['range']!r}")
+    if form in BOUNDS:
+        unit = t.get("unit") or next((u for u, (d, _) in UNITS.items() if d == claim.dimension), "x")
+        _non_negative(t[form], unit, f"tolerance.{form}", bad)
     if claim.kind == "effect_disappears_with_fix" and form != "range":
         raise bad("tolerance", "effect_disappears_with_fix needs range = [low, high]: the band in which the "
                                "two frameworks count as similar")
@@ -329,6 +321,11 @@ def _check_tolerance(claim: Claim, bad) -> None:
         raise bad("tolerance", "accuracy_vs_chance needs absolute = <margin above chance that counts as learning>")
     if claim.kind in ("value", "ratio") and form in AROUND:
         _reference_figures(claim, bad)       # must be derivable from the published figures
+    if claim.kind == "ratio" and claim.direction:
+        low, high = claim.bounds() or reference(claim, bad)
+        if (claim.direction == "greater" and high <= 1) or (claim.direction == "less" and low >= 1):
+            raise bad("metric.direction", f"{claim.direction!r} contradicts the tolerance, which accepts only ratios "
+                                          f"{'at or below' if claim.direction == 'greater' else 'at or above'} 1")
     # a bound needs the metric's unit: base units unless `unit` says otherwise
     if form in BOUNDS and "unit" not in t and claim.dimension not in ("ratio", "fraction", "batch", "samples"):
         allowed = [u for u, (d, _) in UNITS.items() if d == claim.dimension]
@@ -365,11 +362,11 @@ def _reference_figures(claim: Claim, bad) -> list[dict]:
     return [num, den]
 
 
-def reference(claim: Claim) -> tuple[float, float] | None:
+def reference(claim: Claim, bad=None) -> tuple[float, float] | None:
     """The published figure a relative/absolute tolerance is taken around, as an interval (base units)."""
     if claim.kind not in ("value", "ratio") or not any(k in claim.tolerance for k in AROUND):
         return None
-    figs = _reference_figures(claim, lambda key, problem: UserError(problem))
+    figs = _reference_figures(claim, bad or (lambda key, problem: UserError(problem)))
     if claim.kind == "value":
         return interval(figs[0])
     if len(figs) == 1:
@@ -406,13 +403,18 @@ def needs(claims: list[Claim], experiments: dict | None = None) -> dict[str, dic
 
 
 def check_against(claims: list[Claim], experiments: dict) -> None:
-    """Refuse claims whose experiment or variants the experiments do not define."""
+    """Refuse claims whose experiment, seed or variants the experiments do not define."""
     for claim in claims:
         exp = experiments.get(claim.experiment)
         where = f"{claim.file}: claim {claim.id!r}"
         if exp is None:
             raise UserError(f"{where}: experiment: no experiment named {claim.experiment!r}; "
                             f"known: {', '.join(sorted(experiments))}")
+        carried = exp.doc["experiment"].get("seed_case")
+        if claim.source["seed"] != carried:
+            raise UserError(f"{where}: source.seed: {claim.source['seed']!r} is not the seed of experiment "
+                            f"{exp.name!r}, which carries " + (f"{carried!r}" if carried else
+                            "none (set seed_case in its [experiment] table)"))
         for variant in sorted(claim.variants()):
             if variant == "fixed":
                 continue

@@ -1,4 +1,4 @@
-"""Findings about a pair of runs, one per framework, that a ratio will be computed from.
+"""PyTorch/TensorFlow pair findings: what one run of each framework, about to be compared, differs in.
 
 Settings that change speed or numerics must be equal by declaration; anything
 that differs and is not declared in the spec's [[differences]] is a finding,

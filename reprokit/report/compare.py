@@ -1,0 +1,129 @@
+"""Two result sets, B against A (`reprokit compare A B`), in the spirit of pyperf's compare_to.
+
+Runs pair by configuration (experiment, variant, framework, profile). Within a configuration the
+specs of A and B must be the same apart from where and from what they ran: the device, the image
+or lock, the code commit and the run's own id, repeat and time limit. Specs that differ in
+anything else (a model width, a batch size, a dataset) are flagged not comparable and never
+paired. For each paired configuration and metric: the medians of A and B, the ratio B / A with
+its bracket and coverage, and the two-sided Mann-Whitney U test where the repeats allow one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reprokit.report import metrics, stats
+from reprokit.report.markdown import md, table
+from reprokit.report.metrics import LABEL
+
+METRICS = ("samples_per_s", "step_time_p50_s", "train_time_per_epoch_s", "eval_time_per_epoch_s",
+           "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "final_test_accuracy")
+# Spec fields allowed to differ between A and B: where and from what a run ran, not what it did.
+WHERE = ("run_id", "repeat", "device", "provenance", "limits")
+
+Key = tuple[str, str, str, str]          # experiment, variant, framework, profile
+
+
+def key(r: dict) -> Key:
+    return r["experiment"], r["variant"], r["framework"], r["profile"]
+
+
+def what_ran(spec: dict) -> dict:
+    """The part of a spec that must match for two runs to be compared."""
+    return {k: v for k, v in spec.items() if k not in WHERE}
+
+
+def differences(a: object, b: object, path: str = "") -> list[str]:
+    """Dotted paths where two spec parts differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in differences(a.get(k), b.get(k), f"{path}.{k}" if path else k)]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+@dataclass(frozen=True)
+class Row:
+    key: Key
+    metric: str
+    a: stats.Estimate
+    b: stats.Estimate
+    ratio: stats.Ratio                  # B / A
+    test: stats.Test
+
+    @property
+    def verdict(self) -> str:
+        """'faster', 'slower', 'same' ... in words, only where the test says the difference is real."""
+        better = metrics.QUANTITIES[self.metric].better
+        if self.test.significant is None:
+            return "too few repeats to tell"
+        if not self.test.significant:
+            return "no significant difference"
+        if better is None:
+            return "different"
+        up = self.ratio.value > 1
+        return "better" if up == (better == "higher") else "worse"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    rows: list[Row]
+    not_comparable: list[tuple[Key, list[str]]]     # configuration, the spec fields that differ
+    only_a: list[Key]
+    only_b: list[Key]
+
+
+def _by_key(results: list[dict]) -> dict[Key, list[dict]]:
+    out: dict[Key, list[dict]] = {}
+    for r in results:
+        if r["status"] == "ok":
+            out.setdefault(key(r), []).append(r)
+    return out
+
+
+def _mixed(runs: list[dict]) -> list[str]:
+    """Where the runs of one configuration within one set differ in what ran."""
+    first = what_ran(runs[0]["spec"])
+    return next((differences(first, what_ran(r["spec"])) for r in runs[1:] if what_ran(r["spec"]) != first), [])
+
+
+def compare(a: list[dict], b: list[dict]) -> Comparison:
+    """Every configuration both sets finished, metric by metric; the rest listed, never paired."""
+    by_a, by_b = _by_key(a), _by_key(b)
+    rows, flagged = [], []
+    for k in sorted(set(by_a) & set(by_b)):
+        why = [f"A: {d}" for d in _mixed(by_a[k])] + [f"B: {d}" for d in _mixed(by_b[k])]
+        why = why or differences(what_ran(by_a[k][0]["spec"]), what_ran(by_b[k][0]["spec"]))
+        if why:
+            flagged.append((k, why))
+            continue
+        for name in METRICS:
+            va, vb = metrics.collect(by_a[k], name).values, metrics.collect(by_b[k], name).values
+            if va and vb:
+                rows.append(Row(k, name, stats.estimate(va), stats.estimate(vb), stats.ratio(vb, va),
+                                stats.difference(va, vb)))
+    return Comparison(rows, flagged, sorted(set(by_a) - set(by_b)), sorted(set(by_b) - set(by_a)))
+
+
+def render(c: Comparison, name_a: str = "A", name_b: str = "B") -> str:
+    """The comparison as markdown: one table row per configuration and metric."""
+    out = [f"# {md(name_b)} against {md(name_a)}",
+           f"Ratios are {md(name_b)} / {md(name_a)}. " + stats.METHOD]
+    if c.rows:
+        rows = [[md(" / ".join((r.key[0], r.key[1], LABEL[r.key[2]], r.key[3]))),
+                 metrics.QUANTITIES[r.metric].short,
+                 r.a.text(_show(r.metric)), r.b.text(_show(r.metric)), r.ratio.text(), r.test.text(), r.verdict]
+                for r in c.rows]
+        out.append(table(rows, ["configuration", "metric", md(name_a), md(name_b), f"{md(name_b)} / {md(name_a)}",
+                                "test", f"{md(name_b)} is"]))
+    else:
+        out.append("No configuration is in both sets with the same spec: nothing to compare.")
+    if c.not_comparable:
+        out.append("**Not comparable** (their specs differ beyond device, image and commit; never paired):\n\n" +
+                   "\n".join(f"- {md(' / '.join(k))}: {md('; '.join(why))}" for k, why in c.not_comparable))
+    for label, keys in ((name_a, c.only_a), (name_b, c.only_b)):
+        if keys:
+            out.append(f"Only in {md(label)}: " + "; ".join(md(" / ".join(k)) for k in keys) + ".")
+    return "\n\n".join(out) + "\n"
+
+
+def _show(name: str):
+    return lambda v: metrics.show(name, v)

@@ -1,0 +1,185 @@
+"""report.md, details.md, summary.csv and the plots of one report: from result files only, never a re-run.
+
+report.md opens with a first screen that answers each seed's question; the claims, the
+experiments' tables, the environment and the result files follow. details.md holds the long
+evidence: how the figures are computed, every claim in full, every certificate check.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from reprokit.experiments import Experiment
+from reprokit.report import (
+    claims_section,
+    first_screen,
+    plots,
+    runs,
+    sections,
+    stats,
+    summary_csv,
+)
+from reprokit.report.claims import Claim
+from reprokit.report.markdown import anchor, md
+from reprokit.report.runs import FIXED
+from reprokit.report.verdicts import Verdict, evaluate
+
+PLOT_SUFFIXES = ("-throughput.png", "-memory.png")
+
+
+def _banner(name: str, results: list[dict]) -> str:
+    ok = [r for r in results if r["status"] == "ok"]
+    profiles = sorted({r["profile"] for r in results})
+    devices = sorted({r["environment"]["device_name"] for r in ok})
+    kinds = sorted({r["spec"].get("device", "cpu") for r in results})
+    lines = [f"# Reproducibility report: {md(name)}",
+             f"**Profile:** {', '.join(profiles)} · **device:** {', '.join(kinds)} "
+             f"({'; '.join(md(d) for d in devices) or 'none finished'}) · {len(results)} runs, "
+             f"{len(results) - len(ok)} failed · one row per run: [summary.csv](summary.csv) · "
+             f"long evidence: [details.md](details.md)"]
+    if "quick" in profiles:
+        lines.append("> **Quick profile on CPU: not the published setting.** Small models on generated data, to "
+                     "check the code path and the size of effects. No figure here stands in for the full "
+                     "experiment on a GPU.")
+    return "\n\n".join(lines)
+
+
+def _experiment_order(grouped: runs.Grouped, experiments: dict[str, Experiment]) -> list[str]:
+    """Seed experiments first, by seed, then the others by name."""
+    def key(name: str) -> tuple:
+        exp = experiments.get(name)
+        return (exp.doc["experiment"].get("seed_case") or "~") if exp else "~", name
+    return sorted(grouped, key=key)
+
+
+def _heading(exp_name: str, exp: Experiment | None, by_variant: dict) -> str:
+    """What ran, said in the heading when it is not the published setting (dataset, input size, width)."""
+    meta = exp.doc["experiment"] if exp else {"title": exp_name}
+    r = runs.first(by_variant)
+    ran, differs = runs.as_run(r["spec"], exp.resolved("full") if exp else None)
+    label = first_screen.seed_label(exp) or md(exp_name)
+    where = f"{r['profile']} profile, {r['spec'].get('device', 'cpu')}"
+    if differs:
+        return f"{label}, as run: {ran} ({where})"
+    return f"{md(meta['title'])} ({where})"
+
+
+def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: list[dict],
+                plot_files: list[tuple[str, str]], heading: str) -> str:
+    meta = exp.doc["experiment"] if exp else {"title": exp_name}
+    published = exp.resolved("full") if exp else None
+    fixed = by_variant.get(FIXED)
+    intro = []
+    if exp:
+        intro.append(f"*Published setting:* {md(meta['title'])}.")
+    if meta.get("question"):
+        intro.append(f"*Question:* {md(meta['question'])}" +
+                     (f" (seed case `{meta['seed_case']}`)." if meta.get("seed_case") else ""))
+    if fixed:
+        intro.append(sections.model_sizes(published, fixed))
+    out = [f"## {heading}", " ".join(intro),
+           sections.certificates(certs, f"details.md#{anchor('equivalence certificates: ' + exp_name)}")]
+    if fixed:
+        if len(by_variant) > 1:
+            out.append("### PyTorch and TensorFlow, `fixed` variant")
+        out += [sections.side_by_side(fixed), sections.memory_note(fixed)]
+    else:
+        out.append("The `fixed` variant did not finish, so there is no like-for-like comparison here.")
+    ablation = sections.ablation(by_variant)
+    if ablation:
+        out.append("### Ablation: which mistake cost what\n\n" + ablation)
+    for caption, file in plot_files:
+        out.append(f"![{md(caption)}]({file})\n\n*Figure: {md(caption)}. Bars are medians over repeats; whiskers "
+                   f"are the report's bracket (the range of the repeats below 6).*")
+    found = sections.findings(by_variant)
+    if found:
+        out.append("### Findings at run time\n\n" + found)
+    if fixed:
+        out.append("### What differs between the two runs\n\n" + sections.differences(fixed))
+    return "\n\n".join(out)
+
+
+def _render(name: str, results: list[dict], experiments: dict[str, Experiment], found: list[Verdict],
+            plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict]]) -> str:
+    grouped = runs.group(results)
+    order = _experiment_order(grouped, experiments)
+    out = [_banner(name, results)]
+    if order:
+        out.append("## Answers\n\n" + "\n\n".join(
+            first_screen.answers(e, experiments.get(e), grouped[e], found) for e in order) +
+            "\n\nFigures are medians over repeats; ratios are PyTorch / TensorFlow. A bracket is the range of the "
+            "repeats below 6 repeats, an interval with its coverage from 6 on: "
+            "[how the figures are computed](details.md#how-the-figures-are-computed).")
+    if found:
+        out.append(claims_section.overview(found))
+    for exp_name in order:
+        by_variant = grouped[exp_name]
+        exp = experiments.get(exp_name)
+        out.append(_experiment(exp_name, exp, by_variant, certificates.get(exp_name, []),
+                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant)))
+    for exp_name in sorted({r["experiment"] for r in results} - set(grouped)):
+        out.append(f"## {md(exp_name)}\n\nNo run of this experiment finished; see *Failed runs*.")
+    out.append("## Environment and provenance\n\n" +
+               (sections.environment(results) if grouped else "No run finished."))
+    failures = sections.failed(results)
+    if failures:
+        out.append("## Failed runs\n\n" + failures)
+    out.append("## Result files\n\n" + sections.result_files(results, any(plot_files.values())))
+    return "\n\n".join(out) + "\n"
+
+
+def render(name: str, results: list[dict], experiments: dict[str, Experiment],
+           claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None,
+           certificates: dict[str, list[dict]] | None = None) -> str:
+    """report.md as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs;
+    ``certificates`` (by experiment, one per variant pair) adds each experiment's equivalence certificates."""
+    found = evaluate(claims, results) if claims else []
+    return _render(name, results, experiments, found, plot_files or {}, certificates or {})
+
+
+def details(name: str, found: list[Verdict], certificates: dict[str, list[dict]]) -> str:
+    """details.md: how the figures are computed, every claim in full, every certificate check."""
+    out = [f"# Details of the report {md(name)}", "Back to the report: [report.md](report.md).",
+           "## How the figures are computed\n\n" + stats.METHOD + " Framework ratios are always PyTorch / "
+           "TensorFlow; each table row says which way is better. Memory is in MiB below 1 GiB and in GiB above."]
+    if found:
+        out.append(claims_section.details(found))
+    if certificates:
+        out.append("## Equivalence certificates")
+        for exp_name in sorted(certificates):
+            out.append(f"### Equivalence certificates: {md(exp_name)}\n\n" +
+                       "\n\n".join(_certificate_details(c) for c in certificates[exp_name]))
+    return "\n\n".join(out) + "\n"
+
+
+def _certificate_details(cert: dict) -> str:
+    mark = {True: "pass", False: "FAIL", None: "info"}
+    pair = f"{cert['variant']['pytorch']} / {cert['variant']['tensorflow']}"
+    lines = [f"**{md(pair)}: {cert['status']}**. {md(cert.get('summary') or cert.get('message') or '')}", ""]
+    lines += [f"- **{md(c['name'])}** ({mark[c['passed']]}): {md(c['evidence'])}" for c in cert["checks"]]
+    if cert.get("spec_differences"):
+        lines.append("- Spec fields that differ between the two runs: " +
+                     "; ".join(md(d) for d in cert["spec_differences"]) + ".")
+    if cert.get("neutralised"):
+        lines.append("- Removed for the certified fp64 trajectory only: " +
+                     "; ".join(f"{md(n['field'])} ({md(n['how'])})" for n in cert["neutralised"]) + ".")
+    return "\n".join(lines)
+
+
+def write(report_dir: Path, name: str, results: list[dict], experiments: dict[str, Experiment],
+          claims: list[Claim] | None = None, certificates: dict[str, list[dict]] | None = None) -> Path:
+    """report.md, details.md, summary.csv and the PNG plots in report_dir; plots from an earlier report
+    there are replaced. Returns the path of report.md."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for old in report_dir.iterdir():
+        if old.name.endswith(PLOT_SUFFIXES):
+            old.unlink()
+    certificates = certificates or {}
+    grouped = runs.group(results)
+    captions = {e: _heading(e, experiments.get(e), grouped[e]).replace("`", "") for e in grouped}
+    plot_files = plots.write_all(report_dir, grouped, captions)
+    found = evaluate(claims, results) if claims else []
+    summary_csv.write(report_dir / "summary.csv", results)
+    (report_dir / "details.md").write_text(details(name, found, certificates))
+    path = report_dir / "report.md"
+    path.write_text(_render(name, results, experiments, found, plot_files, certificates))
+    return path

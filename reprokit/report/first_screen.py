@@ -1,0 +1,134 @@
+"""The report's first screen: per seed, the question, what the posted comparison really measured,
+our PyTorch / TensorFlow ratio with its bracket, and the verdicts. Short enough to read first."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from reprokit.report import metrics, runs, stats
+from reprokit.report.markdown import md
+from reprokit.report.metrics import FRAMEWORKS, LABEL, NotMeasured
+from reprokit.report.runs import FIXED, POSTED
+from reprokit.report.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
+
+DEFAULT_HEADLINES = (("epoch_time_s", "reported"), ("peak_memory_bytes", "reported"))
+
+
+def seed_label(exp) -> str | None:
+    seed = exp.doc["experiment"].get("seed_case") if exp else None
+    return f"Seed {seed[:3]}" if seed else None
+
+
+def headlines(exp_name: str, found: list[Verdict]) -> list[tuple[str, str]]:
+    """The quantity (and reading) of the experiment's first PyTorch / TensorFlow ratio claim, or defaults."""
+    for v in found:
+        c = v.claim
+        if c.experiment == exp_name and c.kind == "ratio":
+            num, den = c.operands["numerator"], c.operands["denominator"]
+            if (num.framework, den.framework) == ("pytorch", "tensorflow") and num.quantity == den.quantity:
+                return [(num.quantity, num.reading)]
+    return list(DEFAULT_HEADLINES)
+
+
+def _work(posted: dict[str, list[dict]]) -> str:
+    """Did the two programs, as posted, do the same work per epoch?"""
+    off, per_epoch = [], {}
+    for fw in FRAMEWORKS:
+        if fw not in posted:
+            continue
+        try:
+            batch = metrics.median(posted[fw], "effective_batch_size")
+            configured = metrics.field(posted[fw][0], "effective.batch_size.configured")
+            per_epoch[fw] = metrics.median(posted[fw], "train_samples_per_epoch")
+        except NotMeasured as exc:
+            return f"not measured ({md(exc.reason)})"
+        if abs(batch - configured) > 0.01:
+            off.append(f"{LABEL[fw]} fed batches of {batch:g} sample(s) where {configured} were configured")
+    work = " against ".join(f"{LABEL[fw]} {n:,.0f}" for fw, n in per_epoch.items())
+    if off:
+        return f"{' and '.join(off)}, so the two did different work: training samples per epoch {work}."
+    if len(set(per_epoch.values())) == 1:
+        return (f"both fed the configured batches and trained the same {next(iter(per_epoch.values())):,.0f} "
+                f"samples per epoch: the same work.")
+    return f"both fed the configured batch size, but trained different samples per epoch: {work}."
+
+
+def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading: str) -> str:
+    q = metrics.QUANTITIES[quantity]
+    parts, tests = [], []
+    for variant in (POSTED, FIXED):
+        fws = by_variant.get(variant, {})
+        if "pytorch" not in fws or "tensorflow" not in fws:
+            continue
+        a, b = (metrics.collect(fws[fw], quantity, reading).values for fw in FRAMEWORKS)
+        if not a or not b:
+            parts.append(f"not measured {variant.replace('_', ' ')}")
+            continue
+        parts.append(f"{stats.ratio(a, b).text()} {variant.replace('_', ' ')}")
+        tests.append(stats.difference(a, b).text())
+    if not parts:
+        return ""
+    ahead = "below" if q.better == "lower" else "above"
+    head = f"**PyTorch / TensorFlow, {q.short}**" + (f" ({q.better} is better: {ahead} 1, PyTorch is ahead)"
+                                                      if q.better else "")
+    tested = "; ".join(dict.fromkeys(tests))
+    return f"- {head}: {', '.join(parts)}" + (f". {tested[0].upper()}{tested[1:]}." if tested else ".")
+
+
+def _learned(by_variant: dict[str, dict[str, list[dict]]], classes: int) -> str:
+    parts = []
+    for variant in (POSTED, FIXED):
+        fws = by_variant.get(variant, {})
+        shown = []
+        for fw in FRAMEWORKS:
+            if fw not in fws:
+                continue
+            try:
+                acc = metrics.median(fws[fw], "final_test_accuracy")
+                shown.append(f"{LABEL[fw]} {acc:.3f} ({learned(acc, classes)})")
+            except NotMeasured as exc:
+                shown.append(f"{LABEL[fw]} {exc.short}")
+        if shown:
+            parts.append(f"{variant.replace('_', ' ')} {', '.join(shown)}")
+    return (f"- **Did it learn?** Final test accuracy per sample, chance {1 / classes:.2f} (learned: more than "
+            f"{LEARNED_MARGIN:g} above it): {'; '.join(parts)}.")
+
+
+def _verdicts(exp_name: str, found: list[Verdict]) -> str | None:
+    mine = [v for v in found if v.claim.experiment == exp_name]
+    if not mine:
+        return None
+    by: dict[str, list[str]] = defaultdict(list)
+    for v in mine:
+        by[v.status].append(f"`{v.claim.id}`")
+    indicative = " (indicative: quick profile)" if any(v.indicative for v in mine) else ""
+    counts = "; ".join(f"**{s}** {len(by[s])}" + (f": {', '.join(by[s])}" if s in STATUSES[:2] and by[s] else "")
+                       for s in STATUSES if by[s])
+    return f"- **Verdicts{indicative}:** {counts}. Each with its reasons: [Claims](#claims)."
+
+
+def answers(exp_name: str, exp, by_variant: dict[str, dict[str, list[dict]]], found: list[Verdict]) -> str:
+    """One block of at most eight lines for one experiment."""
+    meta = exp.doc["experiment"] if exp else {"title": exp_name}
+    label = seed_label(exp)
+    head = f"### {label + ': ' if label else ''}{md(meta.get('question') or meta['title'])}"
+    any_run = runs.first(by_variant)
+    ran, differs = runs.as_run(any_run["spec"], exp.resolved("full") if exp else None)
+    where = f"{any_run['profile']} profile on {any_run['spec'].get('device', 'cpu')}"
+    lines = [head, "",
+             f"- **Ran:** {ran} ({where})" + (f"; published: {md(meta['title'])}." if differs else ".")]
+    posted = by_variant.get(POSTED, {})
+    if posted:
+        lines.append(f"- **The posted comparison really measured:** as posted, {_work(posted)}")
+    elif exp is not None and exp.variants:
+        lines.append("- **The posted comparison:** its `as_posted` variant is not in these results, so this report "
+                     "cannot say what it measured.")
+    for quantity, reading in headlines(exp_name, found):
+        line = _ratio(by_variant, quantity, reading)
+        if line:
+            lines.append(line)
+    classes = any_run["spec"]["model"]["num_classes"]
+    lines.append(_learned(by_variant, classes))
+    verdict_line = _verdicts(exp_name, found)
+    if verdict_line:
+        lines.append(verdict_line)
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""The report's PNG plots, drawn from result files only (matplotlib's Agg canvas, no display).
+
+Per experiment, two figures a reader can compare at a glance:
+
+- throughput: samples/s per variant, both frameworks on one axis, error bars from the repeats;
+- memory: peak memory per variant split by phase (training, evaluation, where the results have
+  per-phase peaks, and the run's overall peak), then memory sampled over training steps; every
+  memory panel shares one y axis, so PyTorch and TensorFlow sit on the same scale.
+
+Colours are the Okabe-Ito palette, which colour-blind readers can tell apart. Each figure's title
+says what ran. Every figure is a pure function of the results passed in.
+"""
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure
+
+from reprokit.report import metrics, stats
+from reprokit.report.metrics import FRAMEWORKS, LABEL, NotMeasured
+from reprokit.report.runs import variant_order
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable with any common colour-vision deficiency.
+COLOR = {"pytorch": "#0072B2", "tensorflow": "#E69F00"}
+PHASE_COLOR = {"train": "#009E73", "eval": "#CC79A7", "peak": "#999999"}
+CYCLE = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
+STYLES = ("-", "--", ":")
+PHASES = (("train", "train_peak_memory_bytes", "training phase peak"),
+          ("eval", "eval_peak_memory_bytes", "evaluation phase peak"),
+          ("peak", "peak_memory_bytes", "run's peak (reported)"))
+MIB = 2.0**20
+DPI = 100
+# One type size throughout: matplotlib renders and caches glyphs per size, and a figure reads as one.
+STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
+         "legend.fontsize": 8, "figure.titlesize": 8}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "-", text.lower()).strip("-")
+
+
+def _bar(values: tuple[float, ...]) -> tuple[float, float, float]:
+    """(median, distance down, distance up): the bracket the report prints for these repeats."""
+    e = stats.estimate(values)
+    return e.median, e.median - e.low, e.high - e.median
+
+
+def _bars(ax, x: list[float], values: list[tuple[float, ...]], width: float, color: str, label: str,
+          scale: float = 1.0) -> None:
+    got = [_bar(v) for v in values]
+    whiskers = [[g[1] / scale for g in got], [g[2] / scale for g in got]] if any(len(v) > 1 for v in values) else None
+    ax.bar(x, [g[0] / scale for g in got], width, color=color, label=label, yerr=whiskers, capsize=2,
+           ecolor="#333333")
+
+
+def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: str) -> Path | None:
+    """Grouped bars: samples/s per variant, one bar per framework that ran it, error bars from the repeats."""
+    variants = variant_order(by_variant)
+    fig = Figure(figsize=(max(6.0, 0.8 * len(variants) + 2.5), 4.0))
+    fig.subplots_adjust(left=0.1, right=0.98, top=0.88, bottom=0.3)
+    ax = fig.add_subplot()
+    width = 0.4
+    drawn = False
+    for i, fw in enumerate(FRAMEWORKS):
+        xs, vals = [], []
+        for j, v in enumerate(variants):
+            got = metrics.collect(by_variant[v].get(fw, []), "samples_per_s").values
+            if got:
+                xs.append(j + (i - 0.5) * width)
+                vals.append(got)
+        if xs:
+            _bars(ax, xs, vals, width, COLOR[fw], LABEL[fw])
+            drawn = True
+    if not drawn:
+        return None
+    ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right")
+    ax.set_ylabel("training samples/s after warmup (higher is better)")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    ax.set_title(textwrap.fill(caption, 110), y=1.0)
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    return path
+
+
+def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: str) -> Path | None:
+    """Top: peak memory per variant by phase. Bottom: memory sampled over training steps (first repeat).
+    One column per framework; all panels share the y axis."""
+    frameworks = [fw for fw in FRAMEWORKS if any(by_variant[v].get(fw) for v in by_variant)]
+    if not frameworks:
+        return None
+    variants = variant_order(by_variant)
+    fig = Figure(figsize=(5.5 * len(frameworks), 7.5))
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.07, hspace=0.55, wspace=0.12)
+    axes = fig.subplots(2, len(frameworks), squeeze=False, sharey="all")
+    top = 0.0
+    phases_missing = False
+    for col, fw in enumerate(frameworks):
+        bars, lines = axes[0][col], axes[1][col]
+        mine = [v for v in variants if by_variant[v].get(fw)]
+        measured = {phase: [metrics.collect(by_variant[v][fw], name).values for v in mine]
+                    for phase, name, _ in PHASES}
+        shown = [(phase, label) for phase, _, label in PHASES if any(measured[phase])]
+        phases_missing |= len(shown) < len(PHASES)
+        width = 0.8 / max(1, len(shown))
+        for k, (phase, label) in enumerate(shown):
+            xs = [j + (k - (len(shown) - 1) / 2) * width for j, got in enumerate(measured[phase]) if got]
+            vals = [got for got in measured[phase] if got]
+            top = max([top, *(max(v) / MIB for v in vals)])
+            _bars(bars, xs, vals, width, PHASE_COLOR[phase], label, MIB)
+        bars.set_xticks(range(len(mine)), mine, rotation=30, ha="right")
+        bars.set_title(f"{LABEL[fw]}: peak memory by phase", y=1.0)
+        bars.set_ylabel("MiB (lower is better)")
+        bars.legend(loc="lower right")
+        for v in mine:
+            run = min(by_variant[v][fw], key=lambda r: r["repeat"])
+            try:
+                pts = sorted(metrics.field(run, "memory.over_steps"))
+            except NotMeasured:
+                continue
+            ys = [p[1] / MIB for p in pts]
+            top = max([top, *ys])
+            i = mine.index(v)
+            lines.plot([p[0] for p in pts], ys, label=v, color=CYCLE[i % len(CYCLE)],
+                       linewidth=2.0 if not v.startswith("+") else 1.0, linestyle=STYLES[i // len(CYCLE) % 3])
+        source = by_variant[mine[0]][fw][0]["memory"].get("source", "source not stated")
+        lines.set_title(f"{LABEL[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
+        lines.set_xlabel("training step")
+        lines.set_ylabel("MiB")
+        if lines.has_data():
+            lines.legend(fontsize=7)
+    axes[0][0].set_ylim(0, top * 1.15 or 1)          # from zero, so noise does not look like growth
+    note = ("; bars without a phase: these results have no per-phase peaks (an older kit)" if phases_missing
+            else "")
+    fig.suptitle(textwrap.fill(caption + note, 130), y=1.0)
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    return path
+
+
+def write_all(report_dir: Path, grouped: dict, captions: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """Every plot beside the report; experiment -> [(caption, file name relative to report_dir)].
+    ``captions``: experiment -> what ran, for each figure's title."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for experiment in sorted(grouped):
+        made = []
+        for what, draw, suffix in (("samples/s per variant and framework", throughput, "throughput"),
+                                   ("peak memory by phase, and memory over training steps", memory, "memory")):
+            caption = f"{captions[experiment]}: {what}"
+            name = f"{_slug(experiment)}-{suffix}.png"
+            with matplotlib.rc_context(STYLE):
+                if draw(report_dir / name, grouped[experiment], caption):
+                    made.append((caption, name))
+        out[experiment] = made
+    return out

@@ -1,0 +1,58 @@
+"""Results the way the report reads them: grouped by experiment, variant and framework, in a fixed
+order, and what each experiment ran against its published setting."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+FIXED, POSTED = "fixed", "as_posted"
+MODELS = {"vgg16": "VGG16", "simplecnn": "SimpleCNN", "custom": "the experiment's own model"}
+DATASETS = {"cifar10": "CIFAR-10", "synthetic": "synthetic random data", "learnable": "generated `learnable` gratings"}
+
+Grouped = dict[str, dict[str, dict[str, list[dict]]]]
+
+
+def variant_order(variants) -> list[str]:
+    """fixed first, then each "+pitfall" (alphabetically), then named variants such as as_posted."""
+    vs = set(variants)
+    return ([FIXED] if FIXED in vs else []) + sorted(v for v in vs if v.startswith("+")) + \
+        sorted(v for v in vs if v != FIXED and not v.startswith("+"))
+
+
+def order(r: dict) -> tuple:
+    """experiment, framework, then fixed, each +pitfall, the named variants, then the repeat."""
+    rank = 0 if r["variant"] == FIXED else 1 if r["variant"].startswith("+") else 2
+    return r["experiment"], r["framework"], rank, r["variant"], r["repeat"]
+
+
+def group(results: list[dict]) -> Grouped:
+    """experiment -> variant -> framework -> finished repeats."""
+    out: Grouped = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in results:
+        if r["status"] == "ok":
+            out[r["experiment"]][r["variant"]][r["framework"]].append(r)
+    return out
+
+
+def first(variants: dict[str, dict[str, list[dict]]]) -> dict:
+    """Any finished run of the experiment (for what all its runs share: spec, profile, device)."""
+    return next(rs[0] for fws in variants.values() for rs in fws.values() if rs)
+
+
+def _setting(doc: dict) -> tuple:
+    model, data = doc["model"], doc["data"]
+    return data["dataset"], data["input_size"], model.get("width_multiplier", 1.0)
+
+
+def describe(doc: dict) -> str:
+    """'VGG16 at width 0.125x on generated `learnable` gratings at 48x48, batch 32'."""
+    model, data = doc["model"], doc["data"]
+    width = model.get("width_multiplier", 1.0)
+    size = data["input_size"]
+    return (f"{MODELS.get(model['name'], model['name'])}" + (f" at width {width:g}x" if width != 1 else "") +
+            f" on {DATASETS.get(data['dataset'], data['dataset'])} at {size}x{size}, batch {doc['train']['batch_size']}")
+
+
+def as_run(spec: dict, published: dict | None) -> tuple[str, bool]:
+    """What ran, and whether that differs from the published setting (dataset, input size, width)."""
+    ran = describe(spec)
+    return ran, published is not None and _setting(spec) != _setting(published)

@@ -1,0 +1,346 @@
+"""The report's sections after its first screen: per experiment, then the environment, failures and files.
+
+Every figure is read through ``metrics``; a quantity a result lacks is shown as "not measured"
+(or why: "GPU only", "not reached"). Table cells stay short; long evidence goes to details.md.
+Framework ratios are always PyTorch / TensorFlow, and each row says which way is better.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reprokit import certify_plan
+from reprokit.report import metrics, pair_findings, parameter_counts, runs, stats, units
+from reprokit.report.markdown import fenced, md, short, table
+from reprokit.report.metrics import FRAMEWORKS, LABEL, NotMeasured
+from reprokit.report.runs import FIXED
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    quantity: str
+    show: Callable[[float], str]
+    ratio: bool = True
+    test: bool = False
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.1f}"
+
+
+SIDE_BY_SIDE = (
+    Row("throughput (samples/s, after warmup)", "samples_per_s", "{:,.1f}".format, test=True),
+    Row("step time p50 (ms)", "step_time_p50_s", _ms),
+    Row("step time p95 (ms)", "step_time_p95_s", _ms),
+    Row("training time per epoch (s)", "train_time_per_epoch_s", "{:.1f}".format),
+    Row("evaluation time per epoch (s)", "eval_time_per_epoch_s", "{:.1f}".format),
+    Row("peak memory (the run's own reading)", "peak_memory_bytes", units.memory, test=True),
+    Row("training phase peak memory", "train_peak_memory_bytes", units.memory),
+    Row("evaluation phase peak memory", "eval_peak_memory_bytes", units.memory),
+    Row("final train accuracy", "final_train_accuracy", "{:.3f}".format, ratio=False),
+    Row("final test accuracy", "final_test_accuracy", "{:.3f}".format, ratio=False),
+    Row("final train loss", "final_train_loss", "{:.3f}".format, ratio=False),
+    Row("final test loss", "final_test_loss", "{:.3f}".format, ratio=False),
+    Row("data-wait share of training time", "data_wait_fraction", "{:.1%}".format, ratio=False),
+    Row("model FLOPs utilisation (of the device's peak)", "mfu", "{:.1%}".format, ratio=False),
+    Row("time to target test accuracy (training s)", "time_to_target_s", "{:.1f}".format),
+)
+
+
+def figure(runs_: list[dict], quantity: str, show: Callable[[float], str]) -> tuple[str, tuple[float, ...]]:
+    """A cell for a quantity over repeats: median with its bracket, or why there is none."""
+    got = metrics.collect(runs_, quantity)
+    if not got.values:
+        return (got.missing[0].short if got.missing else "not run"), ()
+    text = stats.estimate(got.values).text(show)
+    if got.missing:
+        text += f" ({len(got.values)} of {len(runs_)} runs)"
+    return text, got.values
+
+
+def ratio_cell(a: tuple[float, ...], b: tuple[float, ...], test: bool) -> str:
+    if not a or not b:
+        return ""
+    text = stats.ratio(a, b).text()
+    return text + (f"; {stats.difference(a, b).text()}" if test else "")
+
+
+def side_by_side(by_fw: dict[str, list[dict]]) -> str:
+    pt, tf = by_fw.get("pytorch", []), by_fw.get("tensorflow", [])
+    rows = []
+    for row in SIDE_BY_SIDE:
+        (a, va), (b, vb) = figure(pt, row.quantity, row.show), figure(tf, row.quantity, row.show)
+        better = metrics.QUANTITIES[row.quantity].better or ""
+        rows.append([row.label, a, b, ratio_cell(va, vb, row.test) if row.ratio else "", better])
+    rows += [["parameters (total / trainable)", *[_parameters(x) for x in (pt, tf)], "", ""],
+             ["batch size: configured / observed in tensors", *[_batch(x) for x in (pt, tf)], "", ""],
+             ["training samples per epoch", *[figure(x, "train_samples_per_epoch", "{:,.0f}".format)[0]
+                                               for x in (pt, tf)], "", ""],
+             ["repeats (figures are medians)", str(len(pt)), str(len(tf)), "", ""]]
+    return table(rows, ["", "PyTorch", "TensorFlow", "PyTorch / TensorFlow", "better"])
+
+
+def _parameters(rs: list[dict]) -> str:
+    if not rs:
+        return "not run"
+    try:
+        p = metrics.field(rs[0], "model.parameters")
+        return f"{p['total']:,} / {p['trainable']:,}"
+    except NotMeasured as exc:
+        return exc.short
+
+
+def _batch(rs: list[dict]) -> str:
+    if not rs:
+        return "not run"
+    try:
+        b = metrics.field(rs[0], "effective.batch_size")
+    except NotMeasured as exc:
+        return exc.short
+    observed = f"{b['min']}" + (f"-{b['max']}" if b["max"] != b["min"] else "")
+    return f"{b['configured']} / {observed}"
+
+
+def memory_note(by_fw: dict[str, list[dict]]) -> str:
+    """Which memory figures can be held against each other, from the sources the runs name."""
+    sources = "; ".join(f"{LABEL[fw]}: {md(_source(rs[0]))}" for fw, rs in sorted(by_fw.items()))
+    if metrics.field(next(iter(by_fw.values()))[0], "spec.device") == "cpu":
+        advice = ("On a CPU both are the whole process's peak resident memory, framework and Python included: "
+                  "compare them as whole-process footprints.")
+    else:
+        advice = ("Compare the frameworks' own peaks for what the model needs; the NVML device peak adds each "
+                  "framework's context and caches, and is what nvidia-smi shows.")
+    return (f"Peak memory sources: {sources}. {advice} Phase peaks come from counters reset at the start of each "
+            f"training and evaluation phase; results without them say *not measured*.")
+
+
+def _source(r: dict) -> str:
+    try:
+        return metrics.read(r, "peak_memory_bytes").source
+    except NotMeasured as exc:
+        return exc.reason
+
+
+def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+    """Rows: fixed, each pitfall alone, the named variants; columns against fixed of the same framework."""
+    variants = runs.variant_order(by_variant)
+    if len(variants) < 2:
+        return None
+    rows, named = [], []
+    for fw in FRAMEWORKS:
+        base = by_variant.get(FIXED, {}).get(fw, [])
+        for variant in variants:
+            rs = by_variant[variant].get(fw)
+            if not rs:
+                continue
+            pitfalls = rs[0]["spec"].get("pitfalls", [])
+            if variant == FIXED:
+                what = "nothing: the experiment as declared"
+            elif variant.startswith("+") and len(pitfalls) == 1:
+                what = short(rs[0]["spec"].get("pitfall_summaries", {}).get(pitfalls[0], pitfalls[0]), 100)
+            else:
+                what = f"its {len(pitfalls)} pitfall(s) together (below)"
+                named.append(f"`{md(variant)}` ({LABEL[fw]}): {md(', '.join(pitfalls))}")
+            rows.append([LABEL[fw], md(variant), md(what),
+                         _against(rs, base, "samples_per_s", lambda v: f"{v:,.1f}", variant),
+                         _against(rs, base, "train_time_per_epoch_s", lambda v: f"{v:.1f}", variant),
+                         _against(rs, base, "peak_memory_bytes", units.memory, variant),
+                         _phases(rs),
+                         _median(rs, "memory_growth", "{:+.1%}".format),
+                         _accuracy(rs, base, variant)])
+    out = table(rows, ["framework", "variant", "what it changes", "samples/s (vs fixed)",
+                       "train time per epoch, s (vs fixed)", "peak memory (vs fixed)",
+                       "phase peaks: training / evaluation", "memory growth over steps",
+                       "final test accuracy (vs fixed)"])
+    notes = ["Each pitfall alone (`+name`) and each named variant against `fixed` of the same framework, so a "
+             "reader sees which mistake cost what. Ratios are against `fixed`; accuracy changes are differences; "
+             "figures are medians over repeats. Memory growth: a line fitted through the memory sampled during "
+             "training, leaving out the first quarter, over the fitted steps, relative to its level."]
+    if named:
+        notes.append("Named variants: " + "; ".join(named) + ".")
+    if any(metrics.field(r, "metrics.averaged_over") == "batches"
+           for fws in by_variant.values() for rs in fws.values() for r in rs[:1]):
+        notes.append("† The run reported accuracy per batch, as the posted code did; shown here per sample.")
+    return out + "\n\n" + " ".join(notes)
+
+
+def _phases(rs: list[dict]) -> str:
+    train, evaluation = (_median(rs, q, units.memory) for q in ("train_peak_memory_bytes", "eval_peak_memory_bytes"))
+    return train if train == evaluation == "not measured" else f"{train} / {evaluation}"
+
+
+def _median(rs: list[dict], quantity: str, show: Callable[[float], str]) -> str:
+    try:
+        return show(metrics.median(rs, quantity))
+    except NotMeasured as exc:
+        return exc.short
+
+
+def _against(rs: list[dict], base: list[dict], quantity: str, show: Callable[[float], str], variant: str) -> str:
+    try:
+        v = metrics.median(rs, quantity)
+    except NotMeasured as exc:
+        return exc.short
+    try:
+        ref = metrics.median(base, quantity) if variant != FIXED else None
+    except NotMeasured:
+        ref = None
+    return show(v) + (f" ({v / ref:.2f}x)" if ref else "")
+
+
+def _accuracy(rs: list[dict], base: list[dict], variant: str) -> str:
+    try:
+        acc = metrics.median(rs, "final_test_accuracy")
+    except NotMeasured as exc:
+        return exc.short
+    mark = " †" if metrics.field(rs[0], "metrics.averaged_over") == "batches" else ""
+    try:
+        delta = f" ({acc - metrics.median(base, 'final_test_accuracy'):+.3f})" if variant != FIXED else ""
+    except NotMeasured:
+        delta = ""
+    return f"{acc:.3f}{mark}{delta}"
+
+
+def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+    """What the run-time detectors saw in each run, and what a PyTorch/TensorFlow pair differs in."""
+    lines = []
+    for variant in runs.variant_order(by_variant):
+        fws = by_variant[variant]
+        for fw in FRAMEWORKS:
+            seen = set()
+            for r in fws.get(fw, []):
+                for f in r.get("findings", []):
+                    if (f["code"], f["message"]) not in seen:
+                        seen.add((f["code"], f["message"]))
+                        lines.append(f"- {LABEL[fw]}, `{md(variant)}`: **{md(f['code'])}** ({f['severity']}): "
+                                     f"{md(f['message'])}")
+        if "pytorch" in fws and "tensorflow" in fws:
+            for f in pair_findings.findings(fws["pytorch"][0], fws["tensorflow"][0]):
+                lines.append(f"- both, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
+    if not lines:
+        return None
+    return ("Detectors judge from what each run showed, never from its variant or pitfall switches "
+            "(`kits/common/detectors.py`; pairs: `reprokit/report/pair_findings.py`).\n\n" + "\n".join(lines))
+
+
+def differences(by_fw: dict[str, list[dict]]) -> str:
+    """Declared differences from the spec, then settings each framework reported differently."""
+    rows = []
+    any_run = next(iter(by_fw.values()))[0]
+    for d in any_run["spec"].get("differences", []):
+        rows.append([md(d["field"]), md(short(str(d["pytorch"]), 60)), md(short(str(d["tensorflow"]), 60)),
+                     md(short(d["why"]))])
+    pt, tf = by_fw.get("pytorch"), by_fw.get("tensorflow")
+    if pt and tf:
+        for key in ("tf32", "cudnn_autotune", "cpu_threads", "device_name"):
+            a, b = pt[0]["environment"].get(key), tf[0]["environment"].get(key)
+            if a != b:
+                rows.append([md(key), md(a), md(b), "as reported by each framework at run time"])
+    return table(rows, ["what differs", "PyTorch", "TensorFlow", "why / source"])
+
+
+def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
+    spec = next(iter(by_fw.values()))[0]["spec"]
+    ran = parameter_counts.parameter_counts(spec["model"], spec["data"]["input_size"])
+    if ran is None:         # a user's own model: its size is what the frameworks counted
+        counted = ", ".join(f"{LABEL[fw]} {_parameters(rs).split(' / ')[0]}" for fw, rs in sorted(by_fw.items()))
+        return f"Model as run: the experiment's own builders; parameters as each framework counted them: {counted}."
+    if published is None or spec["profile"] == "full":
+        return f"Model as run: {ran['total']:,} parameters."
+    full = parameter_counts.parameter_counts(published["model"], published["data"]["input_size"])
+    if full is None:
+        return f"Model as run ({spec['profile']} profile): {ran['total']:,} parameters."
+    return (f"Model as run ({spec['profile']} profile): {ran['total']:,} parameters; the published setting's "
+            f"model: {full['total']:,}.")
+
+
+def certificates(certs: list[dict], details_link: str) -> str:
+    """Is it the same experiment in both frameworks? The fixed pair's verdict and checks, then one row per
+    other variant pair; the evidence of every check is in details.md."""
+    if not certs:
+        return "**Equivalence certificate:** none was given to this report for this experiment."
+    fixed = next((c for c in certs if set(c["variant"].values()) == {FIXED}), None)
+    parts = []
+    if fixed is None:
+        parts.append("**Equivalence certificate:** the `fixed` pair has none.")
+    else:
+        file = certify_plan.file_name(fixed)
+        mark = {True: "pass", False: "**FAIL**", None: "info"}
+        checks = ", ".join(f"{md(c['name'])} {mark[c['passed']]}" for c in fixed["checks"])
+        parts.append(f"**Equivalence certificate: {fixed['status']}**, checked before any timing on the "
+                     f"`{fixed['profile']}` specs: {md(fixed['summary'] or fixed.get('message') or '')}. "
+                     + (f"Checks: {checks}. " if checks else "")
+                     + f"Evidence: [details.md]({details_link}), [`{file}`]({file}).")
+    others = [c for c in certs if c is not fixed]
+    if others:
+        rows = [[f"{md(c['variant']['pytorch'])} / {md(c['variant']['tensorflow'])}", f"**{c['status']}**",
+                 md(short(c["summary"] or "", 110)), f"[json]({certify_plan.file_name(c)})"] for c in others]
+        parts.append("Other variant pairs (an as-posted pair is expected to fail where the posts' code differs):\n\n"
+                     + table(rows, ["PyTorch / TensorFlow variant", "certificate", "what it found", "file"]))
+    return "\n\n".join(parts)
+
+
+def environment(results: list[dict]) -> str:
+    """One row per distinct environment (framework build, device, image or lock, code, data), with its runs."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in sorted(results, key=runs.order):
+        if r["status"] == "ok":
+            groups.setdefault(_environment_row(r), []).append(r)
+    rows = [[*key[:1], str(len(rs)), md(short(", ".join(sorted({r["variant"] for r in rs})), 60)), *key[1:]]
+            for key, rs in groups.items()]
+    out = table(rows, ["framework", "runs", "variants", "version", "build", "Python", "device", "threads intra/inter",
+                       "image or env", "lock sha256", "code commit", "data sha256"])
+    return "\n\n".join([out, *_mixed_images(results)])
+
+
+def _environment_row(r: dict) -> tuple:
+    env, prov = r["environment"], r["provenance"]
+    image = r.get("launcher", {}).get("image") or {}
+    where = (f"{image['ref']} ({image['id'][7:19]}; base {image.get('base_digest', '-')[7:19]}"
+             f"{'' if image.get('base_pinned') else ', not pinned'})" if image
+             else f"local: {prov.get('lock') or prov.get('interpreter') or '-'}")
+    gpu = env.get("gpus") or []
+    build = env.get("build") or {}
+    threads = env.get("cpu_threads") or {}
+    return (LABEL[r["framework"]], md(f"{env['framework']} {env['framework_version']}"),
+            md(f"CUDA {build.get('cuda') or '-'}, cuDNN {build.get('cudnn') or '-'}"),
+            md(env["python"]), md(env["device_name"] + (f", driver {gpu[0]['driver']}" if gpu else "")),
+            md(f"{threads.get('intra_op', '-')}/{threads.get('inter_op', '-')}"), md(short(where, 100)),
+            md((prov.get("lock_sha256") or "-")[:12]),
+            md(prov["code_commit"][:12] + (" (dirty)" if prov["code_dirty"] else "")), md(prov["data_sha256"][:12]))
+
+
+def _mixed_images(results: list[dict]) -> list[str]:
+    """Results of one framework that came from different images (or environments) cannot be pooled blindly."""
+    notes = []
+    for fw in FRAMEWORKS:
+        ids = {(r.get("launcher", {}).get("image") or {}).get("id") or r["provenance"].get("lock_sha256")
+               for r in results if r["framework"] == fw and r["status"] == "ok"}
+        if len(ids) > 1:
+            notes.append(f"**Warning:** the {LABEL[fw]} results come from {len(ids)} different images or "
+                         f"environments ({', '.join(md(str(i)[:19]) for i in sorted(map(str, ids)))}); "
+                         f"figures pooled across them mix framework builds.")
+    return notes
+
+
+def failed(results: list[dict]) -> str | None:
+    bad = [r for r in sorted(results, key=runs.order) if r["status"] != "ok"]
+    if not bad:
+        return None
+    parts = []
+    for r in bad:
+        f = r["failure"]
+        parts.append(f"- `{r['run_id']}` {md(r['experiment'])} / {LABEL[r['framework']]} / {md(r['variant'])} / "
+                     f"repeat {r['repeat']}: **{f['kind']}**: {md(f['message'])}\n\n"
+                     f"  <details><summary>log tail</summary>\n\n" + fenced(f["log_tail"][-15:]) + "\n\n  </details>")
+    return "\n".join(parts)
+
+
+def result_files(results: list[dict], plots: bool) -> str:
+    where = ", plots included," if plots else ""
+    listing = "\n".join(f"- [`{r['run_id']}.json`](results/{r['run_id']}.json): {md(r['experiment'])}, "
+                        f"{LABEL[r['framework']]}, {md(r['variant'])}, repeat {r['repeat']}, {r['status']}"
+                        for r in sorted(results, key=runs.order))
+    return (f"Every figure in this report{where} is computed from these files in `results/`; `summary.csv` has "
+            f"one row per run.\n\n<details><summary>{len(results)} result files</summary>\n\n{listing}\n\n</details>")
