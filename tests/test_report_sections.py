@@ -420,7 +420,7 @@ def test_the_first_screen_answers_each_seed(matrix, experiments, seeds, certific
                                                                                         "total_time_s")
                      for v in ("as_posted", "fixed"))
     assert "**PyTorch / TensorFlow, total time (train + eval)** (lower is better" in speed
-    assert f"{posted:.2f}x as posted, {fixed:.2f}x fixed. A single repeat: no test." in speed
+    assert f"as posted {posted:.2f}x, fixed {fixed:.2f}x. A single repeat: no test." in speed
     found = {v.claim.id: v for v in verdicts.evaluate(list(seeds.values()), matrix)}
     reproduced = [cid for cid, v in found.items() if v.status == verdicts.REPRODUCED and cid.startswith("s000")]
     assert reproduced and all(f"`{cid}`" in speed for cid in reproduced)

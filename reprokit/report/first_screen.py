@@ -61,14 +61,14 @@ def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading:
             continue
         a, b = (metrics.collect(fws[fw], quantity, reading).values for fw in FRAMEWORKS)
         if not a or not b:
-            parts.append(f"not measured {variant.replace('_', ' ')}")
+            parts.append(f"{variant.replace('_', ' ')} not measured")
             continue
-        parts.append(f"{stats.ratio(a, b).text()} {variant.replace('_', ' ')}")
+        parts.append(f"{variant.replace('_', ' ')} {stats.ratio(a, b).text()}")
         tests.append(stats.difference(a, b).text())
     if not parts:
         return ""
     ahead = "below" if q.better == "lower" else "above"
-    head = f"**PyTorch / TensorFlow, {q.short}**" + (f" ({q.better} is better: {ahead} 1, PyTorch is ahead)"
+    head = f"**PyTorch / TensorFlow, {q.short}**" + (f" ({q.better} is better: {ahead} 1 favours PyTorch)"
                                                       if q.better else "")
     tested = "; ".join(dict.fromkeys(tests))
     return f"- {head}: {', '.join(parts)}" + (f". {tested[0].upper()}{tested[1:]}." if tested else ".")

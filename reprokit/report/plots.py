@@ -79,6 +79,7 @@ def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption
     if not drawn:
         return None
     ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right")
+    ax.set_xlim(-0.6, max(len(variants), 3) - 0.4)
     ax.set_ylabel("training samples/s after warmup (higher is better)")
     ax.set_ylim(bottom=0)
     ax.legend()
@@ -113,6 +114,7 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
             top = max([top, *(max(v) / MIB for v in vals)])
             _bars(bars, xs, vals, width, PHASE_COLOR[phase], label, MIB)
         bars.set_xticks(range(len(mine)), mine, rotation=30, ha="right")
+        bars.set_xlim(-0.6, max(len(mine), 3) - 0.4)          # a lone variant keeps a bar's width
         bars.set_title(f"{LABEL[fw]}: peak memory by phase", y=1.0)
         bars.set_ylabel("MiB (lower is better)")
         bars.legend(loc="lower right")
@@ -127,7 +129,8 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
             i = mine.index(v)
             lines.plot([p[0] for p in pts], ys, label=v, color=CYCLE[i % len(CYCLE)],
                        linewidth=2.0 if not v.startswith("+") else 1.0, linestyle=STYLES[i // len(CYCLE) % 3])
-        source = by_variant[mine[0]][fw][0]["memory"].get("source", "source not stated")
+        reported = metrics.memory_readings(by_variant[mine[0]][fw][0]).get("reported")
+        source = reported.source if reported else "no peak recorded"
         lines.set_title(f"{LABEL[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
         lines.set_xlabel("training step")
         lines.set_ylabel("MiB")

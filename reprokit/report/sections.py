@@ -105,7 +105,7 @@ def _batch(rs: list[dict]) -> str:
 def memory_note(by_fw: dict[str, list[dict]]) -> str:
     """Which memory figures can be held against each other, from the sources the runs name."""
     sources = "; ".join(f"{LABEL[fw]}: {md(_source(rs[0]))}" for fw, rs in sorted(by_fw.items()))
-    if metrics.field(next(iter(by_fw.values()))[0], "spec.device") == "cpu":
+    if next(iter(by_fw.values()))[0]["spec"].get("device", "cpu") == "cpu":
         advice = ("On a CPU both are the whole process's peak resident memory, framework and Python included: "
                   "compare them as whole-process footprints.")
     else:

@@ -87,9 +87,9 @@ def measure(results: list[dict], experiment: str, op: Operand, context: tuple[st
         detail = f"{op.reading}: {detail}"
     if len(got.values) > 1 and op.quantity in ("memory_growth", "memory_growth_bytes_per_step"):
         detail += f"; median of {len(got.values)} runs"
-    source = runs[0]["memory"].get("source", "") if QUANTITIES[op.quantity][0] in ("bytes", "bytes_per_step") \
-        or op.quantity == "memory_growth" else ""
-    return Measured(median, got.values, got.run_ids, detail, source)
+    memory = QUANTITIES[op.quantity][0] in ("bytes", "bytes_per_step") or op.quantity == "memory_growth"
+    reported = metrics.memory_readings(runs[0]).get("reported") if memory else None
+    return Measured(median, got.values, got.run_ids, detail, reported.source if reported else "")
 
 
 # --- verdicts -----------------------------------------------------------------------------------
@@ -244,8 +244,8 @@ def _evaluate_one(claim: Claim, results: list[dict], context: tuple[str, str]) -
         status, ours, why, ids, value = _KINDS[claim.kind](claim, results, context)
     except NotMeasured as exc:
         if exc.hardware or incomparable:
-            return Verdict(claim, NOT_COMPARABLE, "-", incomparable or exc.reason, **base)
-        return Verdict(claim, NOT_MEASURED, "-", exc.reason, **base)
+            return Verdict(claim, NOT_COMPARABLE, exc.short, incomparable or exc.reason, **base)
+        return Verdict(claim, NOT_MEASURED, exc.short, exc.reason, **base)
     if incomparable:
         return Verdict(claim, NOT_COMPARABLE, f"{ours} ({profile}, {device})", incomparable,
                        run_ids=ids, value=value, **base)
