@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kits.common.names import LABELS
 from reprokit.report.claims import Claim
 from reprokit.report.markdown import anchor, md, short, table
-from reprokit.report.metrics import LABEL, QUANTITIES
+from reprokit.report.metrics import QUANTITIES
 from reprokit.report.verdicts import STATUSES, Verdict, fmt_figure, posted_text
 
 
@@ -62,7 +63,7 @@ def details(found: list[Verdict]) -> str:
 def metric_text(c: Claim) -> str:
     def op(o) -> str:
         reading = f", {o.reading} reading" if o.quantity == "peak_memory_bytes" else ""
-        return f"{QUANTITIES[o.quantity].short} of {LABEL[o.framework]} / {md(o.variant)}{reading}"
+        return f"{QUANTITIES[o.quantity].short} of {LABELS[o.framework]} / {md(o.variant)}{reading}"
     if c.kind in ("value", "accuracy_vs_chance"):
         text = op(c.operands["value"])
         return text + (f", expected {c.expect.replace('_', ' ')}" if c.expect else "")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kits.common.names import LABELS
 from reprokit.report import metrics, stats
 from reprokit.report.markdown import md, table
-from reprokit.report.metrics import LABEL
 
 METRICS = ("samples_per_s", "step_time_p50_s", "train_time_per_epoch_s", "eval_time_per_epoch_s",
            "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "final_test_accuracy")
@@ -108,7 +108,7 @@ def render(c: Comparison, name_a: str = "A", name_b: str = "B") -> str:
     out = [f"# {md(name_b)} against {md(name_a)}",
            f"Ratios are {md(name_b)} / {md(name_a)}. " + stats.METHOD]
     if c.rows:
-        rows = [[md(" / ".join((r.key[0], r.key[1], LABEL[r.key[2]], r.key[3]))),
+        rows = [[md(" / ".join((r.key[0], r.key[1], LABELS[r.key[2]], r.key[3]))),
                  metrics.QUANTITIES[r.metric].short,
                  r.a.text(_show(r.metric)), r.b.text(_show(r.metric)), r.ratio.text(), r.test.text(), r.verdict]
                 for r in c.rows]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from kits.common.names import FRAMEWORKS, LABELS
 from reprokit.report import metrics, runs, stats
 from reprokit.report.markdown import md
-from reprokit.report.metrics import FRAMEWORKS, LABEL, NotMeasured
+from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import FIXED, POSTED
 from reprokit.report.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 
@@ -42,8 +43,8 @@ def _work(posted: dict[str, list[dict]]) -> str:
         except NotMeasured as exc:
             return f"not measured ({md(exc.reason)})"
         if abs(batch - configured) > 0.01:
-            off.append(f"{LABEL[fw]} fed batches of {batch:g} sample(s) where {configured} were configured")
-    work = " against ".join(f"{LABEL[fw]} {n:,.0f}" for fw, n in per_epoch.items())
+            off.append(f"{LABELS[fw]} fed batches of {batch:g} sample(s) where {configured} were configured")
+    work = " against ".join(f"{LABELS[fw]} {n:,.0f}" for fw, n in per_epoch.items())
     if off:
         return f"{' and '.join(off)}, so the two did different work: training samples per epoch {work}."
     if len(set(per_epoch.values())) == 1:
@@ -84,9 +85,9 @@ def _learned(by_variant: dict[str, dict[str, list[dict]]], classes: int) -> str:
                 continue
             try:
                 acc = metrics.median(fws[fw], "final_test_accuracy")
-                shown.append(f"{LABEL[fw]} {acc:.3f} ({learned(acc, classes)})")
+                shown.append(f"{LABELS[fw]} {acc:.3f} ({learned(acc, classes)})")
             except NotMeasured as exc:
-                shown.append(f"{LABEL[fw]} {exc.short}")
+                shown.append(f"{LABELS[fw]} {exc.short}")
         if shown:
             parts.append(f"{variant.replace('_', ' ')} {', '.join(shown)}")
     return (f"- **Did it learn?** Final test accuracy per sample, chance {1 / classes:.2f} (learned: more than "

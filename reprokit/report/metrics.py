@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from reprokit import utilisation
 from reprokit.report import units
 
-FRAMEWORKS = ("pytorch", "tensorflow")
-LABEL = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 # Memory readings a claim or a table may name: the result's own peak (its source says what it
 # is), the framework allocator's peak allocated and reserved, and the device-level (NVML) peak.
 READINGS = ("reported", "allocated", "reserved", "device")

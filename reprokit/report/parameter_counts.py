@@ -5,12 +5,7 @@ experiment's, and tests hold it against each framework's own count.
 """
 from __future__ import annotations
 
-VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
-SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
-
-
-def _width(c: int, multiplier: float) -> int:
-    return max(1, int(round(c * multiplier)))
+from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 
 
 def parameter_counts(model: dict, input_size: int) -> dict | None:
@@ -25,7 +20,7 @@ def parameter_counts(model: dict, input_size: int) -> dict | None:
     if model["name"] == "vgg16":
         for block in VGG16_BLOCKS:
             for width in block:
-                out = _width(width, model["width_multiplier"])
+                out = scaled_width(width, model["width_multiplier"])
                 trainable += 9 * channels * out + out
                 channels = out
         features = channels * (input_size // 32) ** 2
@@ -34,7 +29,7 @@ def parameter_counts(model: dict, input_size: int) -> dict | None:
     else:
         for block in SIMPLECNN_BLOCKS:
             for width in block:
-                out = _width(width, model["width_multiplier"])
+                out = scaled_width(width, model["width_multiplier"])
                 trainable += 9 * channels * out + out + 2 * out   # conv + BatchNorm gamma, beta
                 frozen += 2 * out                                  # BatchNorm moving mean, variance
                 channels = out

@@ -21,8 +21,9 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure
 
+from kits.common.names import FRAMEWORKS, LABELS
 from reprokit.report import metrics, stats
-from reprokit.report.metrics import FRAMEWORKS, LABEL, NotMeasured
+from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import variant_order
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any common colour-vision deficiency.
@@ -74,7 +75,7 @@ def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption
                 xs.append(j + (i - 0.5) * width)
                 vals.append(got)
         if xs:
-            _bars(ax, xs, vals, width, COLOR[fw], LABEL[fw])
+            _bars(ax, xs, vals, width, COLOR[fw], LABELS[fw])
             drawn = True
     if not drawn:
         return None
@@ -115,7 +116,7 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
             _bars(bars, xs, vals, width, PHASE_COLOR[phase], label, MIB)
         bars.set_xticks(range(len(mine)), mine, rotation=30, ha="right")
         bars.set_xlim(-0.6, max(len(mine), 3) - 0.4)          # a lone variant keeps a bar's width
-        bars.set_title(f"{LABEL[fw]}: peak memory by phase", y=1.0)
+        bars.set_title(f"{LABELS[fw]}: peak memory by phase", y=1.0)
         bars.set_ylabel("MiB (lower is better)")
         bars.legend(loc="lower right")
         for v in mine:
@@ -131,7 +132,7 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
                        linewidth=2.0 if not v.startswith("+") else 1.0, linestyle=STYLES[i // len(CYCLE) % 3])
         reported = metrics.memory_readings(by_variant[mine[0]][fw][0]).get("reported")
         source = reported.source if reported else "no peak recorded"
-        lines.set_title(f"{LABEL[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
+        lines.set_title(f"{LABELS[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
         lines.set_xlabel("training step")
         lines.set_ylabel("MiB")
         if lines.has_data():

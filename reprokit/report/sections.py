@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kits.common.names import FRAMEWORKS, LABELS
 from reprokit import certify_plan
 from reprokit.report import metrics, pair_findings, parameter_counts, runs, stats, units
 from reprokit.report.markdown import fenced, md, short, table
-from reprokit.report.metrics import FRAMEWORKS, LABEL, NotMeasured
+from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import FIXED
 
 
@@ -104,7 +105,7 @@ def _batch(rs: list[dict]) -> str:
 
 def memory_note(by_fw: dict[str, list[dict]]) -> str:
     """Which memory figures can be held against each other, from the sources the runs name."""
-    sources = "; ".join(f"{LABEL[fw]}: {md(_source(rs[0]))}" for fw, rs in sorted(by_fw.items()))
+    sources = "; ".join(f"{LABELS[fw]}: {md(_source(rs[0]))}" for fw, rs in sorted(by_fw.items()))
     if next(iter(by_fw.values()))[0]["spec"].get("device", "cpu") == "cpu":
         advice = ("On a CPU both are the whole process's peak resident memory, framework and Python included: "
                   "compare them as whole-process footprints.")
@@ -141,8 +142,8 @@ def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
                 what = short(rs[0]["spec"].get("pitfall_summaries", {}).get(pitfalls[0], pitfalls[0]), 100)
             else:
                 what = f"its {len(pitfalls)} pitfall(s) together (below)"
-                named.append(f"`{md(variant)}` ({LABEL[fw]}): {md(', '.join(pitfalls))}")
-            rows.append([LABEL[fw], md(variant), md(what),
+                named.append(f"`{md(variant)}` ({LABELS[fw]}): {md(', '.join(pitfalls))}")
+            rows.append([LABELS[fw], md(variant), md(what),
                          _against(rs, base, "samples_per_s", lambda v: f"{v:,.1f}", variant),
                          _against(rs, base, "train_time_per_epoch_s", lambda v: f"{v:.1f}", variant),
                          _against(rs, base, "peak_memory_bytes", units.memory, variant),
@@ -213,7 +214,7 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
                 for f in r.get("findings", []):
                     if (f["code"], f["message"]) not in seen:
                         seen.add((f["code"], f["message"]))
-                        lines.append(f"- {LABEL[fw]}, `{md(variant)}`: **{md(f['code'])}** ({f['severity']}): "
+                        lines.append(f"- {LABELS[fw]}, `{md(variant)}`: **{md(f['code'])}** ({f['severity']}): "
                                      f"{md(f['message'])}")
         if "pytorch" in fws and "tensorflow" in fws:
             for f in pair_findings.findings(fws["pytorch"][0], fws["tensorflow"][0]):
@@ -244,7 +245,7 @@ def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
     spec = next(iter(by_fw.values()))[0]["spec"]
     ran = parameter_counts.parameter_counts(spec["model"], spec["data"]["input_size"])
     if ran is None:         # a user's own model: its size is what the frameworks counted
-        counted = ", ".join(f"{LABEL[fw]} {_parameters(rs).split(' / ')[0]}" for fw, rs in sorted(by_fw.items()))
+        counted = ", ".join(f"{LABELS[fw]} {_parameters(rs).split(' / ')[0]}" for fw, rs in sorted(by_fw.items()))
         return f"Model as run: the experiment's own builders; parameters as each framework counted them: {counted}."
     if published is None or spec["profile"] == "full":
         return f"Model as run: {ran['total']:,} parameters."
@@ -303,7 +304,7 @@ def _environment_row(r: dict) -> tuple:
     gpu = env.get("gpus") or []
     build = env.get("build") or {}
     threads = env.get("cpu_threads") or {}
-    return (LABEL[r["framework"]], md(f"{env['framework']} {env['framework_version']}"),
+    return (LABELS[r["framework"]], md(f"{env['framework']} {env['framework_version']}"),
             md(f"CUDA {build.get('cuda') or '-'}, cuDNN {build.get('cudnn') or '-'}"),
             md(env["python"]), md(env["device_name"] + (f", driver {gpu[0]['driver']}" if gpu else "")),
             md(f"{threads.get('intra_op', '-')}/{threads.get('inter_op', '-')}"), md(short(where, 100)),
@@ -318,7 +319,7 @@ def _mixed_images(results: list[dict]) -> list[str]:
         ids = {(r.get("launcher", {}).get("image") or {}).get("id") or r["provenance"].get("lock_sha256")
                for r in results if r["framework"] == fw and r["status"] == "ok"}
         if len(ids) > 1:
-            notes.append(f"**Warning:** the {LABEL[fw]} results come from {len(ids)} different images or "
+            notes.append(f"**Warning:** the {LABELS[fw]} results come from {len(ids)} different images or "
                          f"environments ({', '.join(md(str(i)[:19]) for i in sorted(map(str, ids)))}); "
                          f"figures pooled across them mix framework builds.")
     return notes
@@ -331,7 +332,7 @@ def failed(results: list[dict]) -> str | None:
     parts = []
     for r in bad:
         f = r["failure"]
-        parts.append(f"- `{r['run_id']}` {md(r['experiment'])} / {LABEL[r['framework']]} / {md(r['variant'])} / "
+        parts.append(f"- `{r['run_id']}` {md(r['experiment'])} / {LABELS[r['framework']]} / {md(r['variant'])} / "
                      f"repeat {r['repeat']}: **{f['kind']}**: {md(f['message'])}\n\n"
                      f"  <details><summary>log tail</summary>\n\n" + fenced(f["log_tail"][-15:]) + "\n\n  </details>")
     return "\n".join(parts)
@@ -340,7 +341,7 @@ def failed(results: list[dict]) -> str | None:
 def result_files(results: list[dict], plots: bool) -> str:
     where = ", plots included," if plots else ""
     listing = "\n".join(f"- [`{r['run_id']}.json`](results/{r['run_id']}.json): {md(r['experiment'])}, "
-                        f"{LABEL[r['framework']]}, {md(r['variant'])}, repeat {r['repeat']}, {r['status']}"
+                        f"{LABELS[r['framework']]}, {md(r['variant'])}, repeat {r['repeat']}, {r['status']}"
                         for r in sorted(results, key=runs.order))
     return (f"Every figure in this report{where} is computed from these files in `results/`; `summary.csv` has "
             f"one row per run.\n\n<details><summary>{len(results)} result files</summary>\n\n{listing}\n\n</details>")

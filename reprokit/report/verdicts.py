@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kits.common.names import LABELS
 from reprokit.report import metrics, stats
 from reprokit.report.claims import QUANTITIES, Claim, Operand, reference
-from reprokit.report.metrics import LABEL, NotMeasured
+from reprokit.report.metrics import NotMeasured
 from reprokit.report.units import UNITS, fmt
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_MEASURED = (
@@ -78,7 +79,7 @@ def _select(results: list[dict], experiment: str, op: Operand, context: tuple[st
 def measure(results: list[dict], experiment: str, op: Operand, context: tuple[str, str]) -> Measured:
     runs = _select(results, experiment, op, context)
     if not runs:
-        raise NotMeasured(f"no finished run of {LABEL[op.framework]} / {op.variant} "
+        raise NotMeasured(f"no finished run of {LABELS[op.framework]} / {op.variant} "
                           f"on the {context[0]} profile ({context[1]}) in these results")
     got = metrics.collect(runs, op.quantity, op.reading)
     median = got.median()
@@ -206,7 +207,7 @@ def _caveat(*measured: Measured) -> str:
 def _operand_name(claim: Claim, op: Operand) -> str:
     """Only what differs between the two operands names one: 'PyTorch', '+pt_val_grad', 'evaluation memory peak'."""
     a, b = claim.operands["numerator"], claim.operands["denominator"]
-    parts = [LABEL[op.framework] if a.framework != b.framework else "",
+    parts = [LABELS[op.framework] if a.framework != b.framework else "",
              op.variant if a.variant != b.variant else "",
              metrics.QUANTITIES[op.quantity].short if a.quantity != b.quantity else ""]
     return " ".join(p for p in parts if p)
@@ -332,7 +333,7 @@ def _effect(claim: Claim, results, context):
     else:
         why = (f"{claim.fixed_variant} {r_fixed:.2f}x stays outside the similar band {band}: the fix does not "
                f"close the gap here ({a.variant} {r_posted:.2f}x)")
-    what = f"{LABEL[a.framework]} / {LABEL[b.framework]}, {metrics.QUANTITIES[a.quantity].short}: "
+    what = f"{LABELS[a.framework]} / {LABELS[b.framework]}, {metrics.QUANTITIES[a.quantity].short}: "
     ids = tuple(i for m in (*posted, *fixed) for i in m.run_ids)
     return (REPRODUCED if present and gone else NOT_REPRODUCED), ours, what + why, ids, r_posted
 
