@@ -46,7 +46,8 @@ def test_same_specs_pair_metric_by_metric_and_a_real_change_is_named(real):
     assert set(rows) <= set(compare.METRICS) and "samples_per_s" in rows
     throughput = rows["samples_per_s"]
     expected = (metrics.collect(b, "samples_per_s").median() / metrics.collect(a, "samples_per_s").median())
-    assert throughput.ratio.value == pytest.approx(expected) and throughput.ratio.low <= expected <= throughput.ratio.high
+    assert throughput.ratio.value == pytest.approx(expected)
+    assert throughput.ratio.low <= expected <= throughput.ratio.high
     assert throughput.test.significant and throughput.verdict == "better"          # higher samples/s is better
     assert rows["peak_memory_bytes"].test.significant is False
     assert rows["peak_memory_bytes"].verdict == "no significant difference"
@@ -62,7 +63,8 @@ def test_specs_that_differ_in_what_ran_are_flagged_and_never_paired(real):
     c = compare.compare(repeats(base, 3), repeats(base, 3, edit=wider))
     assert not c.rows
     [(key, why)] = c.not_comparable
-    assert key == compare.key(base) and why == [f"model.width_multiplier: {base['spec']['model']['width_multiplier']!r} vs 1.0"]
+    assert key == compare.key(base)
+    assert why == [f"model.width_multiplier: {base['spec']['model']['width_multiplier']!r} vs 1.0"]
     assert "Not comparable" in compare.render(c) and "model.width\\_multiplier" in compare.render(c)
 
 

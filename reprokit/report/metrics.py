@@ -110,7 +110,8 @@ def accuracy(r: dict, split: str) -> Reading:
     if field(r, "metrics.averaged_over") != "batches":
         return Reading(acc)
     if split == "train":
-        steps, samples = field(r, "effective.train_steps_per_epoch")[-1], field(r, "effective.train_samples_per_epoch")[-1]
+        steps = field(r, "effective.train_steps_per_epoch")[-1]
+        samples = field(r, "effective.train_samples_per_epoch")[-1]
     else:
         samples = field(r, "effective.test_samples")
         steps = math.ceil(samples / field(r, "spec.train.eval_batch_size"))

@@ -49,7 +49,8 @@ def describe(doc: dict) -> str:
     width = model.get("width_multiplier", 1.0)
     size = data["input_size"]
     return (f"{MODELS.get(model['name'], model['name'])}" + (f" at width {width:g}x" if width != 1 else "") +
-            f" on {DATASETS.get(data['dataset'], data['dataset'])} at {size}x{size}, batch {doc['train']['batch_size']}")
+            f" on {DATASETS.get(data['dataset'], data['dataset'])} at {size}x{size},"
+            f" batch {doc['train']['batch_size']}")
 
 
 def as_run(spec: dict, published: dict | None) -> tuple[str, bool]:

@@ -49,14 +49,14 @@ SIDE_BY_SIDE = (
 )
 
 
-def figure(runs_: list[dict], quantity: str, show: Callable[[float], str]) -> tuple[str, tuple[float, ...]]:
-    """A cell for a quantity over repeats: median with its bracket, or why there is none."""
-    got = metrics.collect(runs_, quantity)
+def cell(rs: list[dict], quantity: str, show: Callable[[float], str]) -> tuple[str, tuple[float, ...]]:
+    """A quantity over repeats: its median with its bracket, or why there is none; and the values."""
+    got = metrics.collect(rs, quantity)
     if not got.values:
         return (got.missing[0].short if got.missing else "not run"), ()
     text = stats.estimate(got.values).text(show)
     if got.missing:
-        text += f" ({len(got.values)} of {len(runs_)} runs)"
+        text += f" ({len(got.values)} of {len(rs)} runs)"
     return text, got.values
 
 
@@ -71,12 +71,12 @@ def side_by_side(by_fw: dict[str, list[dict]]) -> str:
     pt, tf = by_fw.get("pytorch", []), by_fw.get("tensorflow", [])
     rows = []
     for row in SIDE_BY_SIDE:
-        (a, va), (b, vb) = figure(pt, row.quantity, row.show), figure(tf, row.quantity, row.show)
+        (a, va), (b, vb) = cell(pt, row.quantity, row.show), cell(tf, row.quantity, row.show)
         better = metrics.QUANTITIES[row.quantity].better or ""
         rows.append([row.label, a, b, ratio_cell(va, vb, row.test) if row.ratio else "", better])
     rows += [["parameters (total / trainable)", *[_parameters(x) for x in (pt, tf)], "", ""],
              ["batch size: configured / observed in tensors", *[_batch(x) for x in (pt, tf)], "", ""],
-             ["training samples per epoch", *[figure(x, "train_samples_per_epoch", "{:,.0f}".format)[0]
+             ["training samples per epoch", *[cell(x, "train_samples_per_epoch", "{:,.0f}".format)[0]
                                                for x in (pt, tf)], "", ""],
              ["repeats (figures are medians)", str(len(pt)), str(len(tf)), "", ""]]
     return table(rows, ["", "PyTorch", "TensorFlow", "PyTorch / TensorFlow", "better"])

@@ -67,8 +67,8 @@ def _select(results: list[dict], experiment: str, op: Operand, context: tuple[st
     name (a variant whose only pitfall of this framework is p is also "+p"), so "+p" and "fixed" also
     match a run of another name with exactly those pitfalls."""
     profile, device = context
-    same = [r for r in results if r["status"] == "ok" and r["experiment"] == experiment
-            and r["framework"] == op.framework and r["profile"] == profile and r["spec"].get("device") == device]
+    same = [r for r in results if r["status"] == "ok" and r["experiment"] == experiment and r["profile"] == profile
+            and r["framework"] == op.framework and r["spec"].get("device", "cpu") == device]
     named = [r for r in same if r["variant"] == op.variant]
     if named or not (op.variant == "fixed" or op.variant.startswith("+")):
         return named
@@ -174,7 +174,9 @@ def _band(claim: Claim) -> tuple[float, float, str]:
         return lo, hi, text
     ref_lo, ref_hi = reference(claim)
     ref_unit = _reference_unit(claim)
-    ref = fmt(ref_lo, dim, ref_unit) if ref_lo == ref_hi else f"{fmt(ref_lo, dim, ref_unit)}–{fmt(ref_hi, dim, ref_unit)}"
+    ref = fmt(ref_lo, dim, ref_unit)
+    if ref_hi != ref_lo:
+        ref += f"–{fmt(ref_hi, dim, ref_unit)}"
     if "relative" in t:
         r = t["relative"]
         lo, hi = ref_lo * (1 - r), ref_hi * (1 + r)
@@ -230,7 +232,8 @@ def evaluate(claims: list[Claim], results: list[dict]) -> list[Verdict]:
     for claim in claims:
         found = contexts(claim, results)
         if not found:
-            out.append(Verdict(claim, NOT_MEASURED, "no run", f"no finished run of {claim.experiment} in these results"))
+            out.append(Verdict(claim, NOT_MEASURED, "no run",
+                               f"no finished run of {claim.experiment} in these results"))
             continue
         for context in found:
             out.append(_evaluate_one(claim, results, context))
