@@ -1,17 +1,24 @@
 """The reporting half: from result files to report.md, details.md, summary.csv, plots and verdicts.
 
-Modules, each importing only those below it:
+Its modules, each importing only modules further down this list (and nothing of the report
+package imports upward):
 
-    document          report.md / details.md / summary.csv / plots of one report (write, render)
-    first_screen      the answers per seed        sections     the per-experiment tables
-    claims_section    the claims table            plots        the PNG figures
-    summary_csv       one row per run             compare      two result sets, B against A
-    verdicts          claims judged from results  claims       claim files, loaded and checked
-    pair_findings     PyTorch/TensorFlow pair findings         parameter_counts  model sizes from a spec
-    runs              results grouped and ordered markdown     escaping, tables, short cells
-    stats             medians, brackets with coverage, tests
-    metrics           the one place a quantity is read from a result, by name and unit
-    units             units, dimensions, how a value is written
+    document          write() and render(): report.md, details.md, summary.csv and the plots of one report
+    first_screen      the answers per seed at the top of report.md
+    sections          the per-experiment tables, environment, failures and result files
+    claims_section    the claims table, and each claim in full for details.md
+    plots             the PNG figures
+    summary_csv       one flat row per run
+    compare           two result sets, B against A (the core of `reprokit compare`)
+    verdicts          each claim judged from the results
+    claims            claim files, loaded and checked
+    pair_findings     what a PyTorch and a TensorFlow run about to be compared differ in
+    parameter_counts  the built-in models' sizes from a spec
+    runs              results grouped and ordered, and what ran against the published setting
+    markdown          escaping, tables, short cells
+    stats             medians, brackets with their coverage, the Mann-Whitney U test
+    metrics           the one place a quantity is read from a result, by name and with its unit
+    units             units, dimensions, and how a value is written
 """
 from reprokit.report.document import render, write
 from reprokit.report.markdown import fenced, md
