@@ -199,50 +199,73 @@ def _build(path: Path, raw: dict) -> Claim:
 
     metric = raw["metric"]
     kind = metric["kind"]
+    operands = _operands(metric, bad)
+    _check_metric(metric, operands, bad)
+    claim = Claim(
+        id=raw["id"], experiment=raw["experiment"], role=raw["role"], title=raw["title"],
+        source=raw["source"], statement=raw["statement"], published=tuple(raw["published"]), kind=kind,
+        operands=operands, tolerance=raw["tolerance"], transfers=raw["transfers"],
+        comparable=raw.get("comparable", {}), expect=metric.get("expect"),
+        fixed_variant=metric.get("fixed_variant", "fixed"), direction=metric.get("direction"),
+        note=raw.get("note", ""), file=str(path))
+    for i, fig in enumerate(claim.published):
+        _check_figure(fig, f"published[{i}]", bad)
+    _check_tolerance(claim, bad)
+    return claim
+
+
+def _operands(metric: dict, bad) -> dict[str, Operand]:
+    """"value", or "numerator" and "denominator": each a quantity of one framework and variant."""
+    kind = metric["kind"]
     base = {k: metric[k] for k in ("quantity", "framework", "variant", "reading") if k in metric}
     if kind == "accuracy_vs_chance":
         base.setdefault("quantity", "final_test_accuracy")
-
-    def operand(key: str, extra: dict) -> Operand:
-        merged = {"reading": "reported", **base, **extra}
-        for k in ("quantity", "framework", "variant"):
-            if k not in merged:
-                raise bad(f"metric.{key}.{k}" if key != "value" else f"metric.{k}",
-                          f"missing; a {kind} metric needs quantity, framework and variant "
-                          f"(at metric level or in {'numerator/denominator' if key != 'value' else 'the metric'})")
-        op = Operand(**merged)
-        where = "metric" if key == "value" else f"metric.{key}"
-        if op.reading != "reported" and op.quantity != "peak_memory_bytes":
-            raise bad(f"{where}.reading", f"a reading applies to peak_memory_bytes only, not {op.quantity}")
-        if op.quantity == "peak_memory_bytes" and "reading" not in {**base, **extra}:
-            raise bad(f"{where}.reading", "missing; a peak-memory claim names in advance the one reading that "
-                                          f"judges it: {', '.join(READINGS)}")
-        if op.variant.startswith("+"):
-            pitfall = op.variant[1:]
-            if pitfall not in PITFALLS:
-                raise bad(f"{where}.variant", f"unknown pitfall {pitfall!r} in {op.variant!r}; "
-                                              f"known: {', '.join(sorted(PITFALLS))}")
-            if PITFALLS[pitfall]["framework"] != op.framework:
-                raise bad(f"{where}.variant", f"{op.variant!r} is a {PITFALLS[pitfall]['framework']} pitfall; "
-                                              f"the planner runs it on {PITFALLS[pitfall]['framework']} only, "
-                                              f"not {op.framework}")
-        return op
-
     if kind in ("value", "accuracy_vs_chance"):
         for k in ("numerator", "denominator", "fixed_variant"):
             if k in metric:
                 raise bad(f"metric.{k}", f"not used by a {kind} metric; allowed: quantity, framework, variant, "
                                          "reading" + (", expect" if kind == "accuracy_vs_chance" else ""))
-        operands = {"value": operand("value", {})}
-    else:
-        for k in ("numerator", "denominator"):
-            if k not in metric:
-                raise bad(f"metric.{k}", f"missing; a {kind} metric needs numerator and denominator")
-        operands = {k: operand(k, metric[k]) for k in ("numerator", "denominator")}
-        if operands["numerator"] == operands["denominator"]:
-            raise bad("metric", "numerator and denominator are the same measurement; a ratio needs two")
-        if kind == "ratio" and "fixed_variant" in metric:
-            raise bad("metric.fixed_variant", "used by effect_disappears_with_fix only")
+        return {"value": _operand("value", base, {}, kind, bad)}
+    for k in ("numerator", "denominator"):
+        if k not in metric:
+            raise bad(f"metric.{k}", f"missing; a {kind} metric needs numerator and denominator")
+    operands = {k: _operand(k, base, metric[k], kind, bad) for k in ("numerator", "denominator")}
+    if operands["numerator"] == operands["denominator"]:
+        raise bad("metric", "numerator and denominator are the same measurement; a ratio needs two")
+    return operands
+
+
+def _operand(key: str, base: dict, extra: dict, kind: str, bad) -> Operand:
+    stated = {**base, **extra}
+    for k in ("quantity", "framework", "variant"):
+        if k not in stated:
+            raise bad(f"metric.{key}.{k}" if key != "value" else f"metric.{k}",
+                      f"missing; a {kind} metric needs quantity, framework and variant "
+                      f"(at metric level or in {'numerator/denominator' if key != 'value' else 'the metric'})")
+    op = Operand(**{"reading": "reported", **stated})
+    where = "metric" if key == "value" else f"metric.{key}"
+    if op.reading != "reported" and op.quantity != "peak_memory_bytes":
+        raise bad(f"{where}.reading", f"a reading applies to peak_memory_bytes only, not {op.quantity}")
+    if op.quantity == "peak_memory_bytes" and "reading" not in stated:
+        raise bad(f"{where}.reading", "missing; a peak-memory claim names in advance the one reading that "
+                                      f"judges it: {', '.join(READINGS)}")
+    if op.variant.startswith("+"):
+        pitfall = op.variant[1:]
+        if pitfall not in PITFALLS:
+            raise bad(f"{where}.variant", f"unknown pitfall {pitfall!r} in {op.variant!r}; "
+                                          f"known: {', '.join(sorted(PITFALLS))}")
+        if PITFALLS[pitfall]["framework"] != op.framework:
+            raise bad(f"{where}.variant", f"{op.variant!r} is a {PITFALLS[pitfall]['framework']} pitfall; "
+                                          f"the planner runs it on {PITFALLS[pitfall]['framework']} only, "
+                                          f"not {op.framework}")
+    return op
+
+
+def _check_metric(metric: dict, operands: dict[str, Operand], bad) -> None:
+    """The keys that belong to one metric kind only: expect, fixed_variant, direction."""
+    kind = metric["kind"]
+    if kind == "ratio" and "fixed_variant" in metric:
+        raise bad("metric.fixed_variant", "used by effect_disappears_with_fix only")
     if kind == "accuracy_vs_chance":
         if operands["value"].quantity not in ACCURACIES:
             raise bad("metric.quantity", f"accuracy_vs_chance needs one of {', '.join(ACCURACIES)}")
@@ -253,23 +276,11 @@ def _build(path: Path, raw: dict) -> Claim:
     fixed_variant = metric.get("fixed_variant", "fixed")
     if kind == "effect_disappears_with_fix" and fixed_variant in {o.variant for o in operands.values()}:
         raise bad("metric.fixed_variant", f"{fixed_variant!r} is also the posted variant; they must differ")
-    direction = metric.get("direction")
-    if kind == "effect_disappears_with_fix" and direction is None:
+    if kind == "effect_disappears_with_fix" and "direction" not in metric:
         raise bad("metric.direction", "missing; an effect that disappears with the fix states which way it points "
                                       "as posted: greater (above the similar band) or less (below it)")
-    if direction is not None and kind not in ("ratio", "effect_disappears_with_fix"):
+    if "direction" in metric and kind not in ("ratio", "effect_disappears_with_fix"):
         raise bad("metric.direction", "used by ratio and effect_disappears_with_fix only")
-
-    claim = Claim(
-        id=raw["id"], experiment=raw["experiment"], role=raw["role"], title=raw["title"],
-        source=raw["source"], statement=raw["statement"], published=tuple(raw["published"]), kind=kind,
-        operands=operands, tolerance=raw["tolerance"], transfers=raw["transfers"],
-        comparable=raw.get("comparable", {}), expect=metric.get("expect"), fixed_variant=fixed_variant,
-        direction=direction, note=raw.get("note", ""), file=str(path))
-    for i, fig in enumerate(claim.published):
-        _check_figure(fig, f"published[{i}]", bad)
-    _check_tolerance(claim, bad)
-    return claim
 
 
 def _check_figure(fig: dict, key: str, bad) -> None:

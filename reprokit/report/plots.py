@@ -99,50 +99,59 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
     fig = Figure(figsize=(5.5 * len(frameworks), 7.5))
     fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.07, hspace=0.55, wspace=0.12)
     axes = fig.subplots(2, len(frameworks), squeeze=False, sharey="all")
-    top = 0.0
-    phases_missing = False
+    top, phases_missing = 0.0, False
     for col, fw in enumerate(frameworks):
-        bars, lines = axes[0][col], axes[1][col]
-        mine = [v for v in variants if by_variant[v].get(fw)]
-        measured = {phase: [metrics.collect(by_variant[v][fw], name).values for v in mine]
-                    for phase, name, _ in PHASES}
-        shown = [(phase, label) for phase, _, label in PHASES if any(measured[phase])]
-        phases_missing |= len(shown) < len(PHASES)
-        width = 0.8 / max(1, len(shown))
-        for k, (phase, label) in enumerate(shown):
-            xs = [j + (k - (len(shown) - 1) / 2) * width for j, got in enumerate(measured[phase]) if got]
-            vals = [got for got in measured[phase] if got]
-            top = max([top, *(max(v) / MIB for v in vals)])
-            _bars(bars, xs, vals, width, PHASE_COLOR[phase], label, MIB)
-        bars.set_xticks(range(len(mine)), mine, rotation=30, ha="right")
-        bars.set_xlim(-0.6, max(len(mine), 3) - 0.4)          # a lone variant keeps a bar's width
-        bars.set_title(f"{LABELS[fw]}: peak memory by phase", y=1.0)
-        bars.set_ylabel("MiB (lower is better)")
-        bars.legend(loc="lower right")
-        for v in mine:
-            run = min(by_variant[v][fw], key=lambda r: r["repeat"])
-            try:
-                pts = sorted(metrics.field(run, "memory.over_steps"))
-            except NotMeasured:
-                continue
-            ys = [p[1] / MIB for p in pts]
-            top = max([top, *ys])
-            i = mine.index(v)
-            lines.plot([p[0] for p in pts], ys, label=v, color=CYCLE[i % len(CYCLE)],
-                       linewidth=2.0 if not v.startswith("+") else 1.0, linestyle=STYLES[i // len(CYCLE) % 3])
-        reported = metrics.memory_readings(by_variant[mine[0]][fw][0]).get("reported")
+        mine = {v: by_variant[v][fw] for v in variants if by_variant[v].get(fw)}
+        bars_top, missing = _phase_bars(axes[0][col], mine)
+        top = max(top, bars_top, _over_steps(axes[1][col], mine))
+        phases_missing |= missing
+        axes[0][col].set_title(f"{LABELS[fw]}: peak memory by phase", y=1.0)
+        reported = metrics.memory_readings(next(iter(mine.values()))[0]).get("reported")
         source = reported.source if reported else "no peak recorded"
-        lines.set_title(f"{LABELS[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
-        lines.set_xlabel("training step")
-        lines.set_ylabel("MiB")
-        if lines.has_data():
-            lines.legend(fontsize=7)
+        axes[1][col].set_title(f"{LABELS[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
     axes[0][0].set_ylim(0, top * 1.15 or 1)          # from zero, so noise does not look like growth
     note = ("; bars without a phase: these results have no per-phase peaks (an older kit)" if phases_missing
             else "")
     fig.suptitle(textwrap.fill(caption + note, 130), y=1.0)
     fig.savefig(path, dpi=DPI, metadata={"Software": None})
     return path
+
+
+def _phase_bars(ax, runs: dict[str, list[dict]]) -> tuple[float, bool]:
+    """Per variant: the training and evaluation phase peaks and the run's peak, each with its whiskers.
+    Returns the highest bar (MiB) and whether a phase had no peaks to show."""
+    measured = {phase: [metrics.collect(rs, name).values for rs in runs.values()] for phase, name, _ in PHASES}
+    shown = [(phase, label) for phase, _, label in PHASES if any(measured[phase])]
+    width, top = 0.8 / max(1, len(shown)), 0.0
+    for k, (phase, label) in enumerate(shown):
+        xs = [j + (k - (len(shown) - 1) / 2) * width for j, got in enumerate(measured[phase]) if got]
+        vals = [got for got in measured[phase] if got]
+        top = max([top, *(max(v) / MIB for v in vals)])
+        _bars(ax, xs, vals, width, PHASE_COLOR[phase], label, MIB)
+    ax.set_xticks(range(len(runs)), list(runs), rotation=30, ha="right")
+    ax.set_xlim(-0.6, max(len(runs), 3) - 0.4)          # a lone variant keeps a bar's width
+    ax.set_ylabel("MiB (lower is better)")
+    ax.legend(loc="lower right")
+    return top, len(shown) < len(PHASES)
+
+
+def _over_steps(ax, runs: dict[str, list[dict]]) -> float:
+    """Memory sampled over training steps, the first repeat of each variant; returns the highest point (MiB)."""
+    top = 0.0
+    for i, (variant, rs) in enumerate(runs.items()):
+        try:
+            pts = sorted(metrics.field(min(rs, key=lambda r: r["repeat"]), "memory.over_steps"))
+        except NotMeasured:
+            continue
+        ys = [p[1] / MIB for p in pts]
+        top = max([top, *ys])
+        ax.plot([p[0] for p in pts], ys, label=variant, color=CYCLE[i % len(CYCLE)],
+                linewidth=1.0 if variant.startswith("+") else 2.0, linestyle=STYLES[i // len(CYCLE) % 3])
+    ax.set_xlabel("training step")
+    ax.set_ylabel("MiB")
+    if ax.has_data():
+        ax.legend(fontsize=7)
+    return top
 
 
 def write_all(report_dir: Path, grouped: dict, captions: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
