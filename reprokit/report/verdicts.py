@@ -247,9 +247,11 @@ def _evaluate_one(claim: Claim, results: list[dict], context: tuple[str, str]) -
     try:
         status, ours, why, ids, value = _KINDS[claim.kind](claim, results, context)
     except NotMeasured as exc:
+        consulted = tuple(r["run_id"] for op in claim.operands.values()
+                          for r in _select(results, claim.experiment, op, context))
         if exc.hardware or incomparable:
-            return Verdict(claim, NOT_COMPARABLE, exc.short, incomparable or exc.reason, **base)
-        return Verdict(claim, NOT_MEASURED, exc.short, exc.reason, **base)
+            return Verdict(claim, NOT_COMPARABLE, exc.short, incomparable or exc.reason, run_ids=consulted, **base)
+        return Verdict(claim, NOT_MEASURED, exc.short, exc.reason, run_ids=consulted, **base)
     if incomparable:
         return Verdict(claim, NOT_COMPARABLE, f"{ours} ({profile}, {device})", incomparable,
                        run_ids=ids, value=value, **base)
