@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from reprokit.errors import UserError
 from reprokit.report import compare, metrics
 
 REAL = Path(__file__).resolve().parent.parent / "reports" / "quick-cpu" / "results"
@@ -74,3 +75,10 @@ def test_too_few_repeats_are_said_and_configurations_in_one_set_only_are_listed(
     row = next(r for r in c.rows if r.metric == "samples_per_s")
     assert row.test.p is None and row.verdict == "too few repeats to tell"
     assert c.only_b == [compare.key(real[1])] and "Only in B" in compare.render(c)
+
+
+def test_a_result_set_is_a_report_folder_or_a_folder_of_results(tmp_path):
+    report_folder = REAL.parent
+    assert {r["run_id"] for r in compare.load(report_folder)} == {r["run_id"] for r in compare.load(REAL)}
+    with pytest.raises(UserError, match=r"no result files here or in .*results; give a report folder"):
+        compare.load(tmp_path)

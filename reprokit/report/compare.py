@@ -6,14 +6,19 @@ or lock, the code commit and the run's own id, repeat and time limit. Specs that
 anything else (a model width, a batch size, a dataset) are flagged not comparable and never
 paired. For each paired configuration and metric: the medians of A and B, the ratio B / A with
 its bracket and coverage, and the two-sided Mann-Whitney U test where the repeats allow one.
+
+A verb needs three calls: ``render(compare(load(a), load(b)), name_a, name_b)``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from kits.common.names import LABELS
+from reprokit.errors import UserError
 from reprokit.report import metrics, stats
 from reprokit.report.markdown import md, table
+from reprokit.store import Store
 
 METRICS = ("samples_per_s", "step_time_p50_s", "train_time_per_epoch_s", "eval_time_per_epoch_s",
            "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "final_test_accuracy")
@@ -21,6 +26,15 @@ METRICS = ("samples_per_s", "step_time_p50_s", "train_time_per_epoch_s", "eval_t
 WHERE = ("run_id", "repeat", "device", "provenance", "limits")
 
 Key = tuple[str, str, str, str]          # experiment, variant, framework, profile
+
+
+def load(path: Path) -> list[dict]:
+    """A result set: a report's folder (its ``results/``) or a folder of result files."""
+    folder = path / "results" if (path / "results").is_dir() else path
+    if not folder.is_dir() or not any(folder.glob("*.json")):
+        raise UserError(f"{path}: no result files here or in {path / 'results'}; give a report folder "
+                        f"(reports/<name>) or a folder of result files")
+    return Store(folder).all()
 
 
 def key(r: dict) -> Key:
