@@ -29,7 +29,7 @@ from reprokit.report.runs import variant_order
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any common colour-vision deficiency.
 COLOR = {"pytorch": "#0072B2", "tensorflow": "#E69F00"}
 PHASE_COLOR = {"train": "#009E73", "eval": "#CC79A7", "peak": "#999999"}
-CYCLE = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
+CYCLE = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7")   # its yellow is too pale for a line
 STYLES = ("-", "--", ":")
 PHASES = (("train", "train_peak_memory_bytes", "training phase peak"),
           ("eval", "eval_peak_memory_bytes", "evaluation phase peak"),
@@ -96,8 +96,8 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
     if not frameworks:
         return None
     variants = variant_order(by_variant)
-    fig = Figure(figsize=(5.5 * len(frameworks), 7.5))
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.07, hspace=0.55, wspace=0.12)
+    fig = Figure(figsize=(5.5 * len(frameworks), 8.0))
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.07, hspace=0.75, wspace=0.08)
     axes = fig.subplots(2, len(frameworks), squeeze=False, sharey="all")
     top, phases_missing = 0.0, False
     for col, fw in enumerate(frameworks):
@@ -109,6 +109,10 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
         reported = metrics.memory_readings(next(iter(mine.values()))[0]).get("reported")
         source = reported.source if reported else "no peak recorded"
         axes[1][col].set_title(f"{LABELS[fw]}: memory sampled over training steps\n(peak source: {source})", y=1.0)
+        if col:                                        # the shared y axis is labelled once, on the left
+            for ax in (axes[0][col], axes[1][col]):
+                ax.tick_params(labelleft=False)
+                ax.set_ylabel("")
     axes[0][0].set_ylim(0, top * 1.15 or 1)          # from zero, so noise does not look like growth
     note = ("; bars without a phase: these results have no per-phase peaks (an older kit)" if phases_missing
             else "")
