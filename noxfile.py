@@ -27,6 +27,13 @@ def reproduce(session: nox.Session) -> None:
 
 
 @nox.session
+def compare(session: nox.Session) -> None:
+    """Compare two result sets (report folders), B against A: `nox -s compare -- reports/A reports/B`."""
+    _host(session)
+    session.run("python", "-m", "reprokit", "compare", *session.posargs)
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite: real frameworks, real files, a real Docker engine where one answers."""
     _host(session, "pytest>=8")

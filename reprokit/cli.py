@@ -24,6 +24,7 @@ from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
 from reprokit.provenance import REPO, code
 from reprokit.report import claims as claimlib
+from reprokit.report import compare
 from reprokit.runners.base import run_spec
 from reprokit.runners.choose import choose
 from reprokit.store import Store
@@ -308,13 +309,31 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
+def compare_sets(argv: list[str]) -> int:
+    """reprokit compare A B: every paired metric of B against A, with brackets and tests."""
+    p = argparse.ArgumentParser(prog="reprokit compare", description=compare_sets.__doc__)
+    p.add_argument("a", type=Path, help="a report folder (reports/<name>) or a folder of result files")
+    p.add_argument("b", type=Path, help="the result set to hold against A")
+    p.add_argument("--out", type=Path, help="also write the comparison to this markdown file")
+    args = p.parse_args(argv)
+    text = compare.render(compare.compare(compare.load(args.a), compare.load(args.b)), _shown(args.a), _shown(args.b))
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+VERBS = {"reproduce": reproduce, "compare": compare_sets}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "reproduce":
-        print("usage: reprokit reproduce [options]   (see reprokit reproduce --help)", file=sys.stderr)
+    if not argv or argv[0] not in VERBS:
+        print("usage: reprokit reproduce [options] | reprokit compare A B   (see reprokit VERB --help)",
+              file=sys.stderr)
         return 2
     try:
-        return reproduce(argv[1:])
+        return VERBS[argv[0]](argv[1:])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -116,3 +116,15 @@ def test_from_refuses_other_data_and_a_gpu_report_on_a_cpu(tmp_path):
     with pytest.raises(UserError, match="no result files"):
         (tmp_path / "empty" / "results").mkdir(parents=True)
         _specs_from(tmp_path / "empty", _Runner(), "cpu", tmp_path / "data", code(), True)
+
+
+def test_compare_holds_one_result_set_against_another(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "reprokit", "compare", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+    same = run("reports/quick-cpu", "reports/seeds-quick-cpu", "--out", str(tmp_path / "c.md"))
+    assert same.returncode == 0, same.stderr
+    assert "| vgg16\\_cifar10\\_speed / fixed / PyTorch / quick " in same.stdout and "1.00x" in same.stdout
+    assert (tmp_path / "c.md").read_text().strip() == same.stdout.strip()
+    missing = run("reports/quick-cpu", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "no result files" in missing.stderr
