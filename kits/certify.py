@@ -2,29 +2,42 @@
 
     python -m kits.certify --spec SPEC.json --data-dir DIR --out OUT.json
                            [--weights-in W.npz | --weights-out W.npz] [--weights-after-out A.npz]
+    python -m kits.certify --jobs JOBS.json --out-dir OUT --data-dir DIR [--weights-from IN]
 
-Builds the spec's model, optimizer and loss exactly as the kit trains them (the
-framework's Backend), sets every Dropout rate to 0, and writes to OUT, in a
-canonical framework-neutral form (kits/common/certificate.py):
+--jobs certifies several experiments in one process. JOBS.json is a list of {"name", "spec"}, the
+spec's path relative to JOBS.json's folder (so the list holds no path of the machine that wrote it).
+Job NAME writes OUT/NAME/side.json and OUT/NAME/after-steps.npz; it exports its initial weights to
+OUT/NAME/initial-weights.npz, or with --weights-from starts from IN/NAME/initial-weights.npz.
+``--steps N`` shortens the trajectories (default 10) and ``--dropout-passes N`` the dropout check
+(default 128), for timing a large model.
 
+Builds the spec's model, optimizer and loss exactly as the kit trains them (the framework's
+Backend) and writes to OUT, in a canonical framework-neutral form (kits/common/certificate.py):
+
+- ``optimizer``: the optimizer the kit built, read back from the object;
 - ``layers``: per-layer parameter names, canonical shapes and counts;
-- ``flops``: training FLOPs per sample (forward and backward) from this
-  framework's own counter, with the conventions it counts by;
-- ``logits``: the first test samples through the kit's own preprocessing, fp32
-  in evaluation mode, and fp64 in evaluation and training mode;
-- ``losses``: ``fp32``, ten steps of the kit's own train_step on its first
-  training batches (epoch 1's order, then epoch 2's); ``fp64``, the same ten
-  steps with the same model, loss and optimizer rebuilt in float64 (the
-  certified trajectory; declared optimizer differences listed in
-  ``neutralised`` are removed there), plus the loss of batch 1 after them.
+- ``ops``, ``flops``: the canonical convolutions and matrix products of one traced forward pass
+  with the layers without parameters between them, and the training FLOPs per sample they make
+  (kits/common/arithmetic.py);
+- ``outputs``: the shape of the model's outputs and whether they are probabilities;
+- ``logits``: the first test samples through the kit's own preprocessing, fp32 in evaluation
+  mode, and fp64 in evaluation and training mode (dropout off);
+- ``train_outputs``: fp32 training-mode outputs of the same weights over many passes, dropout on;
+- ``losses``: ``fp32``, ten steps of the kit's own train_step on its first training batches
+  (epoch 1's order, then epoch 2's), and ``fp32_perturbed``, the same with the inputs one float32
+  ulp up; ``fp64``, the same ten steps through the certificate's reference step (the kit's model,
+  loss and optimizer rebuilt in float64: the certified trajectory), plus the loss of batch 1 after
+  them, and ``fp32_reference``, that reference step in fp32. Declared optimizer differences listed
+  in ``neutralised`` are removed in all of them.
 
 With --weights-out it first exports its freshly initialised weights; with
 --weights-in it starts from such a file instead, and refuses one that does not
 fit the model. --weights-after-out saves the fp64 weights after the steps.
 
-Exit status: 0 done; 2 refused (weights that do not fit, a model with no
-canonical form, an unreadable spec, missing or too little data), with one sentence on stderr and in OUT;
-1 any other failure, with the traceback's tail in OUT. OUT is written in every case.
+Exit status: 0 done; 2 refused (weights that do not fit, a model with no canonical form, a user's
+model that cannot run as the experiment says, an unreadable spec, missing or too little data), with
+one sentence on stderr and in OUT; 1 any other failure, with the traceback's tail in OUT. OUT is
+written in every case. With --jobs, the worst of the jobs' statuses.
 """
 from __future__ import annotations
 
@@ -32,12 +45,17 @@ import argparse
 import hashlib
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
+import numpy as np
+
+from kits.common import arithmetic
 from kits.common import certificate as cert
+from kits.common import custom
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
 
@@ -46,14 +64,31 @@ SIDES = {"pytorch": "kits.pytorch_kit.certify", "tensorflow": "kits.tensorflow_k
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m kits.certify", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=Path, help="resolved RunSpec (JSON)")
+    parser.add_argument("--spec", type=Path, help="resolved RunSpec (JSON)")
+    parser.add_argument("--jobs", type=Path, help="a JSON list of certificates to make in this process")
+    parser.add_argument("--out-dir", type=Path, help="with --jobs: the folder each job writes its own folder in")
+    parser.add_argument("--weights-from", type=Path, help="with --jobs: the --out-dir of the run that exported "
+                                                          "the initial weights")
     parser.add_argument("--data-dir", required=True, type=Path, help="folder with the prepared dataset")
-    parser.add_argument("--out", required=True, type=Path, help="where to write this side's findings (JSON)")
+    parser.add_argument("--out", type=Path, help="where to write this side's findings (JSON)")
     weights = parser.add_mutually_exclusive_group()
     weights.add_argument("--weights-in", type=Path, help="canonical .npz to load instead of this kit's own initialisation")
     weights.add_argument("--weights-out", type=Path, help="export this kit's initial weights to this canonical .npz")
     parser.add_argument("--weights-after-out", type=Path, help="export the weights after the optimizer steps here")
-    return parser.parse_args(argv)
+    parser.add_argument("--steps", type=int, default=cert.STEPS, help="optimizer steps of the trajectories")
+    parser.add_argument("--dropout-passes", type=int, default=cert.DROPOUT_PASSES,
+                        help="training-mode passes of the dropout check")
+    args = parser.parse_args(argv)
+    if (args.jobs is None) == (args.spec is None) or (args.spec is not None and args.out is None) or (
+            args.jobs is not None and args.out_dir is None):
+        parser.error("give either --spec and --out, or --jobs and --out-dir")
+    if args.jobs is not None and (args.out or args.weights_in or args.weights_out or args.weights_after_out):
+        parser.error("with --jobs, each job's files are in --out-dir (and --weights-from)")
+    if args.jobs is None and (args.out_dir or args.weights_from):
+        parser.error("--out-dir and --weights-from go with --jobs")
+    if args.steps < 1 or args.dropout_passes < 2:
+        parser.error("--steps must be at least 1 and --dropout-passes at least 2")
+    return args
 
 
 def _sha256(path: Path) -> str:
@@ -61,23 +96,46 @@ def _sha256(path: Path) -> str:
 
 
 def certify(spec: dict, data_dir: Path, out: dict, weights_in: Path | None = None,
-            weights_out: Path | None = None, weights_after_out: Path | None = None) -> dict:
+            weights_out: Path | None = None, weights_after_out: Path | None = None,
+            steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES) -> dict:
     """Fill ``out`` step by step, so that a refusal still carries what was found before it."""
     t0 = time.perf_counter()
     d = spec["data"]
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
-    side = importlib.import_module(SIDES[spec["framework"]]).Certifier(spec, arrays)
-    out["environment"] = side.environment()
-    out["layers"] = side.records()
     x, y = cert.fixed_batch(arrays)
-    batches = cert.step_batches(spec, arrays)
+    batches = cert.step_batches(spec, arrays, steps)
+    side = importlib.import_module(SIDES[spec["framework"]]).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
+    try:
+        _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes)
+    finally:
+        side.reset()
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes) -> None:
+    out["environment"] = side.environment()
+    out["optimizer"] = side.optimizer
+    out["layers"] = side.records()
+    out["ops"] = side.trace.ops
+    out["flops"] = arithmetic.flops(side.trace.ops)
+    n_drop = min(cert.DROPOUT_SAMPLES, len(x))
     out["setup"] = {"logits_samples": len(x), "steps": len(batches), "step_batch_size": len(batches[0][1]),
-                    "configured_batch_size": spec["train"]["batch_size"], "flops_batch": min(cert.FLOPS_BATCH, len(x)),
-                    "dropout": "every Dropout rate set to 0", "batchnorm": "training mode (batch statistics) in the steps",
-                    "precision": "fp32 as the kit runs for FLOPs, logits and the kit's own steps; the same model, "
-                                 "loss and optimizer rebuilt in fp64 for the certified trajectory"}
+                    "configured_batch_size": spec["train"]["batch_size"], "trace_batch": min(cert.TRACE_BATCH, len(x)),
+                    "dropout": f"on in the trace and in {dropout_passes} training-mode passes on {n_drop} samples "
+                               f"(fp32); off everywhere else",
+                    "batchnorm": "training mode (batch statistics) in the steps",
+                    "precision": "fp32 as the kit runs for the trace, logits, dropout passes and the kit's own "
+                                 "steps; the same model, loss and optimizer rebuilt in fp64 for the certified "
+                                 "trajectory"}
+    # What the model returns, on its own initial weights: a shape the kit's loss cannot take stops here.
+    logits = side.logits(x, training=False)
+    out["outputs"] = _outputs(side, spec, logits, len(x))
+    refusal = cert.check_outputs(spec["framework"], out["outputs"])
+    shape = out["outputs"]["shape"]
+    if refusal and (len(shape) != 2 or shape[0] != len(x) or shape[1] < spec["model"]["num_classes"]):
+        raise custom.BadModel(refusal)
     initial = side.export()
-    out["flops"] = side.flops(x, y)
     if weights_out:
         cert.save_weights(weights_out, initial)
         out["weights"] = {"source": f"initialised by the {spec['framework']} kit", "file": str(weights_out),
@@ -85,38 +143,50 @@ def certify(spec: dict, data_dir: Path, out: dict, weights_in: Path | None = Non
     if weights_in:
         initial = cert.load_weights(weights_in, out["layers"])
         out["weights"] = {"source": "loaded", "file": str(weights_in), "sha256": _sha256(weights_in)}
-    # fp32, as the kit runs: logits in evaluation mode, and the kit's own train_step (informational).
+    # fp32, as the kit runs: logits in evaluation mode, then what dropout does in training mode.
     side.load(initial)
     out["logits"] = {"fp32": {"eval": side.logits(x, training=False)}}
     side.load(initial)
-    out["losses"] = {"fp32": side.kit_train_losses(batches)}
+    out["train_outputs"] = side.train_outputs(x[:n_drop], dropout_passes)
+    # Declared optimizer differences that one side can remove exactly are removed from every trajectory.
+    out["neutralised"] = side.neutralisable()
+    out["losses"] = {}
+    for key, perturb in (("fp32", False), ("fp32_perturbed", True), ("fp32_reference", None)):
+        side._build()                           # a fresh optimizer each time
+        side.dropout_off()
+        side.load(initial)
+        out["losses"][key] = (side.train_losses(batches) if perturb is None
+                              else side.kit_train_losses(batches, perturb=perturb))
     # fp64: the same builder, loss and optimizer, so rounding cannot hide or fake a difference.
     side.use_float64()
     side.load(initial)
     out["logits"]["fp64"] = {"eval": side.logits(x, training=False), "train": side.logits(x, training=True)}
     side.load(initial)                       # undo the running-statistics update of the training-mode pass
-    # Declared optimizer differences that one side can remove exactly are removed here; their effect
-    # as the kits train shows in the fp32 trajectory above.
-    out["neutralised"] = side.neutralisable()
-    losses = side.train_losses(batches, neutralise=True)
+    losses = side.train_losses(batches)
     if weights_after_out:
         cert.save_weights(weights_after_out, side.export())
     losses.append(side.training_loss(*batches[0]))
     out["losses"]["fp64"] = losses
-    out["wall_s"] = time.perf_counter() - t0
-    return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+def _outputs(side, spec: dict, logits: list, n: int) -> dict:
+    arr = np.asarray(logits, np.float64)
+    probabilities = bool(arr.ndim == 2 and np.all(arr >= 0) and np.allclose(arr.sum(axis=1), 1.0, atol=1e-4))
+    return {"builder": side.who, "last_layer": side.last_layer(), "shape": list(arr.shape),
+            "expected": [n, spec["model"]["num_classes"]], "expects_logits": side.expects_logits(),
+            "probabilities": probabilities}
+
+
+def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, weights_out=None,
+             weights_after_out=None, steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES) -> int:
     try:
-        spec = json.loads(args.spec.read_text())
+        spec = json.loads(Path(spec_path).read_text())
         framework = spec["framework"]
         if framework not in SIDES:
             raise ValueError(f"framework {framework!r} is not one of {', '.join(SIDES)}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        message = f"{args.spec} is not a readable RunSpec: {exc}"
-        write_json_atomic(args.out, {"schema": cert.SIDE_SCHEMA, "status": "failed", "message": message})
+        message = f"{spec_path} is not a readable RunSpec: {exc}"
+        write_json_atomic(out_path, {"schema": cert.SIDE_SCHEMA, "status": "failed", "message": message})
         print(message, file=sys.stderr)
         return 2
     out = {"schema": cert.SIDE_SCHEMA, "framework": framework, "experiment": spec.get("experiment"),
@@ -124,9 +194,13 @@ def main(argv: list[str] | None = None) -> int:
            "run_id": spec.get("run_id"), "status": "ok", "message": None}
     code = 0
     try:
-        certify(spec, args.data_dir, out, args.weights_in, args.weights_out, args.weights_after_out)
+        certify(spec, data_dir, out, _path(weights_in), _path(weights_out), _path(weights_after_out), steps,
+                dropout_passes)
     except cert.UnmappableModel as exc:
         out.update(status="unmappable", message=str(exc))
+        code = 2
+    except custom.BadModel as exc:
+        out.update(status="bad-model", message=str(exc))
         code = 2
     except cert.WeightsMismatch as exc:
         out.update(status="refused", message=str(exc))
@@ -139,11 +213,42 @@ def main(argv: list[str] | None = None) -> int:
         out.update(status="failed", message=f"{type(exc).__name__}: {exc}", log_tail=tail)
         print("\n".join(tail), file=sys.stderr)
         code = 1
-    write_json_atomic(args.out, out)
+    write_json_atomic(out_path, out)
     if code == 2:
         print(out["message"], file=sys.stderr)
     return code
 
 
+def _path(p) -> Path | None:
+    return Path(p) if p else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.spec is not None:
+        return _run_job(args.spec, args.data_dir, args.out, args.weights_in, args.weights_out,
+                        args.weights_after_out, args.steps, args.dropout_passes)
+    try:
+        jobs = json.loads(args.jobs.read_text())
+        if not isinstance(jobs, list) or not all(isinstance(j, dict) and {"name", "spec"} <= set(j) for j in jobs):
+            raise ValueError("it must be a list of objects with the keys name and spec")
+    except (OSError, ValueError) as exc:
+        print(f"{args.jobs} is not a readable list of certificate jobs: {exc}", file=sys.stderr)
+        return 2
+    codes = []
+    for job in jobs:
+        out = args.out_dir / job["name"]
+        out.mkdir(parents=True, exist_ok=True)
+        weights_in = args.weights_from / job["name"] / cert.WEIGHTS_NAME if args.weights_from else None
+        codes.append(_run_job(args.jobs.parent / job["spec"], args.data_dir, out / cert.SIDE_NAME, weights_in,
+                              None if weights_in else out / cert.WEIGHTS_NAME, out / cert.AFTER_NAME, args.steps,
+                              args.dropout_passes))
+    return max(codes, default=0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The files are on disk: skip the frameworks' slow interpreter teardown (about a second).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,37 +1,45 @@
-"""The equivalence certificate of one experiment, checked before any timing.
+"""The equivalence certificate of an experiment, checked before any timing.
 
-``certify`` runs ``python -m kits.certify`` in each framework's environment:
-PyTorch first, exporting its freshly initialised weights in a framework-neutral
-canonical form, then TensorFlow, loading them. It then compares what the two
-wrote (kits/common/certificate.py holds the comparisons):
+``certify`` (one experiment) and ``certify_many`` (several, for the price of one) run
+``python -m kits.certify`` once in each framework's environment: PyTorch first, exporting each
+model's freshly initialised weights in a framework-neutral canonical form, then TensorFlow,
+loading them. It then compares what the two wrote (kits/common/certificate.py holds the
+comparisons):
 
-- ``layers``: per-layer canonical parameter shapes and counts (NCHW/OIHW mapped
-  to NHWC/HWIO, the first dense layer's rows permuted to NHWC flatten order);
-- ``flops``: training FLOPs per sample (forward and backward), each from its own
-  framework's counter, compared on what both count (convolutions and matrix
-  products), within ``flops_rtol``;
-- ``logits``: the same initial weights on the first test samples, fp32 in
-  evaluation mode as the kits run, and fp64 in evaluation and training mode,
-  max abs difference within ``logits_atol``;
-- ``loss_trajectory``: ten optimizer steps on the kit's first training batches,
-  dropout off, the models, losses and optimizers rebuilt in float64 so that
-  rounding neither hides nor fakes a difference; max relative difference
-  within ``loss_rtol``. Declared optimizer differences that can be removed
-  exactly (Adam's epsilon placement) are removed here and named;
-- informational: the same ten steps in fp32 through each kit's own train_step
-  (declared differences in effect), and how far the weights drifted apart.
+- ``optimizer``: the optimizer each kit built, read back from the object, against its spec;
+- ``layers``: per-layer canonical parameter shapes and counts (NCHW/OIHW mapped to NHWC/HWIO,
+  a dense layer's rows to NHWC flatten order however the model flattens);
+- ``flops``: the models' arithmetic, every convolution and matrix product at its shape, forward
+  and backward (kits/common/arithmetic.py); the first product that differs is named;
+- ``layers_without_parameters``: activations, pooling, the padding each convolution applied,
+  normalisation axes, dropout rates and masks, as each framework's trace shows them;
+- ``outputs``: each model returns (batch, classes) logits where its kit's loss takes logits;
+- ``logits``: the same initial weights on the first test samples, fp32 in evaluation mode as the
+  kits run, and fp64 in evaluation and training mode, max difference relative to the largest
+  |logit| within ``logits_rtol``;
+- ``dropout``: training-mode outputs of the same weights over many passes, each framework with
+  its own dropout masks, compared by a permutation test at a false-alarm rate of 1e-3
+  (kits/common/stochastic.py): a dropout layer present, of another rate, kind or place fails it;
+- ``loss_trajectory``: ten optimizer steps on the kit's first training batches, dropout off, the
+  models, losses and optimizers rebuilt in float64 so that rounding neither hides nor fakes a
+  difference; max relative difference within ``loss_rtol``;
+- ``loss_trajectory_fp32``: the same ten steps through each kit's own fp32 train_step, gated: the
+  cross-framework divergence stays within ``trajectory_factor`` times a same-framework baseline
+  (the same steps with the inputs one float32 ulp up, and the framework's own fp32 rounding
+  against fp64), step by step;
+- informational: how far the weights drifted apart over the fp64 steps.
 
-Known semantic differences are listed in ``declared_differences`` next to the
-spec's own, each with how the certificate handles it.
+Declared optimizer differences that can be removed exactly (Adam's epsilon placement) are removed
+from the trajectories and named. Known semantic differences are listed in ``declared_differences``
+next to the spec's own, each with how the certificate handles it.
 
-Default tolerances, from what was measured on the quick profiles (2 CPU cores):
-fp32 logits agree to 2.1e-6 at most (VGG16 at width 0.125, 48x48); the fp64
-trajectories to 1.8e-9 (quick SimpleCNN: BatchNorm in training mode amplifies
-rounding about tenfold per step), 1.2e-12 (the tests' tiny SimpleCNN) and 4e-16
-(VGG, Adam); the two FLOP counters agree exactly. ``loss_rtol`` 1e-6 leaves a
-factor of 500 over the worst of these, while the smallest real differences
-measured are 2.5e-7 (Keras's float32-rounded momentum, in fp64), 8e-4 (Adam's
-epsilon placement) and 0.2 (BatchNorm epsilon 1e-3 against 1e-5).
+Default tolerances, from what was measured on the quick profiles (2 CPU cores): fp32 logits agree
+to 7.5e-7 of the largest |logit| at most (VGG16 at width 0.125, 48x48); the fp64 trajectories to
+1.8e-9 (quick SimpleCNN: BatchNorm in training mode amplifies rounding about tenfold per step),
+1.2e-12 (the tests' tiny SimpleCNN) and 4e-16 (VGG, Adam). ``loss_rtol`` 1e-6 leaves a factor of
+500 over the worst of these, while the smallest real differences measured are 2.5e-7 (Keras's
+float32-rounded momentum, in fp64), 8e-4 (Adam's epsilon placement) and 0.2 (BatchNorm epsilon
+1e-3 against 1e-5). ``logits_rtol`` 1e-4 leaves a factor of 100 over 7.5e-7.
 """
 from __future__ import annotations
 
@@ -43,22 +51,24 @@ from pathlib import Path
 import numpy as np
 
 from kits.common import certificate as cert
+from kits.common import custom
 from kits.common.files import write_json_atomic
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall
 
 SCHEMA = "reprokit.certificate/1"
 FRAMEWORKS = ("pytorch", "tensorflow")
-DEFAULT_TOLERANCES = {"logits_atol": 1e-4, "loss_rtol": 1e-6, "flops_rtol": 1e-6}
+DEFAULT_TOLERANCES = {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0}
 TOLERANCE_MEANING = {
-    "logits_atol": "max absolute difference of the logits of the same weights on the same batch",
+    "logits_rtol": "max difference of the logits of the same weights on the same batch, relative to the "
+                   "largest |logit|",
     "loss_rtol": "max relative difference of the fp64 loss trajectory, step by step",
-    "flops_rtol": "relative difference of the two counters' training FLOPs per sample",
+    "trajectory_factor": "how many times the same-framework baseline (inputs one float32 ulp up; the "
+                         "framework's own fp32 rounding against fp64) the fp32 cross-framework divergence may "
+                         "reach, step by step",
 }
 TIMEOUT_S = 900
-SIDE_NAME = "side.json"                 # what each side's kits.certify writes to its output folder
-WEIGHTS_NAME = "initial-weights.npz"    # the PyTorch side's initial weights, read by the TensorFlow side
-AFTER_NAME = "after-steps.npz"          # each side's fp64 weights after the steps
+SIDE_NAME, WEIGHTS_NAME, AFTER_NAME = cert.SIDE_NAME, cert.WEIGHTS_NAME, cert.AFTER_NAME
 
 
 def validate_tolerances(tolerances: dict | None) -> dict:
@@ -110,27 +120,31 @@ def spec_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def _run_side(fw: str, runner, spec: dict, work: Path, timeout_s: float, extra: list[str | Path],
-              inputs: tuple[Path, ...] = ()) -> tuple[dict | None, str, dict]:
-    """One side's ``python -m kits.certify`` through the runner: (its findings or None, log tail, launcher)."""
-    spec_path = work / f"spec-{fw}.json"
-    spec_path.write_text(json.dumps(spec))
-    out = work / fw
-    call = KitCall(fw, "kits.certify", ("--spec", spec_path, "--data-dir", runner.data_dir,
-                                        "--out", out / SIDE_NAME, *extra),
-                   output=out, inputs=(spec_path, *inputs), timeout_s=timeout_s, label=f"certify-{fw}")
+def _run_side(fw: str, runner, jobs_dir: Path, out: Path, timeout_s: float,
+              weights_from: Path | None = None) -> tuple[int | None, str, dict]:
+    """One framework process for the jobs listed in ``jobs_dir/jobs.json``, through the runner: its exit
+    status (None: it timed out), its log's tail and the launcher's facts. Job i writes ``out/i/``."""
+    extra = ("--weights-from", weights_from) if weights_from else ()
+    call = KitCall(fw, "kits.certify", ("--jobs", jobs_dir / "jobs.json", "--out-dir", out,
+                                        "--data-dir", runner.data_dir, *extra),
+                   output=out, inputs=(jobs_dir, *((weights_from,) if weights_from else ())), timeout_s=timeout_s,
+                   label=f"certify-{fw}")
     outcome = runner.run(call, lambda event: None)
     if outcome.interrupted:
         raise KeyboardInterrupt
     tail = "\n".join(outcome.log_tail[-15:])
     if outcome.timed_out:
         return None, f"the {cert.label(fw)} certificate did not finish within {timeout_s:.0f} s", outcome.launcher
+    return outcome.exit_code, tail, outcome.launcher
+
+
+def _read_side(fw: str, path: Path, code: int | None, tail: str) -> tuple[dict | None, str]:
+    if code is None:
+        return None, tail
     try:
-        side = json.loads((out / SIDE_NAME).read_text())
+        return json.loads(path.read_text()), tail
     except (OSError, json.JSONDecodeError):
-        return None, (f"the {cert.label(fw)} certificate exited with {outcome.exit_code} and wrote no readable "
-                      f"{SIDE_NAME}:\n{tail}"), outcome.launcher
-    return side, tail, outcome.launcher
+        return None, f"the {cert.label(fw)} certificate exited with {code} and wrote no readable {path.name}:\n{tail}"
 
 
 def _known_differences(spec: dict) -> list[dict]:
@@ -150,8 +164,8 @@ def _known_differences(spec: dict) -> list[dict]:
                     "why": f"Keras's eps acts as eps / sqrt(1 - beta2^t) in PyTorch's formula: "
                            f"{1 / math.sqrt(1 - opt['beta2']):.1f}x at step 1, fading with t; the same eps "
                            f"({opt['epsilon']:g}) is declared for both",
-                    "handled": "removed from the certified fp64 trajectory (PyTorch's eps set step by step); in "
-                               "effect in the fp32 trajectory, whose distance it sets"})
+                    "handled": "removed from both certified trajectories, fp64 and fp32 (PyTorch's eps set step by "
+                               "step); in effect in the timed runs"})
     elif opt.get("momentum"):
         out.append({"field": "SGD momentum form",
                     "pytorch": "v = m*v + g; p -= lr*v",
@@ -196,17 +210,21 @@ def _known_differences(spec: dict) -> list[dict]:
                 "tensorflow": "Conv2D(3, padding='same'), MaxPooling2D(2, 2) ('valid')",
                 "why": "identical for 3x3 stride-1 convolutions and 2x2 stride-2 pooling; 'same' pads more at the "
                        "bottom and right for even kernels or strides above 1, which these models do not use",
-                "handled": "checked by the logits of the same weights"})
+                "handled": "checked: the padding each convolution and pooling applied is compared (layers without "
+                           "parameters), and the logits of the same weights"})
     if model["name"] == "vgg16":
         out.append({"field": "flatten order",
                     "pytorch": "NCHW feature map flattened as (c, h, w)",
                     "tensorflow": "NHWC feature map flattened as (h, w, c)",
                     "why": "the first dense layer sees the same numbers in another order",
-                    "handled": "its rows are permuted when weights move between the frameworks"})
+                    "handled": "each kit follows its own flatten in its trace; the rows are permuted when weights move "
+                               "between the frameworks"})
     out.append({"field": "dropout masks",
                 "pytorch": "torch's random stream", "tensorflow": "Keras's seed generator",
                 "why": "the timed runs drop different units",
-                "handled": "every Dropout rate is 0 in the certificate; it says nothing about dropout"})
+                "handled": "dropout is off in the logits and the trajectories; the dropout check compares "
+                           "training-mode outputs over many masks in each framework, and the trace compares rates "
+                           "and masks"})
     return out
 
 
@@ -229,17 +247,20 @@ def _skipped(name: str, reason: str) -> dict:
     return {"name": name, "passed": None, "skipped": reason, "evidence": f"skipped: {reason}"}
 
 
-def _weights_after(work: Path) -> dict | None:
+def _weights_after(folders: dict[str, Path]) -> dict | None:
     try:
-        return {fw: dict(np.load(work / fw / AFTER_NAME)) for fw in FRAMEWORKS}
+        return {fw: dict(np.load(folder / AFTER_NAME)) for fw, folder in folders.items()}
     except (OSError, ValueError):
         return None
 
 
-def _summary(status: str, checks: list[dict], message: str | None) -> str:
+def _summary(result: dict) -> str:
     """One sentence for the report's banner; the checks carry the numbers."""
+    status, checks, message = result["status"], result["checks"], result["message"]
     if status == "error":
         return f"no certificate: {message}"
+    if status == "fail" and not checks:
+        return f"not certified: {message}"
     by = {c["name"]: c for c in checks}
     failed = [c for c in checks if c["passed"] is False]
     if failed:
@@ -248,11 +269,12 @@ def _summary(status: str, checks: list[dict], message: str | None) -> str:
             for c in failed)
     n = by["layers"]["numbers"]["parameters"]["pytorch"]
     flops = by["flops"]["numbers"]["per_sample"]["pytorch"]
-    logits = max(v["max_abs_diff"] for v in by["logits"]["numbers"].values())
+    logits = max(v["relative"] for v in by["logits"]["numbers"].values())
     loss = by["loss_trajectory"]["numbers"]["max_relative_difference"]
-    return (f"equivalent within the declared tolerances: the same {n:,} parameters layer by layer, "
-            f"{flops:,.0f} training FLOPs per sample by both counters, logits within {logits:.1e}, "
-            f"fp64 loss trajectory within {loss:.1e} (relative)")
+    return (f"equivalent within the declared tolerances: the same {n:,} parameters layer by layer, the same "
+            f"arithmetic ({flops:,.0f} training FLOPs per sample) and layers without parameters, logits within "
+            f"{logits:.1e} of their scale, dropout alike, fp64 loss trajectory within {loss:.1e} (relative), fp32 "
+            f"within {by['loss_trajectory_fp32']['numbers']['factor']:g}x its same-framework baseline")
 
 
 def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, tolerances: dict | None = None,
@@ -267,75 +289,136 @@ def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, toleranc
     Returns (and writes to ``work_dir/certificate.json``) {"schema", "experiment", "profile",
     "variant", "status": "pass"|"fail"|"error", "summary", "message", "checks": [{"name",
     "passed": True|False|None, "evidence", "numbers"?, "skipped"?}], "declared_differences",
-    "neutralised", "spec_differences", "tolerances", "setup", "frameworks", "wall_s"}.
-    Bad input (a tolerance that is not a positive number, specs of two experiments, a missing
-    interpreter) raises UserError before anything runs.
+    "neutralised", "spec_differences", "tolerances", "setup", "frameworks", "ran_on", "wall_s"}.
+    "fail" with a one-sentence ``message``: a user's model that cannot run as the experiment says
+    (its builder raises, it returns probabilities or the wrong shape, it cannot take the other's
+    weights). "error": the certificate itself could not run. Bad input (a tolerance that is not a
+    positive number, specs of two experiments, no data) raises UserError before anything runs.
     """
+    return certify_many([spec_by_framework], runner, [work_dir], tolerances, timeout_s)[0]
+
+
+def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
+                 timeout_s: float = TIMEOUT_S) -> list[dict]:
+    """``certify`` for several experiments, with one process per framework for all of them that share
+    their thread settings (``timeout_s`` per experiment). Each result is written to its own work dir;
+    the processes' files are under the first one (``batch-<n>/<framework>/<job>/``)."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
-    _check_inputs(spec_by_framework, runner.data_dir)
-    work = Path(work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    specs = spec_by_framework
-    result = {"schema": SCHEMA, "experiment": specs["pytorch"]["experiment"],
-              "profile": specs["pytorch"].get("profile"),
-              "variant": {fw: specs[fw].get("variant") for fw in FRAMEWORKS},
-              "pitfalls": {fw: specs[fw].get("pitfalls", []) for fw in FRAMEWORKS},
-              "status": "error", "summary": "", "message": None, "checks": [],
-              "declared_differences": _declared(specs), "neutralised": [],
-              "spec_differences": spec_differences(specs["pytorch"], specs["tensorflow"]),
-              "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()},
-              "setup": None, "frameworks": {},
-              "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in FRAMEWORKS}}
-    weights = work / "pytorch" / WEIGHTS_NAME
-    sides: dict[str, dict] = {}
-    for fw, extra, inputs in (("pytorch", ["--weights-out", weights], ()),
-                              ("tensorflow", ["--weights-in", weights], (weights,))):
-        side, tail, launcher = _run_side(fw, runner, specs[fw], work, timeout_s,
-                                         [*extra, "--weights-after-out", work / fw / AFTER_NAME], inputs)
-        result["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
-        if side is None or side.get("status") in ("failed", "unmappable") or "layers" not in side:
-            what = side.get("message") if side else tail
-            kind = "has no canonical form" if side and side.get("status") == "unmappable" else "failed"
-            result["message"] = (f"the {cert.label(fw)} side {kind}: {what}" if side else what)
-            return _finish(result, work, t0)
-        sides[fw] = side
-        result["frameworks"][fw] = side.get("environment", {})
+    for specs in pairs:
+        _check_inputs(specs, runner.data_dir)
+    works = [Path(w) for w in work_dirs]
+    for work in works:
+        work.mkdir(parents=True, exist_ok=True)
+    results = [_new(specs, tol, runner) for specs in pairs]
+    sides: list[dict[str, dict]] = [{} for _ in pairs]
+    folders: list[dict[str, Path]] = [{} for _ in pairs]
+    # One process per framework and thread setting: a process sets its thread pools once.
+    groups: dict[str, list[int]] = {}
+    for i, specs in enumerate(pairs):
+        threads = {fw: specs[fw]["numerics"]["cpu_threads"] for fw in FRAMEWORKS}
+        groups.setdefault(json.dumps(threads, sort_keys=True), []).append(i)
+    for g, group in enumerate(groups.values()):
+        batch = works[group[0]] / f"batch-{g}"
+        for fw in FRAMEWORKS:
+            todo = [i for i in group if results[i]["message"] is None]
+            if not todo:
+                break
+            jobs_dir = batch / f"jobs-{fw}"
+            jobs_dir.mkdir(parents=True, exist_ok=True)
+            for i in todo:
+                (jobs_dir / f"spec-{i}.json").write_text(json.dumps(pairs[i][fw]))
+            (jobs_dir / "jobs.json").write_text(json.dumps([{"name": str(i), "spec": f"spec-{i}.json"} for i in todo]))
+            code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
+                                             batch / "pytorch" if fw == "tensorflow" else None)
+            for i in todo:
+                folders[i][fw] = batch / fw / str(i)
+                results[i]["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
+                side, text = _read_side(fw, folders[i][fw] / SIDE_NAME, code, tail)
+                _take_side(results[i], sides[i], fw, side, text)
+    for i, result in enumerate(results):
+        if set(sides[i]) == set(FRAMEWORKS):
+            _compare(result, sides[i], pairs[i], folders[i], tol)
+        result["summary"] = _summary(result)
+        result["wall_s"] = time.perf_counter() - t0
+        write_json_atomic(works[i] / "certificate.json", result)
+    return results
+
+
+def _new(specs: dict[str, dict], tol: dict, runner) -> dict:
+    return {"schema": SCHEMA, "experiment": specs["pytorch"]["experiment"], "profile": specs["pytorch"].get("profile"),
+            "variant": {fw: specs[fw].get("variant") for fw in FRAMEWORKS},
+            "pitfalls": {fw: specs[fw].get("pitfalls", []) for fw in FRAMEWORKS},
+            "status": "error", "summary": "", "message": None, "checks": [],
+            "declared_differences": _declared(specs), "neutralised": [],
+            "spec_differences": spec_differences(specs["pytorch"], specs["tensorflow"]),
+            "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()},
+            "setup": None, "frameworks": {},
+            "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in FRAMEWORKS}}
+
+
+def _take_side(result: dict, sides: dict, fw: str, side: dict | None, text: str) -> None:
+    """Keep one side's findings, or say in one sentence why the certificate stops there."""
+    if side is None:
+        result["message"] = text
+        return
+    if side.get("status") == "bad-model":          # the user's model: a failed certificate, in one sentence
+        result.update(status="fail", message=side["message"])
+        return
+    if side.get("status") in ("failed", "unmappable") or "layers" not in side:
+        kind = "has no canonical form" if side.get("status") == "unmappable" else "failed"
+        result["message"] = f"the {cert.label(fw)} side {kind}: {side.get('message')}"
+        return
+    sides[fw] = side
+    result["frameworks"][fw] = side.get("environment", {})
+
+
+def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folders: dict[str, Path],
+             tol: dict) -> None:
     pt, tf = sides["pytorch"], sides["tensorflow"]
     result["setup"] = pt.get("setup")
     result["neutralised"] = pt.get("neutralised", []) + tf.get("neutralised", [])
     checks = result["checks"]
+    checks.append(cert.compare_optimizer({fw: s["optimizer"] for fw, s in sides.items()},
+                                         {fw: specs[fw]["train"]["optimizer"] for fw in FRAMEWORKS}))
     layers = cert.compare_layers({"pytorch": pt["layers"], "tensorflow": tf["layers"]})
     checks.append(layers)
-    checks.append(cert.compare_flops({"pytorch": pt["flops"], "tensorflow": tf["flops"]}, tol["flops_rtol"]))
+    checks.append(cert.compare_flops(sides))
+    checks.append(cert.compare_structure(sides))
     if not layers["mapped"]:
+        who = {fw: custom.who(specs[fw], fw) for fw in FRAMEWORKS}
+        result["message"] = (f"{who['tensorflow']} cannot take the weights of {who['pytorch']}: "
+                             f"{layers['mismatches'][0]}")
         reason = ("the two models have different parameters, so one set of weights cannot be loaded into both "
-                  "(the same initial weights are what the logits and the trajectory compare)")
-        checks += [_skipped("logits", reason), _skipped("loss_trajectory", reason)]
-    elif tf.get("status") != "ok":
+                  "(the same initial weights are what the logits, dropout and trajectory checks compare)")
+        checks += [_skipped(n, reason) for n in ("outputs", "logits", "dropout", "loss_trajectory",
+                                                   "loss_trajectory_fp32")]
+        result["status"] = "fail"
+        return
+    if tf.get("status") == "refused":
         result["message"] = f"the TensorFlow side refused the PyTorch weights: {tf.get('message')}"
-        return _finish(result, work, t0)
-    else:
-        setup = pt["setup"]
-        checks.append(cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, tol["logits_atol"]))
-        removed = ", ".join(d["field"] for d in result["neutralised"])
-        checks.append(cert.compare_losses(
-            {"pytorch": pt["losses"]["fp64"], "tensorflow": tf["losses"]["fp64"]}, tol["loss_rtol"],
-            f"fp64, batches of {setup['step_batch_size']} in the kit's order, dropout 0"
-            + (f", removed: {removed}" if removed else "") + "; the last point is batch 1 again after the last step"))
-        checks.append(cert.compare_losses(
-            {"pytorch": pt["losses"]["fp32"], "tensorflow": tf["losses"]["fp32"]}, None,
-            "fp32 through each kit's own train_step, declared differences in effect, rounding amplified by "
-            "training", name="loss_trajectory_fp32"))
-        after = _weights_after(work)
-        if after:
-            checks.append(cert.compare_after_steps(after))
+        return
+    problems = [p for p in (cert.check_outputs(fw, s["outputs"]) for fw, s in sides.items()) if p]
+    checks.append({"name": "outputs", "passed": not problems,
+                   "evidence": "; ".join(problems) if problems else
+                   f"both return {cert.shape_text(pt['outputs']['shape'])} outputs, as logits where their loss "
+                   f"takes logits"})
+    if problems:
+        result["message"] = problems[0]
+    checks.append(cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, tol["logits_rtol"]))
+    checks.append(cert.compare_dropout({"pytorch": pt["train_outputs"], "tensorflow": tf["train_outputs"]}))
+    setup = pt["setup"]
+    removed = ", ".join(d["field"] for d in result["neutralised"])
+    checks.append(cert.compare_losses(
+        {"pytorch": pt["losses"]["fp64"], "tensorflow": tf["losses"]["fp64"]}, tol["loss_rtol"],
+        f"fp64, batches of {setup['step_batch_size']} in the kit's order, dropout off"
+        + (f", removed: {removed}" if removed else "") + "; the last point is batch 1 again after the last step",
+        setup["steps"]))
+    checks.append(cert.compare_fp32_trajectory(
+        {fw: {"kit": s["losses"]["fp32"], "perturbed": s["losses"]["fp32_perturbed"],
+              "reference": s["losses"]["fp32_reference"], "exact": s["losses"]["fp64"][:setup["steps"]]}
+         for fw, s in sides.items()}, tol["trajectory_factor"]))
+    after = _weights_after(folders)
+    if after:
+        checks.append(cert.compare_after_steps(after))
     result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
-    return _finish(result, work, t0)
-
-
-def _finish(result: dict, work: Path, t0: float) -> dict:
-    result["summary"] = _summary(result["status"], result["checks"], result["message"])
-    result["wall_s"] = time.perf_counter() - t0
-    write_json_atomic(work / "certificate.json", result)
-    return result

@@ -22,6 +22,10 @@ class Backend(Protocol):
     def build(self, arrays: Arrays) -> dict:
         """Create model, optimizer, loss and input pipeline; return {"parameters": {...}}."""
 
+    def training_flops(self) -> dict:
+        """Training FLOPs per sample of the model built (kits/common/arithmetic.py): forward, backward,
+        training and how they were counted; then the framework's memory peak counters are reset."""
+
     def train_batches(self, epoch: int) -> Iterator[Any]:
         """This epoch's training batches, on their way to the device."""
 

@@ -10,9 +10,10 @@ Canonical form (Keras's layout, so that a TensorFlow model needs no conversion):
 - a parameter's canonical name is ``<kind><index>.<role>``, e.g. ``conv1.kernel``;
 - conv kernel HWIO ``(kh, kw, in, out)``; dense kernel ``(in, out)``;
   BatchNorm ``gamma``, ``beta``, ``moving_mean``, ``moving_variance``;
-- the rows of a dense kernel fed by a Flatten of a feature map are in NHWC
-  flatten order ``(h, w, c)``; PyTorch flattens NCHW as ``(c, h, w)``, so its
-  kit permutes those rows using the feature map's shape.
+- the rows of a dense kernel fed by a feature map are in NHWC flatten order
+  ``(h, w, c)``: each kit follows the reshapes and transposes between the map and
+  the product in its trace (kits/common/arithmetic.py), so PyTorch's ``(c, h, w)``
+  flatten, a permute before it, or a Keras ``Permute`` all map to the same rows.
 """
 from __future__ import annotations
 
@@ -22,13 +23,21 @@ from pathlib import Path
 
 import numpy as np
 
+from kits.common import arithmetic, stochastic
 from kits.common import data as datalib
 from kits.common.files import atomic_file
 
-SIDE_SCHEMA = "reprokit.certificate-side/1"
+SIDE_SCHEMA = "reprokit.certificate-side/2"
+SIDE_NAME = "side.json"                 # with kits.certify --jobs: what each job writes to OUT/<name>/
+WEIGHTS_NAME = "initial-weights.npz"    # ... the PyTorch side's initial weights, read by the TensorFlow side
+AFTER_NAME = "after-steps.npz"          # ... each side's fp64 weights after the steps
 LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
 STEPS = 10                  # optimizer steps of the loss trajectory
-FLOPS_BATCH = 2             # samples in the batch whose forward+backward the counters count
+TRACE_BATCH = 2             # samples in the traced forward pass (arithmetic, layers without parameters)
+DROPOUT_SAMPLES = 4         # samples, and passes, of the training-mode outputs the dropout check compares
+DROPOUT_PASSES = 128        # enough to tell dropout 0.1 from 0.2 at ALPHA (measured on a dense layer's logits)
+RANDOM_SPREAD = 1e-5        # outputs whose relative spread over passes is below this are not random
+FP32_FLOOR = 2.0 ** -23     # the same-framework baseline is never taken below one float32 rounding
 
 LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 
@@ -81,8 +90,8 @@ def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
     return arrays.x_test[:n], arrays.y_test[:n]
 
 
-def step_batches(spec: dict, arrays: datalib.Arrays) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The first STEPS training batches in the order the kit trains on them: epoch 1's order
+def step_batches(spec: dict, arrays: datalib.Arrays, steps: int = STEPS) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The first ``steps`` training batches in the order the kit trains on them: epoch 1's order
     (kits.common.data.epoch_order), then epoch 2's where epoch 1 has fewer batches."""
     size = step_batch_size(spec)
     n = len(arrays.x_train)
@@ -91,11 +100,11 @@ def step_batches(spec: dict, arrays: datalib.Arrays) -> list[tuple[np.ndarray, n
                          f"{n} training samples")
     out: list[tuple[np.ndarray, np.ndarray]] = []
     epoch = 1
-    while len(out) < STEPS:
+    while len(out) < steps:
         order = datalib.epoch_order(n, spec["train"]["seed"], epoch, spec["data"]["shuffle"])
         for idx in datalib.batches(order, size, True):
             out.append((arrays.x_train[idx], arrays.y_train[idx]))
-            if len(out) == STEPS:
+            if len(out) == steps:
                 break
         epoch += 1
     return out
@@ -208,14 +217,15 @@ def compare_layers(records: dict[str, list[dict]]) -> dict:
     numbers = {"parameters": totals, "tensors": {fa: len(ra), fb: len(rb)}}
     if names_a != names_b:
         i = next((i for i, (x, y) in enumerate(zip(names_a, names_b)) if x != y), min(len(ra), len(rb)))
-        at_a = names_a[i] if i < len(names_a) else "nothing (its list ends)"
-        at_b = names_b[i] if i < len(names_b) else "nothing (its list ends)"
+        at_a = f"{names_a[i]} ({ra[i]['native']['name']})" if i < len(names_a) else "nothing (its list ends)"
+        at_b = f"{names_b[i]} ({rb[i]['native']['name']})" if i < len(names_b) else "nothing (its list ends)"
         evidence = (f"not the same model: the layer lists differ ({la}: {_kinds(ra)}; {lb}: {_kinds(rb)}); "
                     f"first difference at parameter {i + 1}: {la} has {at_a}, {lb} has {at_b}; "
                     f"{totals[fa]:,} vs {totals[fb]:,} parameters")
         return {"name": "layers", "passed": False, "mapped": False, "evidence": evidence,
                 "mismatches": [evidence], "numbers": numbers}
     mismatches = [f"{x['layer']} {x['role']}: {la} {shape_text(x['shape'])} vs {lb} {shape_text(y['shape'])}"
+                  f" ({x['native']['name']}, {y['native']['name']})"
                   for x, y in zip(ra, rb) if x["shape"] != y["shape"]]
     if mismatches:
         evidence = (f"not the same model: {len(mismatches)} parameter shape(s) differ: {'; '.join(mismatches)}; "
@@ -227,41 +237,48 @@ def compare_layers(records: dict[str, list[dict]]) -> dict:
             "mismatches": mismatches, "numbers": numbers}
 
 
-def compare_flops(flops: dict[str, dict], rtol: float) -> dict:
-    """Training FLOPs per sample (forward and backward), each side from its own counter.
-
-    Compared on what both counters count: convolutions and matrix products (2 FLOPs per
-    multiply-accumulate); the TensorFlow profiler's elementwise ops are reported beside them.
-    """
-    (fa, a), (fb, b) = flops.items()
+def compare_flops(sides: dict[str, dict]) -> dict:
+    """The models' arithmetic: every convolution and matrix product at its shape, forward and backward
+    (kits/common/arithmetic.py), from each framework's own trace. Passes when the two lists are equal;
+    otherwise names the first product that differs."""
+    (fa, a), (fb, b) = sides.items()
     la, lb = label(fa), label(fb)
-    x, y = a["per_sample"]["matmul_conv"], b["per_sample"]["matmul_conv"]
-    rel = abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0
-    ratio = x / y if y else math.inf
-    passed = rel <= rtol
-    extra = []
-    for f, side in ((fa, a), (fb, b)):
-        total = side["per_sample"]["total"]
-        if total != side["per_sample"]["matmul_conv"]:
-            extra.append(f"{label(f)}'s counter also counts elementwise ops: {total:,.0f} in all")
-    evidence = (f"training FLOPs per sample (forward + backward, convolutions and matrix products): "
-                f"{la} {x:,.0f} ({a['counter']}) vs {lb} {y:,.0f} ({b['counter']}), ratio {ratio:.6f}, "
-                f"relative difference {rel:.2e} {'<=' if passed else '>'} {rtol:g}"
-                + (f"; {'; '.join(extra)}" if extra else ""))
-    return {"name": "flops", "passed": passed, "evidence": evidence,
-            "numbers": {"per_sample": {fa: x, fb: y}, "all_ops_per_sample": {fa: a["per_sample"]["total"],
-                                                                            fb: b["per_sample"]["total"]},
-                        "ratio": ratio, "relative_difference": rel,
-                        "conventions": {fa: a["conventions"], fb: b["conventions"]}}}
+    x, y = a["flops"]["training"], b["flops"]["training"]
+    difference = arithmetic.first_arithmetic_difference(a["ops"], b["ops"], la, lb)
+    counts = f"{a['flops']['convolutions']} convolutions and {a['flops']['matrix_products']} matrix products"
+    if difference is None:
+        evidence = (f"the same {counts} at the same shapes, with the same gradients: {x:,.0f} training FLOPs "
+                    f"per sample ({a['flops']['forward']:,.0f} forward) in both")
+    else:
+        evidence = (f"not the same arithmetic: {difference}; {x:,.0f} vs {y:,.0f} training FLOPs per sample "
+                    f"(ratio {x / y if y else math.inf:.6f})")
+    return {"name": "flops", "passed": difference is None, "evidence": evidence,
+            "numbers": {"per_sample": {fa: x, fb: y}, "forward_per_sample": {fa: a["flops"]["forward"],
+                                                                             fb: b["flops"]["forward"]},
+                        "ratio": x / y if y else math.inf, "how": arithmetic.HOW}}
+
+
+def compare_structure(sides: dict[str, dict]) -> dict:
+    """The layers without parameters, as each framework's trace shows them (training mode): activations,
+    pooling, padding as applied, the axes of normalisations, dropout rates and masks."""
+    (fa, a), (fb, b) = sides.items()
+    difference = arithmetic.first_structure_difference(a["ops"], b["ops"], label(fa), label(fb))
+    parts = [d for segment in arithmetic.structure(a["ops"]) for d in segment]
+    kinds = sorted({d.split(" ")[0] for d in parts})
+    evidence = (f"the same {len(parts)} layers without parameters in the same places ({', '.join(kinds) or 'none'})"
+                if difference is None else f"a layer without parameters differs: {difference}")
+    return {"name": "layers_without_parameters", "passed": difference is None, "evidence": evidence,
+            "numbers": {f: arithmetic.structure(s["ops"]) for f, s in sides.items()}}
 
 
 def max_abs_diff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-def compare_logits(logits: dict[str, dict], atol: float) -> dict:
+def compare_logits(logits: dict[str, dict], rtol: float) -> dict:
     """The same initial weights on the same fixed batch: fp32 in evaluation mode (as the kit runs),
-    fp64 in evaluation and in training mode (batch statistics)."""
+    fp64 in evaluation and in training mode (batch statistics). The largest difference is taken
+    relative to the largest |logit|, so the tolerance means the same at any scale."""
     (fa, a), (fb, b) = logits.items()
     la, lb = label(fa), label(fb)
     numbers, parts, passed, n = {}, [], True, 0
@@ -278,22 +295,61 @@ def compare_logits(logits: dict[str, dict], atol: float) -> dict:
                 passed = False
                 continue
             diff = max_abs_diff(xa, xb)
-            scale = float(np.max(np.abs(xa)))
-            ok = diff <= atol
+            scale = max(float(np.max(np.abs(xa))), float(np.max(np.abs(xb))), np.finfo(np.float64).tiny)
+            rel = diff / scale
+            ok = bool(rel <= rtol)
             passed &= ok
-            numbers[key] = {"max_abs_diff": diff, "max_abs_logit": scale}
-            parts.append(f"{key} mode max |diff| {diff:.2e} {'<=' if ok else '>'} {atol:g} (largest |logit| {scale:.3g})")
+            numbers[key] = {"max_abs_diff": diff, "max_abs_logit": scale, "relative": rel}
+            parts.append(f"{key} mode max |diff| {diff:.2e} = {rel:.1e} of the largest |logit| {scale:.3g} "
+                         f"{'<=' if ok else '>'} {rtol:g}")
     evidence = f"logits of the same initial weights on the first {n} test samples: " + "; ".join(parts)
     return {"name": "logits", "passed": passed, "evidence": evidence, "numbers": numbers}
+
+
+def compare_dropout(outputs: dict[str, list], alpha: float = stochastic.ALPHA) -> dict:
+    """Training-mode outputs of the same weights over many passes (fresh dropout masks each time).
+
+    Both fixed: no random layer is active in either. One fixed: a random layer is active in one only.
+    Both random: an energy-distance permutation test (kits/common/stochastic.py) at false-alarm
+    rate ``alpha`` says whether the two frameworks draw from the same distribution."""
+    (fa, a), (fb, b) = ((f, np.asarray(v, np.float64)) for f, v in outputs.items())
+    la, lb = label(fa), label(fb)
+    scale = max(float(np.max(np.abs(a))), float(np.max(np.abs(b))), np.finfo(np.float64).tiny)
+    spread = {fa: float(np.mean(np.std(a, axis=0))) / scale, fb: float(np.mean(np.std(b, axis=0))) / scale}
+    random = {f: s > RANDOM_SPREAD for f, s in spread.items()}
+    numbers = {"passes": {fa: len(a), fb: len(b)}, "relative_spread": spread, "alpha": alpha}
+    what = (f"training-mode outputs of the same weights on {a.shape[1]} samples over {len(a)} passes "
+            f"(mean standard deviation over passes, relative to the largest |logit|: {la} {spread[fa]:.2e}, "
+            f"{lb} {spread[fb]:.2e})")
+    if not any(random.values()):
+        return {"name": "dropout", "passed": True, "numbers": numbers,
+                "evidence": f"{what}: the same on every pass in both, so no dropout or other random layer is active"}
+    if not all(random.values()):
+        on = la if random[fa] else lb
+        off = lb if random[fa] else la
+        return {"name": "dropout", "passed": False, "numbers": numbers,
+                "evidence": f"{what}: they vary in {on} and not in {off}, so a random layer such as dropout is "
+                            f"active in {on} only"}
+    if a.shape[1:] != b.shape[1:]:
+        return {"name": "dropout", "passed": False, "numbers": numbers,
+                "evidence": f"{what}: outputs of different shapes cannot be compared"}
+    test = stochastic.energy_test(a, b)
+    numbers.update(test)
+    passed = test["p_value"] > alpha
+    return {"name": "dropout", "passed": passed, "numbers": numbers,
+            "evidence": f"{what}: energy-distance permutation test p = {test['p_value']:.4f} "
+                        f"{'>' if passed else '<='} {alpha:g} (the false-alarm rate), so the random layers "
+                        + ("may be the same" if passed else "differ (rate, kind or place)")}
 
 
 def relative_diffs(a: list[float], b: list[float]) -> list[float]:
     return [abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0 for x, y in zip(a, b)]
 
 
-def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: str,
+def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: str, steps: int,
                    name: str = "loss_trajectory") -> dict:
-    """Per-step relative differences of two loss trajectories; rtol None: informational only."""
+    """Per-step relative differences of two loss trajectories of ``steps`` steps (one more point: the
+    loss of batch 1 after them); rtol None: informational only."""
     (fa, a), (fb, b) = losses.items()
     la, lb = label(fa), label(fb)
     if len(a) != len(b):
@@ -307,16 +363,97 @@ def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: st
     else:
         passed = finite and rel[worst] <= rtol
         verdict = f"{'<=' if passed else '>'} {rtol:g}"
-    steps = len(a) - 1 if len(a) > STEPS else len(a)
     evidence = (f"loss over {steps} optimizer steps ({setup}): max relative difference {rel[worst]:.2e} {verdict}, "
-                f"at {_point(worst, len(a))} ({la} {a[worst]:.9g} vs {lb} {b[worst]:.9g}); "
+                f"at {_point(worst, steps)} ({la} {a[worst]:.9g} vs {lb} {b[worst]:.9g}); "
                 f"first {a[0]:.6g} vs {b[0]:.6g}, last {a[-1]:.6g} vs {b[-1]:.6g}")
     return {"name": name, "passed": passed, "evidence": evidence,
             "numbers": {fa: a, fb: b, "relative_difference": rel, "max_relative_difference": rel[worst]}}
 
 
-def _point(i: int, n: int) -> str:
-    return f"batch 1 after step {n - 1}" if n > STEPS and i == n - 1 else f"step {i + 1}"
+def _point(i: int, steps: int) -> str:
+    return f"batch 1 after step {steps}" if i == steps else f"step {i + 1}"
+
+
+def compare_fp32_trajectory(losses: dict[str, dict[str, list[float]]], factor: float) -> dict:
+    """The kits' own fp32 steps, gated against what rounding alone does within one framework.
+
+    Per framework and step, two same-framework divergences: the kit's steps with the inputs one float32
+    ulp up (``perturbed`` against ``kit``), and the framework's own fp32 rounding, the certificate's
+    reference step in fp32 against the same step in fp64 (``reference`` against ``exact``). The second
+    is needed: TensorFlow's fp32 gradients of a BatchNorm network are systematically off its fp64 ones
+    (up to 6e-2 relative after one step on the tests' SimpleCNN, PyTorch's 4e-5), which an input
+    perturbation does not move. The baseline at step t is the largest of these, in either framework,
+    at any step up to t, and never below one float32 rounding; the cross-framework divergence of the
+    kits' own steps must stay within ``factor`` times it at every step."""
+    (fa, a), (fb, b) = losses.items()
+    la, lb = label(fa), label(fb)
+    cross = relative_diffs(a["kit"], b["kit"])
+    base = {f: [max(p, r) for p, r in zip(relative_diffs(s["kit"], s["perturbed"]),
+                                          relative_diffs(s["reference"], s["exact"]))] for f, s in losses.items()}
+    bound, worst_base, ratios = [], 0.0, []
+    for t, c in enumerate(cross):
+        worst_base = max(worst_base, base[fa][t], base[fb][t])
+        bound.append(factor * max(worst_base, FP32_FLOOR))
+        ratios.append(c / bound[-1] if np.isfinite(c) else math.inf)
+    worst = max(range(len(ratios)), key=ratios.__getitem__)
+    finite = bool(np.all(np.isfinite(a["kit"])) and np.all(np.isfinite(b["kit"])))
+    passed = finite and ratios[worst] <= 1.0
+    evidence = (f"fp32 loss over {len(cross)} steps of each kit's own train_step: the cross-framework relative "
+                f"divergence {'stays within' if passed else 'exceeds'} {factor:g}x the same-framework baseline "
+                f"(inputs one float32 ulp up, and each framework's own fp32 rounding against fp64) at every "
+                f"step; worst at step {worst + 1}: {cross[worst]:.2e} against a bound of {bound[worst]:.2e} "
+                f"({la} {a['kit'][worst]:.7g}, {lb} {b['kit'][worst]:.7g}); baseline at the last step "
+                f"{la} {base[fa][-1]:.1e}, {lb} {base[fb][-1]:.1e}")
+    return {"name": "loss_trajectory_fp32", "passed": passed, "evidence": evidence,
+            "numbers": {fa: a, fb: b, "relative_difference": cross, "baseline": base, "bound": bound,
+                        "factor": factor}}
+
+
+OPTIMIZER_FIELDS = {"sgd": ("lr", "momentum", "nesterov"), "adam": ("lr", "beta1", "beta2", "epsilon")}
+OPTIMIZER_DEFAULTS = {"weight_decay": 0.0, "dampening": 0.0, "amsgrad": False}
+
+
+def compare_optimizer(read_back: dict[str, dict], spec_optimizer: dict[str, dict]) -> dict:
+    """The optimizer each kit built, read back from the object (before any certificate adjustment),
+    against its spec (the name, every spec field, and no weight decay, dampening or AMSGrad) and
+    against the other's."""
+    problems, parts = [], []
+    for fw, got in read_back.items():
+        want = spec_optimizer[fw]
+        if got.get("name") != want["name"]:
+            problems.append(f"{label(fw)} built {got.get('name')!r}, the spec says {want['name']!r}")
+            continue
+        for key in OPTIMIZER_FIELDS[want["name"]]:
+            g, w = got.get(key), want[key]
+            same = (g == w) if isinstance(w, bool) else (g is not None and math.isclose(g, w, rel_tol=1e-6))
+            if not same:
+                problems.append(f"{label(fw)}'s optimizer has {key} {g!r}, its spec {w!r}")
+        for key, default in OPTIMIZER_DEFAULTS.items():
+            if got.get(key, default) not in (default, None):
+                problems.append(f"{label(fw)}'s optimizer has {key} {got[key]!r}, which the spec does not ask for")
+        parts.append(f"{label(fw)} {got['class']}(" + ", ".join(f"{k}={got[k]!r}" for k in OPTIMIZER_FIELDS[want['name']])
+                     + ")")
+    (fa, a), (fb, b) = read_back.items()
+    if not problems and a["name"] == b["name"]:
+        for key in OPTIMIZER_FIELDS[a["name"]]:
+            if not (a[key] == b[key] if isinstance(a[key], bool) else math.isclose(a[key], b[key], rel_tol=1e-6)):
+                problems.append(f"{key} is {a[key]!r} in {label(fa)} and {b[key]!r} in {label(fb)}")
+    evidence = ("read back from the built optimizers: " + "; ".join(parts)
+                + (" - as their specs say" if not problems else f"; {'; '.join(problems)}"))
+    return {"name": "optimizer", "passed": not problems, "evidence": evidence, "numbers": read_back}
+
+
+def check_outputs(fw: str, outputs: dict) -> str | None:
+    """One sentence if the model's outputs are not what the kit's loss takes: (batch, classes) logits."""
+    who, layer = outputs["builder"], outputs["last_layer"]
+    if list(outputs["shape"]) != list(outputs["expected"]):
+        return (f"{who} returns outputs of shape {shape_text(outputs['shape'])} from its last layer {layer}; "
+                f"the experiment has {outputs['expected'][1]} classes, so it must return (batch, "
+                f"{outputs['expected'][1]}) logits")
+    if outputs["expects_logits"] and outputs["probabilities"]:
+        return (f"{who} returns probabilities, not logits: its last layer {layer} makes every row non-negative "
+                f"and sum to 1, and the {label(fw)} kit's loss takes logits")
+    return None
 
 
 def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
@@ -345,12 +482,15 @@ def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
             "numbers": {n: {"max_abs_diff": d, "relative_to_max": r} for n, d, r in rows}}
 
 
-def kit_train_losses(backend, batches: list[tuple[object, int]]) -> list[float]:
-    """The kit's own fp32 train_step on each (device batch, samples); the mean loss it adds to its sums."""
+def kit_train_losses(backend, batches: list[tuple[object, int]], before_step=None) -> list[float]:
+    """The kit's own fp32 train_step on each (device batch, samples); the mean loss it adds to its sums.
+    ``before_step(t)`` runs before step t (1-based)."""
     backend.set_mode(True)
     backend.take_sums()
     losses = []
-    for batch, n in batches:
+    for t, (batch, n) in enumerate(batches, 1):
+        if before_step:
+            before_step(t)
         backend.train_step(batch)
         loss_sum, _ = backend.take_sums()
         losses.append(loss_sum / n)

@@ -13,7 +13,7 @@ from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import FeederMixin, NumpyFeeder
 from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes
-from kits.pytorch_kit import models
+from kits.pytorch_kit import models, trace
 
 
 class Backend(FeederMixin):
@@ -25,7 +25,8 @@ class Backend(FeederMixin):
         numerics = spec["numerics"]
         threads = numerics["cpu_threads"]
         torch.set_num_threads(threads["intra_op"])
-        torch.set_num_interop_threads(threads["inter_op"])
+        if torch.get_num_interop_threads() != threads["inter_op"]:    # settable once per process
+            torch.set_num_interop_threads(threads["inter_op"])
         torch.manual_seed(spec["train"]["seed"])
         self.device = torch.device("cuda" if spec["device"] == "gpu" and torch.cuda.is_available() else "cpu")
         torch.backends.cuda.matmul.allow_tf32 = numerics["tf32"]
@@ -91,6 +92,14 @@ class Backend(FeederMixin):
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         return {"parameters": models.parameter_counts(self.model)}
+
+    def training_flops(self) -> dict:
+        """Training FLOPs per sample of the model built, counted once before training; the device's
+        memory peak is reset afterwards, so that it is training's alone."""
+        flops = trace.training_flops(self.model, self.spec["data"]["input_size"], self.device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        return flops
 
     def _to_device(self, x, y):
         x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from kits.common.custom import load_builder
+from kits.common import custom
 from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 
 
@@ -74,7 +74,8 @@ def simplecnn(cfg: dict, pitfalls: frozenset[str]) -> nn.Module:
 def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> nn.Module:
     if cfg["name"] == "custom":
         # The user's builder owns its layers and initialisation.
-        return load_builder(cfg["pytorch"])(cfg.get("options", {}), input_size, cfg["num_classes"])
+        return custom.build(cfg["pytorch"], cfg.get("options", {}), input_size, cfg["num_classes"], nn.Module,
+                            "torch.nn.Module", "PyTorch")
     model = vgg16(cfg, input_size, pitfalls) if cfg["name"] == "vgg16" else simplecnn(cfg, pitfalls)
     _init(model, cfg["init"])
     return model

@@ -14,7 +14,7 @@ import tensorflow as tf  # noqa: E402
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import FeederMixin, NumpyFeeder  # noqa: E402
 from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes  # noqa: E402
-from kits.tensorflow_kit import models  # noqa: E402
+from kits.tensorflow_kit import models, trace  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
 
@@ -29,10 +29,13 @@ class Backend(FeederMixin):
         numerics = spec["numerics"]
         threads = numerics["cpu_threads"]
         # Thread pools are fixed at the first op: set them before anything runs.
-        tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
-        tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
+        # (A second Backend in one process, as the certificate makes, finds them set: unchanged settings pass.)
+        if tf.config.threading.get_intra_op_parallelism_threads() != threads["intra_op"]:
+            tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
+        if tf.config.threading.get_inter_op_parallelism_threads() != threads["inter_op"]:
+            tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
         self.gpus = tf.config.list_physical_devices("GPU") if spec["device"] == "gpu" else []
-        if spec["device"] != "gpu":
+        if spec["device"] != "gpu" and tf.config.get_visible_devices("GPU"):
             tf.config.set_visible_devices([], "GPU")
         for gpu in self.gpus:
             # Without this TensorFlow reserves nearly the whole device and its peak means nothing.
@@ -105,6 +108,14 @@ class Backend(FeederMixin):
         if self.gpus:
             tf.config.experimental.reset_memory_stats("GPU:0")
         return {"parameters": models.parameter_counts(self.model)}
+
+    def training_flops(self) -> dict:
+        """Training FLOPs per sample of the model built, counted once before training (a traced graph:
+        nothing runs); the device's memory peak is reset afterwards all the same."""
+        flops = trace.training_flops(self.model, self.spec["data"]["input_size"])
+        if self.gpus:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        return flops
 
     def _to_device(self, x: np.ndarray, y: np.ndarray):
         return tf.convert_to_tensor(x), tf.convert_to_tensor(y)

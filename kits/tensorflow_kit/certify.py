@@ -1,17 +1,10 @@
 """The TensorFlow half of the equivalence certificate: the kit's own model and step, in canonical form.
 
-The model, optimizer, loss and input preprocessing are the Backend's, built from
-the spec exactly as a training run builds them; only every Dropout rate is set
-to 0 (before anything is traced) so that two frameworks' random masks cannot differ.
-Keras's layout is the canonical one, so weights pass through unchanged.
-
-FLOPs: TensorFlow 2.21 still ships the TF1 profiler (``tf.compat.v1.profiler``), which
-counts the float operations of every op with a registered ``flops`` statistic in a
-``tf.Graph`` from its static shapes. The kit traces forward, loss and gradient of one
-fixed-shape batch into a concrete function and profiles that function's graph. The
-traced graph still holds ops whose results nothing uses (the gradient with respect to
-the input image, which TensorFlow's runtime prunes before running); only ops that the
-function's outputs depend on are summed, and the pruned count is reported beside it.
+The model, optimizer, loss and input preprocessing are the Backend's, built from the spec exactly
+as a training run builds them. The trace and the dropout passes see the model as it trains; before
+anything else is traced every Dropout rate is set to 0, so that two frameworks' random masks
+cannot differ. Keras's layout is the canonical one: weights pass through unchanged, except the rows
+of a dense layer fed by a transposed feature map.
 """
 from __future__ import annotations
 
@@ -24,18 +17,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from kits.common import arithmetic  # noqa: E402
 from kits.common import certificate as cert  # noqa: E402
+from kits.common import custom  # noqa: E402
 from kits.common.data import Arrays  # noqa: E402
+from kits.tensorflow_kit import trace  # noqa: E402
 from kits.tensorflow_kit.backend import Backend  # noqa: E402
-
-COUNTER = "tf.compat.v1.profiler (float_operation) on the traced training-step graph"
-CONVENTIONS = ("counts every op with a registered flops statistic, 2 FLOPs per multiply-accumulate for Conv2D, "
-               "Conv2DBackpropInput/Filter and MatMul, plus elementwise ops (bias adds, BatchNorm arithmetic, "
-               "pooling and its gradient, the loss), from static shapes; ops whose outputs the step does not use are "
-               "left out; compared on its convolution and matrix-product ops")
-MATMUL_CONV = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul", "BatchMatMul", "BatchMatMulV2",
-               "BatchMatMulV3", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
-               "DepthwiseConv2dNativeBackpropFilter"}
 
 
 def _layers(model: keras.Model):
@@ -49,19 +36,31 @@ def _layers(model: keras.Model):
 class Certifier:
     framework = "tensorflow"
 
-    def __init__(self, spec: dict, arrays: Arrays) -> None:
+    def __init__(self, spec: dict, arrays: Arrays, x_trace: np.ndarray) -> None:
+        keras.backend.clear_session()          # one process may certify several experiments
         self.spec = spec
         self.arrays = arrays
+        self.who = custom.who(spec, "tensorflow")
+        self.x_trace = x_trace
         self.backend = Backend(spec)
+        self.trace = None
         self._build()
+        self.optimizer = self._read_optimizer()
 
     def _build(self) -> None:
+        """Build the kit's model and optimizer (again); the first build is traced, later ones (the same
+        builder, freshly initialised) reuse what the trace found, by layer number."""
         self.backend.build(self.arrays)
         self.model = self.backend.model
         self.dtype = tf.as_dtype(self.model.trainable_variables[0].dtype)
-        for layer in _layers(self.model):
-            if isinstance(layer, keras.layers.Dropout):     # SpatialDropout2D is one too
-                layer.rate = 0.0
+        if self.trace is None:
+            x = self._inputs(self.x_trace)
+            try:
+                self.trace = trace.trace(self.model, tuple(x.shape), x.dtype, training=True)
+            except Exception as exc:
+                raise custom.BadModel(f"the model from {self.who} fails on a batch of shape {tuple(x.shape)}: "
+                                      f"{custom.one_line(exc)}{custom.where(exc)}") from None
+            self.dense_rows: dict[int, list[int] | None] = {}
         self.params = self._map()
         model, loss_fn, optimizer = self.model, self.backend.loss_fn, self.backend.optimizer
 
@@ -73,8 +72,21 @@ class Certifier:
             return loss
         self._step = tf.function(step)
 
+        def passes(x, n):
+            out = tf.TensorArray(tf.float32, size=n)
+            for i in tf.range(n):          # one graph loop: fresh dropout masks on every pass
+                out = out.write(i, tf.cast(model(x, training=True), tf.float32))
+            return out.stack()
+        self._passes = tf.function(passes)
+
+    def dropout_off(self) -> None:
+        """Every Dropout rate to 0 (SpatialDropout2D is a Dropout too); before any step is traced."""
+        for layer in _layers(self.model):
+            if isinstance(layer, keras.layers.Dropout):
+                layer.rate = 0.0
+
     def use_float64(self) -> None:
-        """Build the same model and optimizer again, from the same builder, in float64."""
+        """Build the same model and optimizer again, from the same builder, in float64, dropout off."""
         # Layers take their dtype from the global dtype policy (cached once a layer exists), inputs
         # and losses from floatx: set both.
         floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
@@ -85,10 +97,23 @@ class Certifier:
         finally:
             keras.config.set_floatx(floatx)
             keras.config.set_dtype_policy(policy)
+        self.dropout_off()
         if self.dtype != tf.float64:
             raise RuntimeError(f"the float64 rebuild of the Keras model has {self.dtype.name} weights")
 
-    def _map(self) -> list[tuple[dict, keras.Variable]]:
+    def _read_optimizer(self) -> dict:
+        """The optimizer the kit built, read back from the object itself."""
+        opt = self.backend.optimizer
+        out = {"class": f"keras.optimizers.{type(opt).__name__}", "name": type(opt).__name__.lower(),
+               "lr": float(np.asarray(opt.learning_rate)), "weight_decay": opt.weight_decay}
+        if isinstance(opt, keras.optimizers.Adam):
+            out.update(beta1=float(opt.beta_1), beta2=float(opt.beta_2), epsilon=float(opt.epsilon),
+                       amsgrad=bool(opt.amsgrad))
+        elif isinstance(opt, keras.optimizers.SGD):
+            out.update(momentum=float(opt.momentum), nesterov=bool(opt.nesterov))
+        return out
+
+    def _map(self) -> list[tuple[dict, keras.Variable, list[int] | None]]:
         params = []
         counters: dict[str, int] = {}
         for layer in _layers(self.model):
@@ -96,7 +121,7 @@ class Certifier:
                 continue
             if isinstance(layer, keras.layers.Conv2D) and type(layer).__name__ == "Conv2D":
                 if layer.groups != 1:
-                    raise cert.UnmappableModel(f"TensorFlow layer {layer.name} is a grouped convolution "
+                    raise cert.UnmappableModel(f"TensorFlow layer {layer.name} of {self.who} is a grouped convolution "
                                                f"(groups={layer.groups}), which has no canonical form here")
                 kind, roles = "conv", [("kernel", layer.kernel), ("bias", layer.bias)]
             elif isinstance(layer, keras.layers.Dense):
@@ -106,26 +131,34 @@ class Certifier:
                                             ("moving_mean", layer.moving_mean),
                                             ("moving_variance", layer.moving_variance)]
             else:
-                raise cert.UnmappableModel(f"TensorFlow layer {layer.name} ({type(layer).__name__}) has weights but "
-                                           f"no canonical form (known: Conv2D, Dense, BatchNormalization)")
+                raise cert.UnmappableModel(f"TensorFlow layer {layer.name} ({type(layer).__name__}) of {self.who} has "
+                                           f"weights but no canonical form (known: Conv2D, Dense, BatchNormalization)")
             roles = [(r, v) for r, v in roles if v is not None]
             if len(roles) != len(layer.weights):
-                raise cert.UnmappableModel(f"TensorFlow layer {layer.name} has {len(layer.weights)} weights, of which "
-                                           f"the certificate maps {len(roles)}")
+                raise cert.UnmappableModel(f"TensorFlow layer {layer.name} of {self.who} has {len(layer.weights)} "
+                                           f"weights, of which the certificate maps {len(roles)}")
             counters[kind] = counters.get(kind, 0) + 1
             for role, var in roles:
-                params.append((cert.record(kind, counters[kind], role, var.shape, var.path, var.shape), var))
+                rows = (self.dense_rows.setdefault(counters[kind], self.trace.rows.get(id(var)))
+                        if role == "kernel" and kind == "dense" else None)
+                params.append((cert.record(kind, counters[kind], role, var.shape, var.path, var.shape), var, rows))
         return params
 
     def records(self) -> list[dict]:
-        return [rec for rec, _ in self.params]
+        return [rec for rec, _, _ in self.params]
+
+    def last_layer(self) -> str:
+        layer = self.model.layers[-1]
+        act = getattr(layer, "activation", None)
+        name = getattr(act, "__name__", None)
+        return f"{layer.name} ({type(layer).__name__}" + (f", activation {name})" if name and name != "linear" else ")")
 
     def export(self) -> dict[str, np.ndarray]:
-        return {rec["name"]: np.array(var.numpy()) for rec, var in self.params}
+        return {rec["name"]: arithmetic.rows_to_canonical(np.array(var.numpy()), rows) for rec, var, rows in self.params}
 
     def load(self, weights: dict[str, np.ndarray]) -> None:
-        for rec, var in self.params:
-            var.assign(weights[rec["name"]].astype(var.dtype))
+        for rec, var, rows in self.params:
+            var.assign(arithmetic.rows_from_canonical(weights[rec["name"]], rows).astype(var.dtype))
 
     def environment(self) -> dict:
         return {"framework": "tensorflow", "framework_version": tf.__version__, "keras_version": keras.__version__,
@@ -133,6 +166,9 @@ class Certifier:
                 else "gpu", "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on for x86 CPU builds)"),
                 "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                                 "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
+
+    def expects_logits(self) -> bool:
+        return bool(self.backend.loss_fn.from_logits)
 
     def _batch(self, x: np.ndarray, y: np.ndarray):
         return self.backend._to_device(x, y)
@@ -149,15 +185,27 @@ class Certifier:
         out = self.model(self._inputs(x), training=training)
         return np.asarray(out, np.float64).tolist()
 
-    def kit_train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
-        """The kit's own train_step (fp32) on each batch; the loss is the one it adds to its sums."""
-        return cert.kit_train_losses(self.backend, [(self._batch(x, y), len(y)) for x, y in batches])
+    def train_outputs(self, x: np.ndarray, passes: int) -> list[list[list[float]]]:
+        """The outputs of ``passes`` forward passes in training mode, dropout as the kit trains (fp32)."""
+        return np.asarray(self._passes(self._inputs(x), tf.constant(passes)), np.float64).tolist()
+
+    def kit_train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]], perturb: bool = False) -> list[float]:
+        """The kit's own train_step (fp32) on each batch; with ``perturb``, the kit's preprocessed inputs
+        moved one float32 ulp up."""
+        device = []
+        for x, y in batches:
+            xb, yb = self._batch(x, y)
+            if perturb:
+                xf = np.asarray(self.backend._inputs(xb))
+                xb = tf.convert_to_tensor(np.nextafter(xf, np.float32(np.inf)))
+            device.append((xb, yb))
+        return cert.kit_train_losses(self.backend, [(b, len(y)) for b, (_, y) in zip(device, batches)])
 
     def neutralisable(self) -> list[dict]:
         """Declared differences are removed on the PyTorch side; Keras runs as the kit trains."""
         return []
 
-    def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]], neutralise: bool = False) -> list[float]:
+    def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
         """The kit's step, in the model's dtype: the kit's loss, gradient tape, the kit's optimizer."""
         losses = []
         for x, y in batches:
@@ -169,56 +217,6 @@ class Certifier:
         _, yb = self._batch(x, y)
         return float(self.backend.loss_fn(yb, self.model(self._inputs(x), training=True)))
 
-    def flops(self, x: np.ndarray, y: np.ndarray) -> dict:
-        n = min(cert.FLOPS_BATCH, len(x))
-        _, yb = self._batch(x[:n], y[:n])
-        inputs = self._inputs(x[:n])
-        model, loss_fn = self.model, self.backend.loss_fn
-
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x, training=True))
-            return loss, tape.gradient(loss, model.trainable_variables)
-
-        fn = tf.function(step).get_concrete_function(tf.TensorSpec(inputs.shape, inputs.dtype),
-                                                     tf.TensorSpec(yb.shape, yb.dtype))
-        graph = fn.graph
-        options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
-        options["output"] = "none"
-        profile = tf.compat.v1.profiler.profile(graph=graph, cmd="scope", options=options)
-        per_node: dict[str, int] = {}
-        stack = list(profile.children)
-        while stack:
-            node = stack.pop()
-            if node.float_ops:
-                per_node[node.name] = int(node.float_ops)
-            stack.extend(node.children)
-        live = _live_ops(graph)
-        total = matmul_conv = dead = 0
-        by_op: dict[str, int] = {}
-        for name, count in per_node.items():
-            if name not in live:
-                dead += count
-                continue
-            kind = graph.get_operation_by_name(name).type
-            by_op[kind] = by_op.get(kind, 0) + count
-            total += count
-            matmul_conv += count if kind in MATMUL_CONV else 0
-        return {"counter": COUNTER, "conventions": CONVENTIONS, "batch": n,
-                "per_sample": {"matmul_conv": matmul_conv / n, "total": total / n},
-                "unused_ops_per_sample": dead / n, "profiler_total_per_sample": int(profile.total_float_ops) / n,
-                "by_op_per_sample": {k: v / n for k, v in sorted(by_op.items())}}
-
-
-def _live_ops(graph: tf.Graph) -> set[str]:
-    """Names of the ops the graph's outputs depend on."""
-    live: set[str] = set()
-    stack = [t.op for t in graph.outputs if t is not None]
-    while stack:
-        op = stack.pop()
-        if op.name in live:
-            continue
-        live.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return live
+    def reset(self) -> None:
+        """Leave nothing behind for the next certificate in this process."""
+        keras.backend.clear_session()

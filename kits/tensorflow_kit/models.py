@@ -4,7 +4,7 @@ from __future__ import annotations
 import keras
 from keras import layers
 
-from kits.common.custom import load_builder
+from kits.common import custom
 from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 
 
@@ -59,7 +59,8 @@ def simplecnn(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> keras.Mod
 def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> keras.Model:
     if cfg["name"] == "custom":
         # The user's builder owns its layers and initialisation.
-        return load_builder(cfg["tensorflow"])(cfg.get("options", {}), input_size, cfg["num_classes"])
+        return custom.build(cfg["tensorflow"], cfg.get("options", {}), input_size, cfg["num_classes"], keras.Model,
+                            "keras.Model", "TensorFlow")
     return vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg, input_size, pitfalls)
 
 

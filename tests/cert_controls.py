@@ -1,0 +1,179 @@
+"""A user's own model builders for the certificate's control pairs (tests/test_certificate_controls.py).
+
+One tiny CNN, 32x32 inputs: conv 3x3 (16) - relu - pool - conv 3x3 (8) - relu - pool - flatten -
+dense 16 - relu - dense (classes), written in each framework in several ways. Each pair in the
+test names one builder per framework; ``opts`` pick the variant. Import each framework inside its
+builder: each environment has only its own framework.
+"""
+
+
+def torch_net(options, input_size, num_classes, **opts):
+    import torch.nn.functional as F
+    from torch import nn
+
+    act = {"relu": nn.ReLU, "elu": nn.ELU}[opts.get("act", "relu")]
+    pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}[opts.get("pool", "max")]
+    size = opts.get("pool_size", 2)
+    drop = opts.get("dropout", {})          # place -> (rate, kind)
+
+    def dropout(place):
+        rate, kind = drop.get(place, (0.0, "element"))
+        return [(nn.Dropout2d if kind == "channel" else nn.Dropout)(rate)] if rate else []
+
+    first = ([nn.ZeroPad2d(1), nn.Conv2d(3, 16, 3)] if opts.get("explicit_pad") else
+             [nn.Conv2d(3, 16, 3, stride=opts.get("stride", 1), padding=1)])
+    layers = [*first, act(), *dropout("conv1"), pool(2)]
+    if opts.get("batchnorm"):
+        layers.append(nn.BatchNorm2d(16))
+    layers += [nn.Conv2d(16, 8, 3, padding=1), act(), *dropout("conv2"), pool(size)]
+    spatial = input_size // (2 * opts.get("stride", 1)) // size
+    if opts.get("global_pool"):
+        head = [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 16)]
+    else:
+        head = [nn.Flatten(), nn.Linear(8 * spatial * spatial, 16, bias=not opts.get("bias_outside"))]
+        if opts.get("bias_outside"):
+            head.append(_Bias(16))
+    layers += [*head, act(), *dropout("dense1"), nn.Linear(16, opts.get("classes", num_classes))]
+    if opts.get("softmax"):
+        layers.append(nn.Softmax(dim=1))
+    if opts.get("functional"):
+        return _Functional(layers, F)
+    if opts.get("flatten") == "hwc":
+        return _FlattenHWC(layers)
+    return nn.Sequential(*layers)
+
+
+def _Bias(n):
+    """A bias added by a module of its own, after a bias-free dense layer."""
+    import torch
+    from torch import nn
+
+    class Bias(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = nn.Parameter(torch.zeros(n))
+
+        def forward(self, x):
+            return x + self.bias
+    return Bias()
+
+
+def _Functional(layers, F):
+    """The same network with the activations and pooling as function calls in forward()."""
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList([m for m in layers if isinstance(m, nn.Conv2d)])
+            self.denses = nn.ModuleList([m for m in layers if isinstance(m, nn.Linear)])
+
+        def forward(self, x):
+            for conv in self.convs:
+                x = F.max_pool2d(F.relu(conv(x)), 2)
+            x = F.relu(self.denses[0](x.flatten(1)))
+            return self.denses[1](x)
+    return Net()
+
+
+def _FlattenHWC(layers):
+    """Flattens the feature map in (h, w, c) order, as Keras does, instead of PyTorch's (c, h, w)."""
+    from torch import nn
+    cut = next(i for i, m in enumerate(layers) if isinstance(m, nn.Flatten))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(*layers[:cut])
+            self.head = nn.Sequential(*layers[cut + 1:])
+
+        def forward(self, x):
+            return self.head(self.features(x).permute(0, 2, 3, 1).flatten(1))
+    return Net()
+
+
+def keras_net(options, input_size, num_classes, **opts):
+    import keras
+    from keras import layers
+
+    act = opts.get("act", "relu")
+    pool = {"max": layers.MaxPooling2D, "avg": layers.AveragePooling2D}[opts.get("pool", "max")]
+    size = opts.get("pool_size", 2)
+    drop = opts.get("dropout", {})
+
+    def activate(x):
+        return layers.ReLU()(x) if act == "relu" else layers.Activation(act)(x)
+
+    def dropout(x, place):
+        rate, kind = drop.get(place, (0.0, "element"))
+        if not rate:
+            return x
+        return (layers.SpatialDropout2D if kind == "channel" else layers.Dropout)(rate)(x)
+
+    x = inputs = keras.Input((input_size, input_size, 3))
+    if opts.get("explicit_pad"):
+        x = layers.Conv2D(16, 3, padding="valid")(layers.ZeroPadding2D(1)(x))
+    else:
+        x = layers.Conv2D(16, 3, strides=opts.get("stride", 1), padding="same")(x)
+    x = pool(2)(dropout(activate(x), "conv1"))
+    if opts.get("batchnorm"):
+        # PyTorch's defaults, which Keras's are not (epsilon 1e-3, momentum 0.99)
+        x = layers.BatchNormalization(axis=opts.get("bn_axis", -1), epsilon=1e-5, momentum=0.9)(x)
+    if opts.get("explicit_pad"):
+        x = layers.Conv2D(8, 3, activation=act if opts.get("fused_activation") else None)(layers.ZeroPadding2D(1)(x))
+    else:
+        x = layers.Conv2D(8, 3, padding="same", activation=act if opts.get("fused_activation") else None)(x)
+    if not opts.get("fused_activation"):
+        x = activate(x)
+    x = pool(size)(dropout(x, "conv2"))
+    if opts.get("global_pool"):
+        x = layers.GlobalAveragePooling2D()(x)
+    else:
+        if opts.get("flatten") == "chw":
+            x = layers.Permute((3, 1, 2))(x)
+        x = layers.Flatten()(x)
+    x = dropout(activate(layers.Dense(opts.get("dense_width", 16))(x)), "dense1")
+    return keras.Model(inputs, layers.Dense(opts.get("classes", num_classes))(x))
+
+
+# -- the builders the pairs name ----------------------------------------------------------------
+
+def _variant(builder, **opts):
+    def build(options, input_size, num_classes):
+        return builder(options, input_size, num_classes, **opts)
+    return build
+
+
+torch_base = _variant(torch_net)
+keras_base = _variant(keras_net)
+torch_explicit_pad_first = _variant(torch_net, explicit_pad=True)
+keras_explicit_pad = _variant(keras_net, explicit_pad=True)
+torch_functional = _variant(torch_net, functional=True)
+keras_fused_activation = _variant(keras_net, fused_activation=True)
+torch_bias_outside = _variant(torch_net, bias_outside=True)
+torch_flatten_hwc = _variant(torch_net, flatten="hwc")
+keras_flatten_chw = _variant(keras_net, flatten="chw")
+torch_dropout = _variant(torch_net, dropout={"dense1": (0.3, "element")})
+keras_dropout = _variant(keras_net, dropout={"dense1": (0.3, "element")})
+keras_dropout_rate = _variant(keras_net, dropout={"dense1": (0.5, "element")})
+torch_dropout_conv2 = _variant(torch_net, dropout={"conv2": (0.3, "element")})
+torch_channel_dropout = _variant(torch_net, dropout={"conv1": (0.3, "channel")})
+keras_channel_dropout = _variant(keras_net, dropout={"conv1": (0.3, "channel")})
+keras_element_dropout_conv1 = _variant(keras_net, dropout={"conv1": (0.3, "element")})
+keras_avg_pool = _variant(keras_net, pool="avg")
+torch_global = _variant(torch_net, global_pool=True)
+keras_global = _variant(keras_net, global_pool=True)
+keras_global_pool3 = _variant(keras_net, global_pool=True, pool_size=3)
+keras_elu = _variant(keras_net, act="elu")
+torch_stride2 = _variant(torch_net, stride=2)
+keras_stride2 = _variant(keras_net, stride=2)
+torch_batchnorm = _variant(torch_net, batchnorm=True)
+keras_batchnorm = _variant(keras_net, batchnorm=True)
+keras_batchnorm_axis1 = _variant(keras_net, batchnorm=True, bn_axis=1)
+torch_softmax = _variant(torch_net, softmax=True)
+keras_five_classes = _variant(keras_net, classes=5)
+keras_dense_12 = _variant(keras_net, dense_width=12)
+
+
+def keras_raises(options, input_size, num_classes):
+    raise ValueError(f"no model for width {options.get('width')}")
