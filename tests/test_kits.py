@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from conftest import tiny_specs, write_spec
 
-from reprokit import results
+from reprokit import model_cost, results
 from reprokit.provenance import REPO
 from reprokit.report.parameter_counts import parameter_counts
 
@@ -85,10 +85,14 @@ def test_progress_lines_are_emitted(tiny_results, fw):
 
 
 def test_both_frameworks_build_the_same_model(tiny_results):
-    pt = tiny_results["pytorch"][0]["model"]["parameters"]
-    tf = tiny_results["tensorflow"][0]["model"]["parameters"]
+    pt = tiny_results["pytorch"][0]["model"]
+    tf = tiny_results["tensorflow"][0]["model"]
     spec = tiny_results["pytorch"][0]["spec"]
-    assert pt == tf == parameter_counts(spec["model"], spec["data"]["input_size"])
+    size = spec["data"]["input_size"]
+    assert pt["parameters"] == tf["parameters"] == parameter_counts(spec["model"], size)
+    # Each kit counted the training FLOPs of its own model from its own trace; the host's formula agrees.
+    assert pt["flops_per_sample"] == tf["flops_per_sample"] == model_cost.training_flops_per_sample(spec["model"], size)
+    assert pt["flops_counted"]["forward"] + pt["flops_counted"]["backward"] == pt["flops_per_sample"]
 
 
 
@@ -100,15 +104,23 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     from reprokit.experiments import BUILTIN_DIR, load
     resolved = load(BUILTIN_DIR / f"{experiment}.toml").resolved("full")
     package = {"pytorch": "kits.pytorch_kit.models", "tensorflow": "kits.tensorflow_kit.models"}[fw]
-    code = (f"import json, sys; from {package} import build, parameter_counts; "
-            f"cfg = json.loads(sys.argv[1]); print(json.dumps(parameter_counts(build(cfg, {resolved['data']['input_size']}))))")
+    size = resolved["data"]["input_size"]
+    trace = package.replace("models", "trace")
+    device = ", 'cpu'" if fw == "pytorch" else ""
+    code = (f"import json, sys; from {package} import build, parameter_counts; from {trace} import training_flops; "
+            f"cfg = json.loads(sys.argv[1]); m = build(cfg, {size}); "
+            f"print(json.dumps({{**parameter_counts(m), 'flops': training_flops(m, {size}{device})}}))")
     proc = subprocess.run([str(kit_python(fw)), "-c", code, json.dumps(resolved["model"])], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert counts == parameter_counts(resolved["model"], resolved["data"]["input_size"])
+    flops = counts.pop("flops")
+    assert counts == parameter_counts(resolved["model"], size)
+    # The timed model's arithmetic at its size, from the kit's trace, as the host's formula has it
+    assert flops["training"] == model_cost.training_flops_per_sample(resolved["model"], size)
     if experiment == "vgg16_cifar10_speed":
         assert counts["trainable"] == 134_301_514
+        assert flops["forward"] == 30_932_418_560           # VGG16's published 15.47 G multiply-accumulates
 
 
 def test_a_kit_that_fails_still_writes_a_failed_result(kit_python, tmp_path, tiny_dir, data_dir):
