@@ -120,3 +120,10 @@ def nvidia_smi_replay(tmp_path, monkeypatch):
 
     yield use
     nvidia_smi._known.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def certified(kit_python, tmp_path_factory, data_dir):
+    """Every real-kit certificate of the suite (tests/certified.py), made once, in one process per framework."""
+    import certified as batch
+    return batch.certify_all(kit_python, tmp_path_factory, data_dir)

@@ -76,7 +76,11 @@ def test_own_experiment_runs_and_the_report_names_the_undeclared_pitfall(kit_pyt
     assert "user_code_sha256" in results["pytorch"]["provenance"]
     report = (tmp_path / "reports" / "mine" / "report.md").read_text()
     assert "probabilities-into-logit-loss" in report and "softmax applied twice" in report
-    # The certificate sees it too: same weights, different outputs.
+    # The certificate sees it too: same weights, different outputs, and says so in one sentence.
     cert = json.loads((tmp_path / "reports" / "mine" / "certificate-my_case-fixed.json").read_text())
     checks = {c["name"]: c["passed"] for c in cert["checks"]}
     assert cert["status"] == "fail" and checks["layers"] is True and checks["logits"] is False
+    assert checks["outputs"] is False and checks["layers_without_parameters"] is False
+    assert cert["message"] == ("my_case_models:torch_model returns probabilities, not logits: its last layer 8 "
+                               "(Softmax) makes every row non-negative and sum to 1, and the PyTorch kit's loss "
+                               "takes logits")

@@ -34,6 +34,13 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def from_the_kit(exc: BaseException) -> bool:
+    """Was it raised by the kit's own code (a bug to show with its traceback, not the user's model)?"""
+    frames = traceback.extract_tb(exc.__traceback__)
+    kits = Path(__file__).resolve().parents[1]
+    return bool(frames) and kits in Path(frames[-1].filename).resolve().parents
+
+
 def where(exc: BaseException) -> str:
     """The innermost line of the user's own code (outside the kit and the frameworks) that raised."""
     kits = Path(__file__).resolve().parents[1]

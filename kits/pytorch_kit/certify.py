@@ -61,7 +61,7 @@ class _NoDropout(TorchDispatchMode):
             return args[0].clone(), torch.ones_like(args[0], dtype=torch.bool)
         if func is aten.bernoulli_.float:
             # Dropout draws keep ~ Bernoulli(q) and divides by q: keep = q makes the mask exactly one.
-            return args[0].fill_(args[1])
+            return args[0].fill_(trace._positional(func, args, kwargs or {})[1])
         return func(*args, **(kwargs or {}))
 
 
@@ -135,6 +135,8 @@ class Certifier:
             self.backend.set_mode(True)
             return trace.trace(self.model, x, training=None), order
         except Exception as exc:
+            if custom.from_the_kit(exc):
+                raise
             last = self._name(order[-1]) if order else "its first layer"
             raise custom.BadModel(f"the model from {self.who} fails on a batch of shape {tuple(x.shape)} in layer "
                                   f"{last}: {custom.one_line(exc)}{custom.where(exc)}") from None

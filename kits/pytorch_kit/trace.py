@@ -48,6 +48,16 @@ def _pair(v, n: int = 2) -> list[int]:
     return [int(x) for x in (v * n if len(v) == 1 else v)]
 
 
+def _positional(func, args: tuple, kwargs: dict) -> tuple:
+    """All of an op's arguments in schema order, defaults filled in."""
+    out = list(args)
+    for arg in func._schema.arguments[len(args):]:
+        if arg.kwarg_only and arg.name not in kwargs:
+            continue
+        out.append(kwargs[arg.name] if arg.name in kwargs else arg.default_value if arg.has_default_value() else None)
+    return tuple(out)
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self, batch: int, weights: set[int]) -> None:
         super().__init__()
@@ -62,10 +72,11 @@ class _Recorder(TorchDispatchMode):
         self.keep: list = []                                         # so that no id above is reused
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         handler = self._handler(func)
         if handler:
-            handler(func, args, out)
+            handler(func, _positional(func, args, kwargs), out)
         return out
 
     def _handler(self, func):
@@ -186,8 +197,9 @@ class _Recorder(TorchDispatchMode):
         self._record({"op": "norm", "axes": arithmetic.ordered(_axes(range(x.dim() - len(shape), x.dim()), x.dim()))})
 
     def _native_dropout(self, func, args, out) -> None:
-        x, p, train = args[0], float(args[1]), args[2]
-        if train and p > 0:
+        x, p = args[0], float(args[1])
+        train = args[2]
+        if (train is None or train) and p > 0:          # train None: training
             self._record(arithmetic.dropout(p, x.shape, x.shape, _names(x.dim())))
 
     def _bernoulli(self, func, args, out) -> None:

@@ -58,6 +58,8 @@ class Certifier:
             try:
                 self.trace = trace.trace(self.model, tuple(x.shape), x.dtype, training=True)
             except Exception as exc:
+                if custom.from_the_kit(exc):
+                    raise
                 raise custom.BadModel(f"the model from {self.who} fails on a batch of shape {tuple(x.shape)}: "
                                       f"{custom.one_line(exc)}{custom.where(exc)}") from None
             self.dense_rows: dict[int, list[int] | None] = {}

@@ -1,0 +1,128 @@
+"""Every real-kit equivalence certificate of the test suite, made in one call.
+
+``certify_all`` certifies the built-in models (the tests' tiny SimpleCNN, the quick VGG16) and
+the control pairs (a user's own models, from a folder of the user's own) with
+``reprokit.certificate.certify_many``: one PyTorch process and one TensorFlow process for all of
+them. conftest.py's session fixture ``certified`` calls it once; tests/test_certificate.py and
+tests/test_certificate_controls.py read the results.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import TINY, tiny_specs
+
+from reprokit import certificate
+from reprokit.cli import ENVS
+from reprokit.experiments import BUILTIN_DIR, load
+from reprokit.plan import Options, specs_for
+from reprokit.runners.local import LocalRunner
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+
+# Control pairs: name -> (PyTorch builder, TensorFlow builder, class, expected status, checks that must fail),
+# builders from tests/cert_controls.py.
+CONTROLS = {
+    "base": ("torch_base", "keras_base", "baseline", "pass", ()),
+    # Equivalent models written differently (no false alarms)
+    "explicit_padding": ("torch_explicit_pad_first", "keras_explicit_pad", "twin: padding", "pass", ()),
+    "functional_activations": ("torch_functional", "keras_fused_activation", "twin: activation", "pass", ()),
+    "bias_outside_its_layer": ("torch_bias_outside", "keras_base", "twin: bias", "pass", ()),
+    "flatten_hwc_in_pytorch": ("torch_flatten_hwc", "keras_base", "twin: flatten order", "pass", ()),
+    "flatten_chw_in_keras": ("torch_base", "keras_flatten_chw", "twin: flatten order", "pass", ()),
+    # Differences without parameters (no blind spots), each beside its passing twin
+    "dropout_same": ("torch_dropout", "keras_dropout", "twin: dropout", "pass", ()),
+    "dropout_present": ("torch_dropout", "keras_base", "dropout present", "fail",
+                        ("dropout", "layers_without_parameters")),
+    "dropout_rate": ("torch_dropout", "keras_dropout_rate", "dropout rate", "fail",
+                     ("dropout", "layers_without_parameters")),
+    "dropout_kind_same": ("torch_channel_dropout", "keras_channel_dropout", "twin: dropout kind", "pass", ()),
+    "dropout_kind": ("torch_channel_dropout", "keras_element_dropout_conv1", "dropout kind", "fail",
+                     ("dropout", "layers_without_parameters")),
+    "dropout_place": ("torch_dropout_conv2", "keras_dropout", "dropout place", "fail",
+                      ("dropout", "layers_without_parameters")),
+    "pooling_kind": ("torch_base", "keras_avg_pool", "pooling kind", "fail", ("layers_without_parameters", "logits")),
+    "pooling_size_same": ("torch_global", "keras_global", "twin: pooling size", "pass", ()),
+    "pooling_size": ("torch_global", "keras_global_pool3", "pooling size", "fail",
+                     ("layers_without_parameters", "logits")),
+    "activation": ("torch_base", "keras_elu", "activation", "fail", ("layers_without_parameters", "logits")),
+    "padding_same": ("torch_stride2", "keras_stride2", "padding semantics", "fail",
+                     ("layers_without_parameters", "logits")),
+    "normalisation_axis_same": ("torch_batchnorm", "keras_batchnorm", "twin: normalisation axis", "pass", ()),
+    "normalisation_axis": ("torch_batchnorm", "keras_batchnorm_axis1", "normalisation axis", "fail",
+                           ("layers_without_parameters", "logits")),
+    # A planted optimizer difference: the TensorFlow spec's momentum is 0.95 (below)
+    "momentum": ("torch_base", "keras_base", "optimizer", "fail",
+                 ("optimizer", "loss_trajectory", "loss_trajectory_fp32")),
+    # Bad input: a failed certificate whose message is one sentence naming the function and layer
+    "returns_probabilities": ("torch_softmax", "keras_base", "bad input", "fail", ("outputs",)),
+    "wrong_output_shape": ("torch_base", "keras_five_classes", "bad input", "fail", ()),
+    "builder_raises": ("torch_base", "keras_raises", "bad input", "fail", ()),
+    "cannot_take_the_weights": ("torch_base", "keras_dense_12", "bad input", "fail", ("layers",)),
+}
+
+
+def _control_toml(name: str, pytorch: str, tensorflow: str) -> str:
+    spec = TINY.replace('name = "tiny"', f'name = "{name}"').replace("batch_size = 32", "batch_size = 16")
+    start, end = spec.index("[model]"), spec.index("[data]")
+    return spec[:start] + textwrap.dedent(f'''\
+        [model]
+        name = "custom"
+        num_classes = 10
+        width_multiplier = 1.0
+        pytorch = "cert_controls:{pytorch}"
+        tensorflow = "cert_controls:{tensorflow}"
+        options = {{ width = 8 }}
+
+        ''') + spec[end:]
+
+
+def _planned(path: Path, opts: Options, code: dict | None = None) -> dict[str, dict]:
+    none = {"lock": None, "lock_sha256": None, "image": None}
+    # A copy: the planned specs of one experiment share their nested sections.
+    return json.loads(json.dumps({s["framework"]: s for s in specs_for(load(path), opts, lambda fw: none, code or {})}))
+
+
+def _builtin(folder: Path, data_dir: Path, opts: Options) -> dict[str, dict[str, dict]]:
+    (folder / "tiny.toml").write_text(TINY)
+    tiny = json.loads(json.dumps(tiny_specs(folder, data_dir)))
+    epsilon = json.loads(json.dumps(tiny))
+    epsilon["tensorflow"]["model"]["batchnorm"]["epsilon"] = 1e-3
+    vgg = _planned(BUILTIN_DIR / "vgg16_cifar10_speed.toml", opts)
+    head = _planned(BUILTIN_DIR / "vgg16_cifar10_speed.toml", opts)
+    head["pytorch"]["pitfalls"] = ["pt_head_1000"]
+    return {"tiny": tiny, "tiny_batchnorm_epsilon": epsilon, "vgg": vgg, "vgg_head_1000": head}
+
+
+def certify_all(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str, dict], dict[str, Path], dict,
+                                                                        dict[str, dict[str, dict]]]:
+    """Results and work dirs by name, the wall and CPU seconds of the one call (CPU: of the two framework
+    processes, which a shared machine's load does not inflate as it does the wall time), and each
+    side's own findings by name and framework."""
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=FRAMEWORKS, data_dir=data_dir,
+                   allow_download=False)
+    pairs = _builtin(tmp_path_factory.mktemp("experiments"), data_dir, opts)
+    folder = tmp_path_factory.mktemp("my-controls")
+    shutil.copy(Path(__file__).with_name("cert_controls.py"), folder / "cert_controls.py")
+    for name, (pt, tf, *_) in CONTROLS.items():
+        (folder / f"{name}.toml").write_text(_control_toml(name, pt, tf))
+        pairs[name] = _planned(folder / f"{name}.toml", opts)
+    pairs["momentum"]["tensorflow"]["train"]["optimizer"]["momentum"] = 0.95
+    work = tmp_path_factory.mktemp("certificates")
+    works = {name: work / name for name in pairs}
+    for fw in FRAMEWORKS:
+        kit_python(fw)
+    runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder,))
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    results = certificate.certify_many(list(pairs.values()), runner, list(works.values()))
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cost = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime}
+    batch = works[next(iter(pairs))] / "batch-0"          # one thread setting: one batch folder
+    sides = {name: {fw: json.loads(p.read_text()) for fw in FRAMEWORKS
+                    if (p := batch / fw / str(i) / certificate.SIDE_NAME).exists()} for i, name in enumerate(pairs)}
+    return dict(zip(pairs, results)), works, cost, sides
