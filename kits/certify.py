@@ -104,16 +104,31 @@ def certify(spec: dict, data_dir: Path, out: dict, weights_in: Path | None = Non
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
     x, y = cert.fixed_batch(arrays)
     batches = cert.step_batches(spec, arrays, steps)
+    clock = _Clock(out)
     side = importlib.import_module(SIDES[spec["framework"]]).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
+    clock("build and trace")
     try:
-        _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes)
+        _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock)
     finally:
         side.reset()
     out["wall_s"] = time.perf_counter() - t0
     return out
 
 
-def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes) -> None:
+class _Clock:
+    """Wall and CPU seconds of each part, into out["seconds"], so a certificate's cost can be read by check."""
+
+    def __init__(self, out: dict) -> None:
+        self.out = out.setdefault("seconds", {})
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def __call__(self, part: str) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.out[part] = {"wall": round(wall - self.wall, 3), "cpu": round(cpu - self.cpu, 3)}
+        self.wall, self.cpu = wall, cpu
+
+
+def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock) -> None:
     out["environment"] = side.environment()
     out["optimizer"] = side.optimizer
     out["layers"] = side.records()
@@ -146,8 +161,10 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     # fp32, as the kit runs: logits in evaluation mode, then what dropout does in training mode.
     side.load(initial)
     out["logits"] = {"fp32": {"eval": side.logits(x, training=False)}}
+    clock("outputs and fp32 logits")
     side.load(initial)
     out["train_outputs"] = side.train_outputs(x[:n_drop], dropout_passes)
+    clock(f"dropout: {dropout_passes} training-mode passes")
     # Declared optimizer differences that one side can remove exactly are removed from every trajectory.
     out["neutralised"] = side.neutralisable()
     out["losses"] = {}
@@ -157,6 +174,7 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
         side.load(initial)
         out["losses"][key] = (side.train_losses(batches) if perturb is None
                               else side.kit_train_losses(batches, perturb=perturb))
+        clock(f"trajectory {key}: {len(batches)} steps")
     # fp64: the same builder, loss and optimizer, so rounding cannot hide or fake a difference.
     side.use_float64()
     side.load(initial)
@@ -167,6 +185,7 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
         cert.save_weights(weights_after_out, side.export())
     losses.append(side.training_loss(*batches[0]))
     out["losses"]["fp64"] = losses
+    clock(f"fp64: rebuild, logits and trajectory of {len(batches)} steps")
 
 
 def _outputs(side, spec: dict, logits: list, n: int) -> dict:

@@ -160,7 +160,7 @@ def _certificate_details(cert: dict) -> str:
         lines.append("- Spec fields that differ between the two runs: " +
                      "; ".join(md(d) for d in cert["spec_differences"]) + ".")
     if cert.get("neutralised"):
-        lines.append("- Removed for the certified fp64 trajectory only: " +
+        lines.append("- Removed from the certified trajectories (fp64, and the kits' own fp32 steps): " +
                      "; ".join(f"{md(n['field'])} ({md(n['how'])})" for n in cert["neutralised"]) + ".")
     return "\n".join(lines)
 
