@@ -37,7 +37,6 @@ class Certifier:
     framework = "tensorflow"
 
     def __init__(self, spec: dict, arrays: Arrays, x_trace: np.ndarray) -> None:
-        keras.backend.clear_session()          # one process may certify several experiments
         self.spec = spec
         self.arrays = arrays
         self.who = custom.who(spec, "tensorflow")
@@ -220,5 +219,5 @@ class Certifier:
         return float(self.backend.loss_fn(yb, self.model(self._inputs(x), training=True)))
 
     def reset(self) -> None:
-        """Leave nothing behind for the next certificate in this process."""
+        """Leave nothing behind for the next certificate in this process (one may certify several)."""
         keras.backend.clear_session()
