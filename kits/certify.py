@@ -53,11 +53,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common import arithmetic
+from kits.common import arithmetic, custom
 from kits.common import certificate as cert
-from kits.common import custom
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
+from kits.common.spec import RunSpec
 
 SIDES = {"pytorch": "kits.pytorch_kit.certify", "tensorflow": "kits.tensorflow_kit.certify"}
 
@@ -95,17 +95,17 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def certify(spec: dict, data_dir: Path, out: dict, weights_in: Path | None = None,
+def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = None,
             weights_out: Path | None = None, weights_after_out: Path | None = None,
             steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES) -> dict:
     """Fill ``out`` step by step, so that a refusal still carries what was found before it."""
     t0 = time.perf_counter()
-    d = spec["data"]
-    arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
+    d = spec.data
+    arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
     x, y = cert.fixed_batch(arrays)
     batches = cert.step_batches(spec, arrays, steps)
     clock = _Clock(out)
-    side = importlib.import_module(SIDES[spec["framework"]]).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
+    side = importlib.import_module(SIDES[spec.framework]).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
     clock("build and trace")
     try:
         _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock)
@@ -136,7 +136,7 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     out["flops"] = arithmetic.flops(side.trace.ops)
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
     out["setup"] = {"logits_samples": len(x), "steps": len(batches), "step_batch_size": len(batches[0][1]),
-                    "configured_batch_size": spec["train"]["batch_size"], "trace_batch": min(cert.TRACE_BATCH, len(x)),
+                    "configured_batch_size": spec.train.batch_size, "trace_batch": min(cert.TRACE_BATCH, len(x)),
                     "dropout": f"on in the trace and in {dropout_passes} training-mode passes on {n_drop} samples "
                                f"(fp32); off everywhere else",
                     "batchnorm": "training mode (batch statistics) in the steps",
@@ -146,14 +146,14 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     # What the model returns, on its own initial weights: a shape the kit's loss cannot take stops here.
     logits = side.logits(x, training=False)
     out["outputs"] = _outputs(side, spec, logits, len(x))
-    refusal = cert.check_outputs(spec["framework"], out["outputs"])
+    refusal = cert.check_outputs(spec.framework, out["outputs"])
     shape = out["outputs"]["shape"]
-    if refusal and (len(shape) != 2 or shape[0] != len(x) or shape[1] < spec["model"]["num_classes"]):
+    if refusal and (len(shape) != 2 or shape[0] != len(x) or shape[1] < spec.model.num_classes):
         raise custom.BadModel(refusal)
     initial = side.export()
     if weights_out:
         cert.save_weights(weights_out, initial)
-        out["weights"] = {"source": f"initialised by the {spec['framework']} kit", "file": str(weights_out),
+        out["weights"] = {"source": f"initialised by the {spec.framework} kit", "file": str(weights_out),
                           "sha256": _sha256(weights_out)}
     if weights_in:
         initial = cert.load_weights(weights_in, out["layers"])
@@ -188,19 +188,19 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     clock(f"fp64: rebuild, logits and trajectory of {len(batches)} steps")
 
 
-def _outputs(side, spec: dict, logits: list, n: int) -> dict:
+def _outputs(side, spec: RunSpec, logits: list, n: int) -> dict:
     arr = np.asarray(logits, np.float64)
     probabilities = bool(arr.ndim == 2 and np.all(arr >= 0) and np.allclose(arr.sum(axis=1), 1.0, atol=1e-4))
     return {"builder": side.who, "last_layer": side.last_layer(), "shape": list(arr.shape),
-            "expected": [n, spec["model"]["num_classes"]], "expects_logits": side.expects_logits(),
+            "expected": [n, spec.model.num_classes], "expects_logits": side.expects_logits(),
             "probabilities": probabilities}
 
 
 def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, weights_out=None,
              weights_after_out=None, steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES) -> int:
     try:
-        spec = json.loads(Path(spec_path).read_text())
-        framework = spec["framework"]
+        spec = RunSpec.from_dict(json.loads(Path(spec_path).read_text()))
+        framework = spec.framework
         if framework not in SIDES:
             raise ValueError(f"framework {framework!r} is not one of {', '.join(SIDES)}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -208,9 +208,9 @@ def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, w
         write_json_atomic(out_path, {"schema": cert.SIDE_SCHEMA, "status": "failed", "message": message})
         print(message, file=sys.stderr)
         return 2
-    out = {"schema": cert.SIDE_SCHEMA, "framework": framework, "experiment": spec.get("experiment"),
-           "variant": spec.get("variant"), "profile": spec.get("profile"), "pitfalls": spec.get("pitfalls", []),
-           "run_id": spec.get("run_id"), "status": "ok", "message": None}
+    out = {"schema": cert.SIDE_SCHEMA, "framework": framework, "experiment": spec.experiment,
+           "variant": spec.variant, "profile": spec.profile, "pitfalls": spec.pitfalls.names(),
+           "run_id": spec.run_id, "status": "ok", "message": None}
     code = 0
     try:
         certify(spec, data_dir, out, _path(weights_in), _path(weights_out), _path(weights_after_out), steps,

@@ -21,6 +21,7 @@ from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
 from kits.common.nvml import DeviceSampler
 from kits.common.progress import Progress
+from kits.common.spec import RunSpec
 from kits.common.training import train
 
 BACKENDS = {"pytorch": "kits.pytorch_kit.backend", "tensorflow": "kits.tensorflow_kit.backend"}
@@ -38,21 +39,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(spec: dict, data_dir: Path) -> dict:
+def run(raw: dict, data_dir: Path) -> dict:
+    """Train as the spec says; ``raw`` is the spec's JSON, copied into the result as written."""
     t0 = time.perf_counter()
+    spec = RunSpec.from_dict(raw)
     # CUDA numbers devices fastest-first by default, NVML by PCI bus: make index 0 the same device.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     # Every device's baseline before the framework touches one; then the framework names its own.
-    sampler = DeviceSampler() if spec["device"] == "gpu" else None
-    backend = importlib.import_module(BACKENDS[spec["framework"]]).Backend(spec)
+    sampler = DeviceSampler() if spec.device == "gpu" else None
+    backend = importlib.import_module(BACKENDS[spec.framework]).Backend(spec)
     env = backend.environment()
-    if spec["device"] == "gpu" and env["device"] != "gpu":
-        raise NoGpuError(f"the spec asks for a GPU but {spec['framework']} sees none "
+    if spec.device == "gpu" and env["device"] != "gpu":
+        raise NoGpuError(f"the spec asks for a GPU but {spec.framework} sees none "
                          f"({env.get('device_name')}); refusing to run on the CPU instead")
     if sampler:
         sampler.watch(env.get("device_uuid"), env.get("device_pci_bus_id"), mig=" MIG " in env["device_name"])
-    d = spec["data"]
-    arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
+    d = spec.data
+    arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
     model = backend.build(arrays)
     # Once, before and outside the timed region: the training FLOPs of the model that runs. A model the
     # count cannot read still trains; the result says why it has no count (and MFU is not measured).
@@ -62,7 +65,7 @@ def run(spec: dict, data_dir: Path) -> dict:
     except Exception as exc:      # noqa: BLE001 - any failure of the count is recorded, not fatal
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     m = train(backend, spec, len(arrays.x_train), Progress())
-    result = report.header(spec, "ok", None)
+    result = report.header(raw, "ok", None)
     result.update(report.sections(spec, m, time.perf_counter() - t0, backend.averaged_over))
     result["memory"] = {**backend.memory_report(), "over_steps": [list(p) for p in m.memory_over_steps],
                         "train_peak_bytes": m.train_memory_peak, "eval_peak_bytes": m.eval_memory_peak}
@@ -75,7 +78,7 @@ def run(spec: dict, data_dir: Path) -> dict:
     if env["device"] == "cpu":
         # Measured after training, so it cannot disturb the run: the CPU's peak for utilisation.
         result["environment"]["matmul_peak_flops"] = backend.matmul_flops_per_s()
-    result["provenance"] = {**spec["provenance"], "data_sha256": arrays.sha256}
+    result["provenance"] = {**spec.provenance, "data_sha256": arrays.sha256}
     result["findings"] = detectors.all_findings(spec, m, backend.observed(), result["memory"]["source"])
     return result
 

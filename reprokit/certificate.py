@@ -53,6 +53,7 @@ import numpy as np
 from kits.common import certificate as cert
 from kits.common import custom
 from kits.common.files import write_json_atomic
+from kits.common.spec import RunSpec
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall
 
@@ -386,7 +387,7 @@ def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folde
     checks.append(cert.compare_flops(sides))
     checks.append(cert.compare_structure(sides))
     if not layers["mapped"]:
-        who = {fw: custom.who(specs[fw], fw) for fw in FRAMEWORKS}
+        who = {fw: custom.who(RunSpec.from_dict(specs[fw]), fw) for fw in FRAMEWORKS}
         result["message"] = (f"{who['tensorflow']} cannot take the weights of {who['pytorch']}: "
                              f"{layers['mismatches'][0]}")
         reason = ("the two models have different parameters, so one set of weights cannot be loaded into both "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS, label
+from kits.common.spec import RunSpec, SpecError
 from reprokit import certify_plan, datasets, estimate, gpu_state, host_checks, publish
 from reprokit import plan as planning
 from reprokit.certificate import certify
@@ -147,6 +148,10 @@ def _specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: di
     specs = []
     for r in results:
         spec = copy.deepcopy(r["spec"])
+        try:
+            RunSpec.from_dict(spec)
+        except (SpecError, ValueError) as exc:
+            raise UserError(f"--from {folder}: {r['run_id']}.json has a spec this kit cannot run ({exc})") from None
         if spec["device"] == "gpu" and device != "gpu":
             raise UserError(f"--from {folder}: the report ran on a GPU and this machine runs on its CPU; "
                             f"re-run it on a machine with a GPU (or give --gpus)")
@@ -158,6 +163,7 @@ def _specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: di
             raise UserError(f"--from {folder}: the {d['dataset']} data prepared here (sha256 {here.sha256[:12]}) is "
                             f"not the data the report ran on ({d['sha256'][:12]}); prepare the same data and re-run")
         spec["provenance"] = {**code_info, **runner.describe(spec["framework"])}
+        spec = RunSpec.from_dict(spec).to_dict()          # also refuses a spec the kits could not read
         spec["run_id"] = planning.run_id(spec)
         specs.append(spec)
     return specs

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kits.common.pitfalls import PITFALLS, for_framework
+from kits.common.spec import RunSpec
 from reprokit import datasets
 from reprokit.errors import UserError
 from reprokit.experiments import Experiment
@@ -118,7 +119,9 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
             for repeat in range(opts.repeats):
                 spec = {**copy.deepcopy(common), "framework": framework, "variant": variant, "repeat": repeat,
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
-                        "provenance": {**code, **describe(framework)}}
+                        "provenance": {**code, **describe(framework)}, "run_id": ""}
+                # Through the kits' typed loader and back: every field explicit, or the plan has a bug.
+                spec = RunSpec.from_dict(spec).to_dict()
                 spec["run_id"] = run_id(spec)
                 out.append(spec)
     return out

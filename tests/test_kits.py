@@ -108,7 +108,8 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     trace = package.replace("models", "trace")
     device = ", 'cpu'" if fw == "pytorch" else ""
     code = (f"import json, sys; from {package} import build, parameter_counts; from {trace} import training_flops; "
-            f"cfg = json.loads(sys.argv[1]); m = build(cfg, {size}); "
+            f"from kits.common.spec import Model, parse; "
+            f"cfg = parse(Model, json.loads(sys.argv[1]), 'model'); m = build(cfg, {size}); "
             f"print(json.dumps({{**parameter_counts(m), 'flops': training_flops(m, {size}{device})}}))")
     if fw == "pytorch" and experiment == "simplecnn_cifar10_memory":
         # and PyTorch's own counter, over a real forward and backward pass, per sample
@@ -154,24 +155,16 @@ def test_a_gpu_run_without_a_gpu_fails_loudly(kit_python, tmp_path, tiny_dir, da
     assert "refusing to run on the CPU" in result["failure"]["message"]
 
 
-def test_step_instrumentation_does_not_change_throughput(kit_python, tmp_path, tiny_dir, data_dir):
-    """Alternate runs with per-step timing on and off; their throughputs agree within run-to-run noise."""
-    def longer(spec):
-        spec["train"]["epochs"] = 3
-
-    rates = {True: [], False: []}
-    for _ in range(2):
-        for timing in (True, False):
-            spec = tiny_specs(tiny_dir, data_dir, edit=longer)["tensorflow"]
-            spec["measure"]["step_timing"] = timing
-            out = tmp_path / f"r-{timing}-{len(rates[timing])}.json"
-            proc = _run_kit(kit_python("tensorflow"), write_spec(tmp_path, spec), out, data_dir)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-            result = json.loads(out.read_text())
-            assert (result["timing"]["step_s"]["n"] > 0) is timing
-            rates[timing].append(result["timing"]["samples_per_s"])
-    on, off = sorted(rates[True])[-1], sorted(rates[False])[-1]      # best of two: least disturbed
-    assert 0.8 < on / off < 1.25, rates
+def test_step_instrumentation_can_be_switched_off(kit_python, tmp_path, tiny_dir, data_dir):
+    """Off, the run still measures its throughput and takes no per-step times (what the bench compares;
+    whether it costs throughput is a benchmark's question, `nox -s bench`, not a test's)."""
+    spec = tiny_specs(tiny_dir, data_dir)["tensorflow"]
+    spec["measure"]["step_timing"] = False
+    proc = _run_kit(kit_python("tensorflow"), write_spec(tmp_path, spec), tmp_path / "r.json", data_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    timing = json.loads((tmp_path / "r.json").read_text())["timing"]
+    assert timing["step_s"]["n"] == 0 and timing["samples_per_s"] > 0
+    assert "not taken (step instrumentation off)" in timing["method"]
 
 
 @pytest.mark.parametrize("fw,how", [("pytorch", "torch.autocast"), ("tensorflow", "Keras policy mixed_bfloat16")])

@@ -26,6 +26,7 @@ import numpy as np
 from kits.common import arithmetic, stochastic
 from kits.common import data as datalib
 from kits.common.files import atomic_file
+from kits.common.spec import RunSpec
 
 SIDE_SCHEMA = "reprokit.certificate-side/2"
 SIDE_NAME = "side.json"                 # with kits.certify --jobs: what each job writes to OUT/<name>/
@@ -75,11 +76,11 @@ def shape_text(shape) -> str:
 
 # -- the inputs both frameworks see -------------------------------------------------------------
 
-def step_batch_size(spec: dict) -> int:
+def step_batch_size(spec: RunSpec) -> int:
     """The spec's own batch size, never smaller: BatchNorm's batch statistics depend on it, and at a
     quarter of its batch the quick SimpleCNN's ten-step trajectory became chaotic (a relative
     perturbation of 1e-12 of the initial weights grew to 1.5e-3 within PyTorch alone)."""
-    return spec["train"]["batch_size"]
+    return spec.train.batch_size
 
 
 def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +91,7 @@ def fixed_batch(arrays: datalib.Arrays) -> tuple[np.ndarray, np.ndarray]:
     return arrays.x_test[:n], arrays.y_test[:n]
 
 
-def step_batches(spec: dict, arrays: datalib.Arrays, steps: int = STEPS) -> list[tuple[np.ndarray, np.ndarray]]:
+def step_batches(spec: RunSpec, arrays: datalib.Arrays, steps: int = STEPS) -> list[tuple[np.ndarray, np.ndarray]]:
     """The first ``steps`` training batches in the order the kit trains on them: epoch 1's order
     (kits.common.data.epoch_order), then epoch 2's where epoch 1 has fewer batches."""
     size = step_batch_size(spec)
@@ -101,7 +102,7 @@ def step_batches(spec: dict, arrays: datalib.Arrays, steps: int = STEPS) -> list
     out: list[tuple[np.ndarray, np.ndarray]] = []
     epoch = 1
     while len(out) < steps:
-        order = datalib.epoch_order(n, spec["train"]["seed"], epoch, spec["data"]["shuffle"])
+        order = datalib.epoch_order(n, spec.train.seed, epoch, spec.data.shuffle)
         for idx in datalib.batches(order, size, True):
             out.append((arrays.x_train[idx], arrays.y_train[idx]))
             if len(out) == steps:

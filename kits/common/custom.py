@@ -5,6 +5,8 @@ import importlib
 import traceback
 from pathlib import Path
 
+from kits.common.spec import RunSpec
+
 
 class BadModel(Exception):
     """A user's builder or model that cannot be run as the experiment says (its message is one sentence)."""
@@ -19,11 +21,11 @@ def load_builder(ref: str):
                            f"the kit's path (reprokit adds the --experiments folders)") from None
 
 
-def who(spec: dict, framework: str) -> str:
+def who(spec: RunSpec, framework: str) -> str:
     """How a certificate names the model: the user's builder, or the kit's own model."""
-    model = spec["model"]
+    model = spec.model
     label = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}[framework]
-    return model[framework] if model["name"] == "custom" else f"the {label} kit's {model['name']}"
+    return model.builder(framework) if model.name == "custom" else f"the {label} kit's {model.name}"
 
 
 def one_line(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kits.common.spec import RunSpec
 from kits.common.training import Measurements
 
 MEMORY_GROWTH_MIN_BYTES = 32 * 2**20     # below this, allocator noise
@@ -16,8 +17,8 @@ def _finding(code: str, severity: str, message: str) -> dict:
     return {"code": code, "severity": severity, "message": message}
 
 
-def effective_batch(spec: dict, m: Measurements) -> list[dict]:
-    configured = spec["train"]["batch_size"]
+def effective_batch(spec: RunSpec, m: Measurements) -> list[dict]:
+    configured = spec.train.batch_size
     sizes = np.asarray(m.observed_batch_sizes)
     if sizes.size and sizes.max() < configured:
         return [_finding("effective-batch-size", "error",
@@ -26,9 +27,9 @@ def effective_batch(spec: dict, m: Measurements) -> list[dict]:
     return []
 
 
-def memory_growth(spec: dict, m: Measurements, source: str) -> list[dict]:
+def memory_growth(spec: RunSpec, m: Measurements, source: str) -> list[dict]:
     """A steady rise over the second half of training: something keeps every step's tensors alive."""
-    points = [(s, b) for s, b in m.memory_over_steps if s > spec["train"]["warmup_steps"]]
+    points = [(s, b) for s, b in m.memory_over_steps if s > spec.train.warmup_steps]
     half = points[len(points) // 2:]
     if len(half) < 4:
         return []
@@ -91,6 +92,6 @@ def input_bound(m: Measurements) -> list[dict]:
     return []
 
 
-def all_findings(spec: dict, m: Measurements, observed: dict, source: str) -> list[dict]:
+def all_findings(spec: RunSpec, m: Measurements, observed: dict, source: str) -> list[dict]:
     return (effective_batch(spec, m) + memory_growth(spec, m, source) + modes(observed) +
             loss_inputs(observed) + metric_averaging(m, m.epoch_metrics, m.epoch_sums) + input_bound(m))

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from kits.common import data as datalib
+from kits.common.spec import RunSpec
 
 
 class NumpyFeeder:
@@ -16,14 +17,14 @@ class NumpyFeeder:
     across epochs instead of starting again.
     """
 
-    def __init__(self, arrays: datalib.Arrays, spec: dict, to_device: Callable,
+    def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device: Callable,
                  shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None) -> None:
         self.arrays = arrays
-        self.seed = spec["train"]["seed"]
-        self.batch_size = spec["train"]["batch_size"]
-        self.eval_batch_size = eval_batch_size or spec["train"]["eval_batch_size"]
-        self.drop_last = spec["data"]["drop_last"]
-        self.shuffle = spec["data"]["shuffle"] if shuffle is None else shuffle
+        self.seed = spec.train.seed
+        self.batch_size = spec.train.batch_size
+        self.eval_batch_size = eval_batch_size or spec.train.eval_batch_size
+        self.drop_last = spec.data.drop_last
+        self.shuffle = spec.data.shuffle if shuffle is None else shuffle
         self.to_device = to_device
         self._stream: Iterator[np.ndarray] | None = None
         self.resume = resume

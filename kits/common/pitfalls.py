@@ -10,103 +10,144 @@ pipeline, evaluation, metrics, the schedule) it cannot see.
 """
 from __future__ import annotations
 
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class Pitfall(enum.StrEnum):
+    """One named mistake; equal to its name, so specs and result files carry plain strings."""
+
+    TF_BATCH_OF_ONE = "tf_batch_of_one"
+    TF_SHUFFLE_IGNORED = "tf_shuffle_ignored"
+    TF_EPOCHS_RESUME = "tf_epochs_resume"
+    TF_INPUTS_0_255 = "tf_inputs_0_255"
+    TF_VALIDATION_SINGLE_EXAMPLES = "tf_validation_single_examples"
+    PT_HEAD_1000 = "pt_head_1000"
+    PT_CPU_RESIZE_DATALOADER = "pt_cpu_resize_dataloader"
+    PT_METRICS_PER_BATCH = "pt_metrics_per_batch"
+    PT_RUNNING_ACC_TENSOR = "pt_running_acc_tensor"
+    PT_VAL_GRAD = "pt_val_grad"
+    PT_EVAL_ONCE = "pt_eval_once"
+    PT_SOFTMAX_BEFORE_CE = "pt_softmax_before_ce"
+    PT_RELU_LOGITS = "pt_relu_logits"
+    PT_SHARED_BATCHNORM = "pt_shared_batchnorm"
+    PT_DROPOUT2D = "pt_dropout2d"
+    PT_PLATEAU_ON_SUM = "pt_plateau_on_sum"
+    PT_LOSS_SUM_TENSOR = "pt_loss_sum_tensor"
+    PT_SLOW_INPUT = "pt_slow_input"
+    TF_POSTED_MODEL = "tf_posted_model"
+
+    @property
+    def framework(self) -> str:
+        return PITFALLS[self]["framework"]
+
+    @property
+    def part(self) -> str:
+        return PITFALLS[self]["part"]
+
+    @property
+    def summary(self) -> str:
+        return PITFALLS[self]["summary"]
+
+
 PITFALLS: dict[str, dict] = {
     # Seed 000 (speed), TensorFlow side.
-    "tf_batch_of_one": {
+    Pitfall.TF_BATCH_OF_ONE: {
         "part": "pipeline",
         "framework": "tensorflow",
         "summary": "each example mapped to a batch of one (expand_dims); steps_per_epoch hides it",
     },
-    "tf_shuffle_ignored": {
+    Pitfall.TF_SHUFFLE_IGNORED: {
         "part": "pipeline",
         "framework": "tensorflow",
         "summary": "model.fit(shuffle=True) is ignored for a tf.data dataset: no shuffling",
     },
-    "tf_epochs_resume": {
+    Pitfall.TF_EPOCHS_RESUME: {
         "part": "pipeline",
         "framework": "tensorflow",
         "summary": "non-repeating dataset with steps_per_epoch: each epoch resumes where the last stopped",
     },
-    "tf_inputs_0_255": {
+    Pitfall.TF_INPUTS_0_255: {
         "part": "preprocessing",
         "framework": "tensorflow",
         "summary": "tf.image.resize returns floats in [0, 255]; the inputs are never scaled",
     },
-    "tf_validation_single_examples": {
+    Pitfall.TF_VALIDATION_SINGLE_EXAMPLES: {
         "part": "evaluation",
         "framework": "tensorflow",
         "summary": "validation over len(test) steps of single examples",
     },
     # Seed 000 (speed), PyTorch side.
-    "pt_head_1000": {
+    Pitfall.PT_HEAD_1000: {
         "part": "model",
         "framework": "pytorch",
         "summary": "vgg16(pretrained=False) keeps its 1000-class head for a 10-class problem",
     },
-    "pt_cpu_resize_dataloader": {
+    Pitfall.PT_CPU_RESIZE_DATALOADER: {
         "part": "pipeline",
         "framework": "pytorch",
         "summary": "Resize((224, 224)) on the CPU per image in a single-process DataLoader",
     },
-    "pt_metrics_per_batch": {
+    Pitfall.PT_METRICS_PER_BATCH: {
         "part": "metrics",
         "framework": "pytorch",
         "summary": "summed loss and correct count divided by the number of batches, not samples",
     },
     # Seed 004 (memory), PyTorch side.
-    "pt_running_acc_tensor": {
+    Pitfall.PT_RUNNING_ACC_TENSOR: {
         "part": "metrics",
         "framework": "pytorch",
         "summary": "total_train_acc += acc keeps the running accuracy as a device tensor",
     },
-    "pt_val_grad": {
+    Pitfall.PT_VAL_GRAD: {
         "part": "evaluation",
         "framework": "pytorch",
         "summary": "validation without torch.no_grad()",
     },
-    "pt_eval_once": {
+    Pitfall.PT_EVAL_ONCE: {
         "part": "step",
         "framework": "pytorch",
         "summary": "model.eval() called once before training: Dropout off, BatchNorm on running statistics",
     },
-    "pt_softmax_before_ce": {
+    Pitfall.PT_SOFTMAX_BEFORE_CE: {
         "part": "model",
         "framework": "pytorch",
         "summary": "F.softmax on the output, then CrossEntropyLoss (which expects logits)",
     },
-    "pt_relu_logits": {
+    Pitfall.PT_RELU_LOGITS: {
         "part": "model",
         "framework": "pytorch",
         "summary": "F.relu on the final linear layer's output",
     },
-    "pt_shared_batchnorm": {
+    Pitfall.PT_SHARED_BATCHNORM: {
         "part": "model",
         "framework": "pytorch",
         "summary": "one BatchNorm module reused for several layers of the same width",
     },
-    "pt_dropout2d": {
+    Pitfall.PT_DROPOUT2D: {
         "part": "model",
         "framework": "pytorch",
         "summary": "Dropout2d (whole channels) where the Keras model drops elements",
     },
-    "pt_plateau_on_sum": {
+    Pitfall.PT_PLATEAU_ON_SUM: {
         "part": "schedule",
         "framework": "pytorch",
         "summary": "ReduceLROnPlateau(patience=3, factor=0.9817) stepped on the summed epoch loss",
     },
     # Planted for the detectors' tests; no seed post has it.
-    "pt_loss_sum_tensor": {
+    Pitfall.PT_LOSS_SUM_TENSOR: {
         "part": "metrics",
         "framework": "pytorch",
         "summary": "planted: running_loss += loss (no .item()), which keeps every step's graph alive",
     },
-    "pt_slow_input": {
+    Pitfall.PT_SLOW_INPUT: {
         "part": "pipeline",
         "framework": "pytorch",
         "summary": "planted: an input source that takes 50 ms per batch (a slow disk or decoder)",
     },
     # Seed 004 (memory), TensorFlow side.
-    "tf_posted_model": {
+    Pitfall.TF_POSTED_MODEL: {
         "part": "model",
         "framework": "tensorflow",
         "summary": "the posted Keras model: an extra Dense(10, relu) and softmax into categorical cross-entropy",
@@ -115,6 +156,32 @@ PITFALLS: dict[str, dict] = {
 
 
 CERTIFIED_PARTS = frozenset({"model", "step", "preprocessing"})
+
+
+@dataclass(frozen=True)
+class Pitfalls:
+    """The pitfalls a run reproduces, in the spec's order; a backend asks ``has(Pitfall.X)``."""
+
+    members: tuple[Pitfall, ...] = ()
+
+    @classmethod
+    def of(cls, names: Iterable[str], where: str = "pitfalls") -> Pitfalls:
+        unknown = [n for n in names if n not in PITFALLS]
+        if unknown:
+            raise ValueError(f"{where}: unknown pitfall(s) {', '.join(unknown)}; known: {', '.join(sorted(PITFALLS))}")
+        return cls(tuple(Pitfall(n) for n in names))
+
+    def has(self, pitfall: Pitfall) -> bool:
+        return pitfall in self.members
+
+    def names(self) -> list[str]:
+        return [p.value for p in self.members]
+
+    def __iter__(self):
+        return iter(self.members)
+
+    def __len__(self) -> int:
+        return len(self.members)
 
 
 def certified(names: list[str]) -> list[str]:

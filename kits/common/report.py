@@ -4,12 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from kits.common.measure import step_stats
+from kits.common.spec import RunSpec
 from kits.common.training import Measurements
 
 SCHEMA = "reprokit.result/1"
 
 
 def header(spec: dict, status: str, failure: dict | None) -> dict:
+    """The result's identity, with the spec as the host wrote it (JSON)."""
     return {
         "schema": SCHEMA,
         "run_id": spec["run_id"],
@@ -24,12 +26,12 @@ def header(spec: dict, status: str, failure: dict | None) -> dict:
     }
 
 
-def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> dict:
+def sections(spec: RunSpec, m: Measurements, wall_s: float, averaged_over: str) -> dict:
     sizes = np.asarray(m.observed_batch_sizes or [0])
     train_s = m.measured_train_s
     return {
         "effective": {
-            "batch_size": {"configured": spec["train"]["batch_size"], "min": int(sizes.min()),
+            "batch_size": {"configured": spec.train.batch_size, "min": int(sizes.min()),
                            "max": int(sizes.max()), "mean": float(sizes.mean())},
             "train_samples_per_epoch": m.samples_per_epoch,
             "train_steps_per_epoch": m.steps_per_epoch,
@@ -39,7 +41,7 @@ def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> 
         "timing": {
             "method": (f"throughput: training wall time after warmup, device synchronised at its edges; "
                        f"steps: {m.step_timing}"),
-            "warmup_steps": spec["train"]["warmup_steps"],
+            "warmup_steps": spec.train.warmup_steps,
             "window_steps": m.window_steps,
             "wall_s": wall_s,
             "epochs": m.epoch_times,
@@ -52,9 +54,9 @@ def sections(spec: dict, m: Measurements, wall_s: float, averaged_over: str) -> 
     }
 
 
-def _time_to_target(spec: dict, m: Measurements) -> dict:
+def _time_to_target(spec: RunSpec, m: Measurements) -> dict:
     """Training time (evaluation excluded) until held-out accuracy first reached the spec's target."""
-    target = spec["train"].get("target_accuracy")
+    target = spec.train.target_accuracy
     if target is None:
         return {}
     elapsed = 0.0

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from kits.common.backend import Backend
 from kits.common.measure import NoStepTimer, now
 from kits.common.progress import Progress
+from kits.common.spec import RunSpec
 
 
 @dataclass
@@ -29,20 +30,20 @@ class Measurements:
     step_timing: str = ""              # how step times were taken
 
 
-def steps_per_epoch(spec: dict, n_train: int) -> int:
+def steps_per_epoch(spec: RunSpec, n_train: int) -> int:
     """What the loop asks for each epoch: whole batches of the configured size, like Keras's
     ``steps_per_epoch = len(train) // batch_size``; the data may run out sooner."""
-    batch, cap = spec["train"]["batch_size"], spec["train"].get("max_steps_per_epoch")
-    steps = n_train // batch if spec["data"]["drop_last"] else -(-n_train // batch)
+    batch, cap = spec.train.batch_size, spec.train.max_steps_per_epoch
+    steps = n_train // batch if spec.data.drop_last else -(-n_train // batch)
     return min(steps, cap) if cap else steps
 
 
-def train(backend: Backend, spec: dict, n_train: int, progress: Progress) -> Measurements:
-    warmup = spec["train"]["warmup_steps"]
-    memory_every = spec["measure"]["memory_every_steps"]
-    epochs = spec["train"]["epochs"]
-    m = Measurements(window_steps=spec["measure"]["window_steps"])
-    timer = backend.step_timer(m.window_steps) if spec["measure"]["step_timing"] else NoStepTimer()
+def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress) -> Measurements:
+    warmup = spec.train.warmup_steps
+    memory_every = spec.measure.memory_every_steps
+    epochs = spec.train.epochs
+    m = Measurements(window_steps=spec.measure.window_steps)
+    timer = backend.step_timer(m.window_steps) if spec.measure.step_timing else NoStepTimer()
     m.step_timing = timer.method
     planned = steps_per_epoch(spec, n_train)
 

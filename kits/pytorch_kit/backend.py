@@ -13,30 +13,32 @@ from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import FeederMixin, NumpyFeeder
 from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes
+from kits.common.pitfalls import Pitfall
+from kits.common.spec import RunSpec
 from kits.pytorch_kit import models, trace
 
 
 class Backend(FeederMixin):
     name = "pytorch"
 
-    def __init__(self, spec: dict) -> None:
+    def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        self.pitfalls = frozenset(spec.get("pitfalls", []))
-        numerics = spec["numerics"]
-        threads = numerics["cpu_threads"]
-        torch.set_num_threads(threads["intra_op"])
-        if torch.get_num_interop_threads() != threads["inter_op"]:    # settable once per process
-            torch.set_num_interop_threads(threads["inter_op"])
-        torch.manual_seed(spec["train"]["seed"])
-        self.device = torch.device("cuda" if spec["device"] == "gpu" and torch.cuda.is_available() else "cpu")
-        torch.backends.cuda.matmul.allow_tf32 = numerics["tf32"]
-        torch.backends.cudnn.allow_tf32 = numerics["tf32"]
-        torch.backends.cudnn.benchmark = numerics["cudnn_autotune"]
-        data = spec["data"]
-        self.resize = data["input_size"] if data["resize"] == "bilinear" else None
-        self.scale = 1.0 / 255.0 if data["scale"] == "unit" else 1.0
-        self.averaged_over = "batches" if "pt_metrics_per_batch" in self.pitfalls else "samples"
-        self.bf16 = numerics["precision"] == "bf16_mixed"
+        self.pitfalls = spec.pitfalls
+        numerics = spec.numerics
+        threads = numerics.cpu_threads
+        torch.set_num_threads(threads.intra_op)
+        if torch.get_num_interop_threads() != threads.inter_op:    # settable once per process
+            torch.set_num_interop_threads(threads.inter_op)
+        torch.manual_seed(spec.train.seed)
+        self.device = torch.device("cuda" if spec.device == "gpu" and torch.cuda.is_available() else "cpu")
+        torch.backends.cuda.matmul.allow_tf32 = numerics.tf32
+        torch.backends.cudnn.allow_tf32 = numerics.tf32
+        torch.backends.cudnn.benchmark = numerics.cudnn_autotune
+        data = spec.data
+        self.resize = data.input_size if data.resize == "bilinear" else None
+        self.scale = 1.0 / 255.0 if data.scale == "unit" else 1.0
+        self.averaged_over = "batches" if self.pitfalls.has(Pitfall.PT_METRICS_PER_BATCH) else "samples"
+        self.bf16 = numerics.precision == "bf16_mixed"
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
         self.scheduler = None
@@ -63,31 +65,31 @@ class Backend(FeederMixin):
             "execution": "eager",
             "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
             "cudnn_autotune": torch.backends.cudnn.benchmark,
-            "precision": {"requested": self.spec["numerics"]["precision"],
+            "precision": {"requested": self.spec.numerics.precision,
                           "compute_dtype": "bfloat16" if self.bf16 else "float32", "how": "torch.autocast"
                           if self.bf16 else "float32 throughout"},
         }
 
     def build(self, arrays: datalib.Arrays) -> dict:
-        cfg, train = self.spec["model"], self.spec["train"]
-        self.model = models.build(cfg, self.spec["data"]["input_size"], self.pitfalls).to(self.device)
-        opt = train["optimizer"]
-        if opt["name"] == "adam":
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=opt["lr"],
-                                              betas=(opt["beta1"], opt["beta2"]), eps=opt["epsilon"])
+        cfg, train = self.spec.model, self.spec.train
+        self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls).to(self.device)
+        opt = train.optimizer
+        if opt.name == "adam":
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=opt.lr,
+                                              betas=(opt.beta1, opt.beta2), eps=opt.epsilon)
         else:
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=opt["lr"],
-                                             momentum=opt["momentum"], nesterov=opt["nesterov"])
-        if "pt_plateau_on_sum" in self.pitfalls:
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=opt.lr,
+                                             momentum=opt.momentum, nesterov=opt.nesterov)
+        if self.pitfalls.has(Pitfall.PT_PLATEAU_ON_SUM):
             # As posted, less verbose=True, which torch 2.14 no longer accepts (a declared adaptation).
             self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
                 self.optimizer, "min", patience=3, factor=0.9817)
-        if "pt_eval_once" in self.pitfalls:
+        if self.pitfalls.has(Pitfall.PT_EVAL_ONCE):
             self.model.eval()        # CNN.eval() before trainNet; nothing switches it back
         self.feeder = (_CpuResizeLoader(arrays, self.spec, self._to_device)
-                       if "pt_cpu_resize_dataloader" in self.pitfalls
+                       if self.pitfalls.has(Pitfall.PT_CPU_RESIZE_DATALOADER)
                        else NumpyFeeder(arrays, self.spec, self._to_device))
-        if "pt_slow_input" in self.pitfalls:
+        if self.pitfalls.has(Pitfall.PT_SLOW_INPUT):
             self.feeder = _SlowSource(self.feeder)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -96,7 +98,7 @@ class Backend(FeederMixin):
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training; the device's
         memory peak is reset afterwards, so that it is training's alone."""
-        flops = trace.training_flops(self.model, self.spec["data"]["input_size"], self.device)
+        flops = trace.training_flops(self.model, self.spec.data.input_size, self.device)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         return flops
@@ -130,7 +132,7 @@ class Backend(FeederMixin):
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
             self._seen["loss_input_probe"] = _probe(outputs.detach())
         loss = F.cross_entropy(outputs, y)
-        if "pt_loss_sum_tensor" in self.pitfalls:
+        if self.pitfalls.has(Pitfall.PT_LOSS_SUM_TENSOR):
             self._planted_total = self._planted_total + loss
         loss.backward()
         self.optimizer.step()
@@ -139,7 +141,7 @@ class Backend(FeederMixin):
     def eval_step(self, batch) -> None:
         x, y = batch
         self._seen["eval_steps"] += 1
-        if "pt_val_grad" in self.pitfalls:
+        if self.pitfalls.has(Pitfall.PT_VAL_GRAD):
             self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
             outputs = self._forward(x)       # no torch.no_grad(): a graph per batch
             self._accumulate(outputs, y, F.cross_entropy(outputs, y))
@@ -151,7 +153,7 @@ class Backend(FeederMixin):
 
     def _accumulate(self, outputs: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
         # On-device sums: no .item() here, so the step adds no synchronisation.
-        if "pt_running_acc_tensor" in self.pitfalls:
+        if self.pitfalls.has(Pitfall.PT_RUNNING_ACC_TENSOR):
             # As posted: torch.max(outputs.data, 1), then total_train_acc += acc (a tensor).
             _, predictions = torch.max(outputs.data, 1)
             self._correct = self._correct + (y == predictions).sum()
@@ -162,13 +164,13 @@ class Backend(FeederMixin):
             self._loss_sum += loss.detach() * y.shape[0]
 
     def set_mode(self, training: bool) -> None:
-        if "pt_eval_once" not in self.pitfalls:
+        if not self.pitfalls.has(Pitfall.PT_EVAL_ONCE):
             self.model.train(training)
 
     def end_epoch(self, train_loss_sum: float) -> None:
         if self.scheduler is not None:
             # total_train_loss in the post: the per-batch mean losses, summed
-            self.scheduler.step(train_loss_sum / self.spec["train"]["batch_size"])
+            self.scheduler.step(train_loss_sum / self.spec.train.batch_size)
 
     def take_sums(self) -> tuple[float, float]:
         loss, correct = float(self._loss_sum), float(self._correct)
@@ -272,7 +274,9 @@ class _ResizedImages(Dataset):
         return len(self.x)
 
     def __getitem__(self, i: int):
-        from PIL import Image      # only this pitfall needs PIL and torchvision: keep them off every other run
+        from PIL import (
+            Image,  # only this pitfall needs PIL and torchvision: keep them off every other run
+        )
         return self.transform(Image.fromarray(self.x[i])), int(self.y[i])
 
 
@@ -280,9 +284,9 @@ class _CpuResizeLoader:
     """The post's pipeline: transforms.Resize((S, S)) + ToTensor per PIL image, in a
     single-process DataLoader, in the same batch order as every other run."""
 
-    def __init__(self, arrays: datalib.Arrays, spec: dict, to_device) -> None:
+    def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device) -> None:
         from torchvision import transforms
-        size = spec["data"]["input_size"]
+        size = spec.data.input_size
         self.transform = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor()])
         self.arrays, self.spec, self.to_device = arrays, spec, to_device
 
@@ -291,11 +295,11 @@ class _CpuResizeLoader:
         return (self.to_device(xb, yb) for xb, yb in loader)
 
     def train(self, epoch: int):
-        a, t = self.arrays, self.spec["train"]
-        order = datalib.epoch_order(len(a.x_train), t["seed"], epoch, self.spec["data"]["shuffle"])
-        return self._load(a.x_train, a.y_train, datalib.batches(order, t["batch_size"], True))
+        a, t = self.arrays, self.spec.train
+        order = datalib.epoch_order(len(a.x_train), t.seed, epoch, self.spec.data.shuffle)
+        return self._load(a.x_train, a.y_train, datalib.batches(order, t.batch_size, True))
 
     def test(self):
         a = self.arrays
         order = np.arange(len(a.x_test))
-        return self._load(a.x_test, a.y_test, datalib.batches(order, self.spec["train"]["eval_batch_size"], False))
+        return self._load(a.x_test, a.y_test, datalib.batches(order, self.spec.train.eval_batch_size, False))

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kits.common import arithmetic
+from kits.common import arithmetic, custom
 from kits.common import certificate as cert
-from kits.common import custom
 from kits.common.data import Arrays
+from kits.common.spec import RunSpec
 from kits.pytorch_kit import trace
 from kits.pytorch_kit.backend import Backend
 
@@ -68,7 +68,7 @@ class _NoDropout(TorchDispatchMode):
 class Certifier:
     framework = "pytorch"
 
-    def __init__(self, spec: dict, arrays: Arrays, x_trace: np.ndarray) -> None:
+    def __init__(self, spec: RunSpec, arrays: Arrays, x_trace: np.ndarray) -> None:
         self.spec = spec
         self.arrays = arrays
         self.who = custom.who(spec, "pytorch")

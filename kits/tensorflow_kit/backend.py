@@ -14,6 +14,8 @@ import tensorflow as tf  # noqa: E402
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import FeederMixin, NumpyFeeder  # noqa: E402
 from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes  # noqa: E402
+from kits.common.pitfalls import Pitfall
+from kits.common.spec import RunSpec
 from kits.tensorflow_kit import models, trace  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
@@ -23,31 +25,31 @@ class Backend(FeederMixin):
 
     averaged_over = "samples"
 
-    def __init__(self, spec: dict) -> None:
+    def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        self.pitfalls = frozenset(spec.get("pitfalls", []))
-        numerics = spec["numerics"]
-        threads = numerics["cpu_threads"]
+        self.pitfalls = spec.pitfalls
+        numerics = spec.numerics
+        threads = numerics.cpu_threads
         # Thread pools are fixed at the first op: set them before anything runs.
         # (A second Backend in one process, as the certificate makes, finds them set: unchanged settings pass.)
-        if tf.config.threading.get_intra_op_parallelism_threads() != threads["intra_op"]:
-            tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
-        if tf.config.threading.get_inter_op_parallelism_threads() != threads["inter_op"]:
-            tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
-        self.gpus = tf.config.list_physical_devices("GPU") if spec["device"] == "gpu" else []
-        if spec["device"] != "gpu" and tf.config.get_visible_devices("GPU"):
+        if tf.config.threading.get_intra_op_parallelism_threads() != threads.intra_op:
+            tf.config.threading.set_intra_op_parallelism_threads(threads.intra_op)
+        if tf.config.threading.get_inter_op_parallelism_threads() != threads.inter_op:
+            tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
+        self.gpus = tf.config.list_physical_devices("GPU") if spec.device == "gpu" else []
+        if spec.device != "gpu" and tf.config.get_visible_devices("GPU"):
             tf.config.set_visible_devices([], "GPU")
         for gpu in self.gpus:
             # Without this TensorFlow reserves nearly the whole device and its peak means nothing.
             tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.experimental.enable_tensor_float_32_execution(numerics["tf32"])
-        os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics["cudnn_autotune"] else "0"
-        keras.utils.set_random_seed(spec["train"]["seed"])
-        if numerics["precision"] == "bf16_mixed":
+        tf.config.experimental.enable_tensor_float_32_execution(numerics.tf32)
+        os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics.cudnn_autotune else "0"
+        keras.utils.set_random_seed(spec.train.seed)
+        if numerics.precision == "bf16_mixed":
             keras.mixed_precision.set_global_policy("mixed_bfloat16")
-        data = spec["data"]
-        self.resize = data["input_size"] if data["resize"] == "bilinear" else None
-        unit = data["scale"] == "unit" and "tf_inputs_0_255" not in self.pitfalls
+        data = spec.data
+        self.resize = data.input_size if data.resize == "bilinear" else None
+        unit = data.scale == "unit" and not self.pitfalls.has(Pitfall.TF_INPUTS_0_255)
         self.scale = 1.0 / 255.0 if unit else 1.0
         self._loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
         self._correct = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -76,35 +78,35 @@ class Backend(FeederMixin):
             "execution": "tf.function",
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "cudnn_autotune": os.environ["TF_CUDNN_USE_AUTOTUNE"] == "1",
-            "precision": {"requested": self.spec["numerics"]["precision"],
+            "precision": {"requested": self.spec.numerics.precision,
                           "compute_dtype": keras.mixed_precision.global_policy().compute_dtype,
                           "how": f"Keras policy {keras.mixed_precision.global_policy().name}"},
         }
 
     def build(self, arrays) -> dict:
-        cfg, train = self.spec["model"], self.spec["train"]
-        self.model = models.build(cfg, self.spec["data"]["input_size"], self.pitfalls)
-        opt = train["optimizer"]
-        if opt["name"] == "adam":
-            self.optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"],
-                                                   beta_2=opt["beta2"], epsilon=opt["epsilon"])
+        cfg, train = self.spec.model, self.spec.train
+        self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls)
+        opt = train.optimizer
+        if opt.name == "adam":
+            self.optimizer = keras.optimizers.Adam(learning_rate=opt.lr, beta_1=opt.beta1,
+                                                   beta_2=opt.beta2, epsilon=opt.epsilon)
         else:
-            self.optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
-                                                  nesterov=opt["nesterov"])
+            self.optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum,
+                                                  nesterov=opt.nesterov)
         self.optimizer.build(self.model.trainable_variables)
         # The posted model ends in softmax and uses categorical cross-entropy on its probabilities;
         # integer labels with the sparse form of the same loss are a declared adaptation.
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits="tf_posted_model" not in self.pitfalls)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not self.pitfalls.has(Pitfall.TF_POSTED_MODEL))
         # One trace per input dtype and shape: uint8 batches here, float batches of one from the posted pipeline.
         self._train = tf.function(self._train_step, reduce_retracing=True)
         self._eval = tf.function(self._eval_step, reduce_retracing=True)
-        shuffle = self.spec["data"]["shuffle"] and "tf_shuffle_ignored" not in self.pitfalls
-        resume = "tf_epochs_resume" in self.pitfalls
-        single = "tf_validation_single_examples" in self.pitfalls
+        shuffle = self.spec.data.shuffle and not self.pitfalls.has(Pitfall.TF_SHUFFLE_IGNORED)
+        resume = self.pitfalls.has(Pitfall.TF_EPOCHS_RESUME)
+        single = self.pitfalls.has(Pitfall.TF_VALIDATION_SINGLE_EXAMPLES)
         numpy_feeder = NumpyFeeder(arrays, self.spec, self._to_device, shuffle=shuffle, resume=resume,
                                    eval_batch_size=1 if single else None)
         self.feeder = (PostedFeeder(arrays, self.spec, self.scale, shuffle, resume, single, numpy_feeder.test)
-                       if "tf_batch_of_one" in self.pitfalls else numpy_feeder)
+                       if self.pitfalls.has(Pitfall.TF_BATCH_OF_ONE) else numpy_feeder)
         if self.gpus:
             tf.config.experimental.reset_memory_stats("GPU:0")
         return {"parameters": models.parameter_counts(self.model)}
@@ -112,7 +114,7 @@ class Backend(FeederMixin):
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training (a traced graph:
         nothing runs); the device's memory peak is reset afterwards all the same."""
-        flops = trace.training_flops(self.model, self.spec["data"]["input_size"])
+        flops = trace.training_flops(self.model, self.spec.data.input_size)
         if self.gpus:
             tf.config.experimental.reset_memory_stats("GPU:0")
         return flops

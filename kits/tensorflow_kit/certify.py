@@ -17,10 +17,13 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import arithmetic  # noqa: E402
+from kits.common import (
+    arithmetic,  # noqa: E402
+    custom,  # noqa: E402
+)
 from kits.common import certificate as cert  # noqa: E402
-from kits.common import custom  # noqa: E402
 from kits.common.data import Arrays  # noqa: E402
+from kits.common.spec import RunSpec  # noqa: E402
 from kits.tensorflow_kit import trace  # noqa: E402
 from kits.tensorflow_kit.backend import Backend  # noqa: E402
 
@@ -36,7 +39,7 @@ def _layers(model: keras.Model):
 class Certifier:
     framework = "tensorflow"
 
-    def __init__(self, spec: dict, arrays: Arrays, x_trace: np.ndarray) -> None:
+    def __init__(self, spec: RunSpec, arrays: Arrays, x_trace: np.ndarray) -> None:
         self.spec = spec
         self.arrays = arrays
         self.who = custom.who(spec, "tensorflow")

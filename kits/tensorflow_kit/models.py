@@ -6,62 +6,63 @@ from keras import layers
 
 from kits.common import custom
 from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
-
+from kits.common.pitfalls import Pitfall, Pitfalls
+from kits.common.spec import Init, Model
 
 _INITS = {"glorot_uniform": "glorot_uniform", "he_uniform": "he_uniform"}
 
 
-def _conv(out: int, init: dict) -> layers.Conv2D:
-    return layers.Conv2D(out, 3, padding="same", kernel_initializer=_INITS[init["conv"]],
-                         bias_initializer=init["bias"])
+def _conv(out: int, init: Init) -> layers.Conv2D:
+    return layers.Conv2D(out, 3, padding="same", kernel_initializer=_INITS[init.conv],
+                         bias_initializer=init.bias)
 
 
-def _dense(out: int, init: dict) -> layers.Dense:
-    return layers.Dense(out, kernel_initializer=_INITS[init["dense"]], bias_initializer=init["bias"])
+def _dense(out: int, init: Init) -> layers.Dense:
+    return layers.Dense(out, kernel_initializer=_INITS[init.dense], bias_initializer=init.bias)
 
 
-def vgg16(cfg: dict, input_size: int) -> keras.Model:
-    init = cfg["init"]
+def vgg16(cfg: Model, input_size: int) -> keras.Model:
+    init = cfg.init
     x = inputs = keras.Input((input_size, input_size, 3))
     for block in VGG16_BLOCKS:
         for width in block:
-            x = layers.ReLU()(_conv(scaled_width(width, cfg["width_multiplier"]), init)(x))
+            x = layers.ReLU()(_conv(scaled_width(width, cfg.width_multiplier), init)(x))
         x = layers.MaxPooling2D(2, 2)(x)
     x = layers.Flatten()(x)
     for _ in range(2):
-        x = layers.Dropout(cfg["dropout"])(layers.ReLU()(_dense(cfg["classifier_width"], init)(x)))
-    return keras.Model(inputs, _dense(cfg["num_classes"], init)(x), name="vgg16")
+        x = layers.Dropout(cfg.dropout)(layers.ReLU()(_dense(cfg.classifier_width, init)(x)))
+    return keras.Model(inputs, _dense(cfg.num_classes, init)(x), name="vgg16")
 
 
-def simplecnn(cfg: dict, input_size: int, pitfalls: frozenset[str]) -> keras.Model:
+def simplecnn(cfg: Model, input_size: int, pitfalls: Pitfalls) -> keras.Model:
     """Conv-ReLU-Dropout-BatchNorm blocks as posted, one BatchNorm per conv, logits out."""
-    init, bn = cfg["init"], cfg["batchnorm"]
-    p12, p34, p5 = cfg["dropout"]
+    init, bn = cfg.init, cfg.batchnorm
+    p12, p34, p5 = cfg.dropout
     rates = [p12, p12, p34, p34, p5]
     x = inputs = keras.Input((input_size, input_size, 3))
     for i, block in enumerate(SIMPLECNN_BLOCKS):
         for width in block:
-            x = layers.ReLU()(_conv(scaled_width(width, cfg["width_multiplier"]), init)(x))
+            x = layers.ReLU()(_conv(scaled_width(width, cfg.width_multiplier), init)(x))
             # Channel dropout drops whole feature maps, as torch's Dropout2d does.
-            x = (layers.SpatialDropout2D(rates[i]) if cfg["dropout_kind"] == "channel"
+            x = (layers.SpatialDropout2D(rates[i]) if cfg.dropout_kind == "channel"
                  else layers.Dropout(rates[i]))(x)
-            x = layers.BatchNormalization(momentum=bn["momentum_keep"], epsilon=bn["epsilon"])(x)
+            x = layers.BatchNormalization(momentum=bn.momentum_keep, epsilon=bn.epsilon)(x)
         x = layers.MaxPooling2D(2, 2)(x) if i < len(SIMPLECNN_BLOCKS) - 1 else layers.GlobalAveragePooling2D()(x)
     x = layers.Dropout(p5)(x)
-    if "tf_posted_model" in pitfalls:
+    if pitfalls.has(Pitfall.TF_POSTED_MODEL):
         # As posted: Flatten, Dense(10, relu), Dropout, then Dense(10, softmax) into categorical cross-entropy.
         x = layers.Flatten()(x)
-        x = layers.Dropout(p5)(layers.ReLU()(_dense(cfg["num_classes"], init)(x)))
-        return keras.Model(inputs, layers.Softmax()(_dense(cfg["num_classes"], init)(x)), name="simplecnn_posted")
-    return keras.Model(inputs, _dense(cfg["num_classes"], init)(x), name="simplecnn")
+        x = layers.Dropout(p5)(layers.ReLU()(_dense(cfg.num_classes, init)(x)))
+        return keras.Model(inputs, layers.Softmax()(_dense(cfg.num_classes, init)(x)), name="simplecnn_posted")
+    return keras.Model(inputs, _dense(cfg.num_classes, init)(x), name="simplecnn")
 
 
-def build(cfg: dict, input_size: int, pitfalls: frozenset[str] = frozenset()) -> keras.Model:
-    if cfg["name"] == "custom":
+def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras.Model:
+    if cfg.name == "custom":
         # The user's builder owns its layers and initialisation.
-        return custom.build(cfg["tensorflow"], cfg.get("options", {}), input_size, cfg["num_classes"], keras.Model,
+        return custom.build(cfg.tensorflow, cfg.options, input_size, cfg.num_classes, keras.Model,
                             "keras.Model", "TensorFlow")
-    return vgg16(cfg, input_size) if cfg["name"] == "vgg16" else simplecnn(cfg, input_size, pitfalls)
+    return vgg16(cfg, input_size) if cfg.name == "vgg16" else simplecnn(cfg, input_size, pitfalls)
 
 
 def parameter_counts(model: keras.Model) -> dict:

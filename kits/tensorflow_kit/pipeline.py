@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from kits.common.spec import RunSpec
+
 
 def examples(x, y, size: int, scale: float, shuffle: bool, seed: int) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices({"image": x, "label": y})
@@ -26,10 +28,10 @@ def examples(x, y, size: int, scale: float, shuffle: bool, seed: int) -> tf.data
 class PostedFeeder:
     """Batches of one from the posted pipeline; with ``resume`` one iterator runs across epochs."""
 
-    def __init__(self, arrays, spec: dict, scale: float, shuffle: bool, resume: bool,
+    def __init__(self, arrays, spec: RunSpec, scale: float, shuffle: bool, resume: bool,
                  single_example_validation: bool, fallback_test) -> None:
-        size = spec["data"]["input_size"]
-        seed = spec["train"]["seed"]
+        size = spec.data.input_size
+        seed = spec.train.seed
         self.train_ds = examples(arrays.x_train, arrays.y_train, size, scale, shuffle, seed)
         self.test_ds = examples(arrays.x_test, arrays.y_test, size, scale, False, seed)
         self.resume = resume

@@ -1,0 +1,185 @@
+"""The RunSpec, typed: everything a kit needs to run, loaded once from the JSON the host wrote.
+
+The host plans and hashes RunSpecs as JSON (reprokit/plan.py); a kit entry point
+turns that JSON into a ``RunSpec`` with ``RunSpec.from_dict`` and reads nothing
+else. A field the spec lacks or does not know is refused there, with its path,
+before any framework starts. Standard library only: the kits import it, and so
+does the host.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+
+from kits.common.pitfalls import Pitfalls
+
+
+class SpecError(ValueError):
+    """A RunSpec that does not have the shape the kits read (one sentence naming the field)."""
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    momentum_keep: float     # Keras's momentum; PyTorch's is 1 - this
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class Init:
+    conv: str
+    dense: str
+    bias: str
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str                                # vgg16 | simplecnn | custom
+    num_classes: int
+    width_multiplier: float = 1.0
+    classifier_width: int | None = None      # vgg16
+    dropout: float | list[float] | None = None
+    dropout_kind: str | None = None          # element | channel
+    head: str | None = None
+    batchnorm: BatchNorm | None = None       # simplecnn
+    init: Init | None = None                 # built-in models; a custom model initialises itself
+    pytorch: str | None = None               # custom: "module:function" builders
+    tensorflow: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def builder(self, framework: str) -> str | None:
+        return self.pytorch if framework == "pytorch" else self.tensorflow
+
+
+@dataclass(frozen=True)
+class Data:
+    dataset: str
+    input_size: int
+    resize: str                              # none | bilinear
+    scale: str                               # unit | raw255
+    shuffle: bool
+    drop_last: bool
+    train_samples: int
+    test_samples: int
+    file: str | None = None                  # the prepared .npz in the data folder
+    sha256: str | None = None
+
+    @property
+    def resize_to(self) -> int | None:
+        return self.input_size if self.resize == "bilinear" else None
+
+    @property
+    def unit_scale(self) -> float:
+        return 1.0 / 255.0 if self.scale == "unit" else 1.0
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str                                # adam | sgd
+    lr: float
+    beta1: float | None = None
+    beta2: float | None = None
+    epsilon: float | None = None
+    momentum: float | None = None
+    nesterov: bool | None = None
+
+
+@dataclass(frozen=True)
+class Train:
+    batch_size: int
+    eval_batch_size: int
+    epochs: int
+    optimizer: Optimizer
+    loss: str
+    seed: int
+    warmup_steps: int
+    max_steps_per_epoch: int | None = None
+    target_accuracy: float | None = None
+
+
+@dataclass(frozen=True)
+class Threads:
+    intra_op: int
+    inter_op: int
+
+
+@dataclass(frozen=True)
+class Numerics:
+    precision: str                           # fp32 | bf16_mixed
+    tf32: bool
+    cudnn_autotune: bool
+    compile: bool
+    cpu_threads: Threads
+
+
+@dataclass(frozen=True)
+class Measure:
+    window_steps: int
+    memory_every_steps: int
+    step_timing: bool
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    schema: str
+    run_id: str
+    experiment: str
+    variant: str
+    framework: str
+    profile: str
+    device: str                              # cpu | gpu
+    repeat: int
+    model: Model
+    data: Data
+    train: Train
+    numerics: Numerics
+    measure: Measure
+    limits: Limits
+    pitfalls: Pitfalls
+    pitfall_summaries: dict
+    differences: list
+    provenance: dict
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSpec:
+        return parse(cls, d, "spec")
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["pitfalls"] = self.pitfalls.names()
+        return out
+
+
+def parse(kind, value, path: str):
+    """A spec dataclass (nested ones too) from a JSON object, refusing missing and unknown fields."""
+    if not isinstance(value, dict):
+        raise SpecError(f"{path} must be an object, got {value!r}")
+    hints = typing.get_type_hints(kind)
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = set(value) - set(fields)
+    if unknown:
+        raise SpecError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
+    args = {}
+    for name, f in fields.items():
+        if name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError(f"{path}.{name} is missing")
+            continue
+        args[name] = _value(hints[name], value[name], f"{path}.{name}")
+    return kind(**args)
+
+
+def _value(hint, value, path: str):
+    if hint is Pitfalls:
+        return Pitfalls.of(value, path)
+    nested = [t for t in (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,))
+              if dataclasses.is_dataclass(t)]
+    if nested and value is not None:
+        return parse(nested[0], value, path)
+    return value

@@ -1,0 +1,53 @@
+"""The typed RunSpec both sides load: every planned spec round-trips, and a malformed one is refused."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from kits.common.pitfalls import Pitfall, Pitfalls
+from kits.common.spec import RunSpec, SpecError
+from reprokit.experiments import BUILTIN_DIR, discover
+from reprokit.plan import Options, specs_for
+from reprokit.provenance import code
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory) -> list[dict]:
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
+                   data_dir=tmp_path_factory.mktemp("data"), allow_download=False,
+                   variants=("fixed", "as_posted"), ablation=True)
+    return [s for e in discover([BUILTIN_DIR]).values()
+            for s in specs_for(e, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code())]
+
+
+def test_every_planned_spec_loads_typed_and_round_trips(planned):
+    assert len(planned) > 10
+    for raw in planned:
+        spec = RunSpec.from_dict(raw)
+        assert spec.to_dict() == raw
+        assert spec.train.optimizer.lr == raw["train"]["optimizer"]["lr"]
+        assert spec.pitfalls.names() == raw["pitfalls"]
+        assert all(spec.pitfalls.has(Pitfall(p)) for p in raw["pitfalls"])
+
+
+def test_a_malformed_spec_is_refused_with_the_field(planned):
+    raw = copy.deepcopy(planned[0])
+    del raw["train"]["optimizer"]["lr"]
+    with pytest.raises(SpecError, match=r"spec\.train\.optimizer\.lr is missing"):
+        RunSpec.from_dict(raw)
+    raw = copy.deepcopy(planned[0])
+    raw["data"]["colour"] = "blue"
+    with pytest.raises(SpecError, match=r"spec\.data: unknown field\(s\) colour"):
+        RunSpec.from_dict(raw)
+    raw = copy.deepcopy(planned[0])
+    raw["pitfalls"] = ["pt_no_such_thing"]
+    with pytest.raises(ValueError, match="unknown pitfall.*pt_no_such_thing"):
+        RunSpec.from_dict(raw)
+
+
+def test_pitfalls_are_a_typed_set_in_the_specs_order():
+    p = Pitfalls.of(["pt_val_grad", "pt_head_1000"])
+    assert p.has(Pitfall.PT_HEAD_1000) and not p.has(Pitfall.TF_BATCH_OF_ONE)
+    assert p.names() == ["pt_val_grad", "pt_head_1000"] and len(p) == 2
+    assert Pitfall.PT_VAL_GRAD.framework == "pytorch" and Pitfall.PT_VAL_GRAD.part == "evaluation"
