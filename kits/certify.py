@@ -5,7 +5,9 @@
     python -m kits.certify --jobs JOBS.json --out-dir OUT --data-dir DIR [--weights-from IN]
 
 --jobs certifies several experiments in one process. JOBS.json is a list of {"name", "spec"}, the
-spec's path relative to JOBS.json's folder (so the list holds no path of the machine that wrote it).
+spec's path relative to JOBS.json's folder (so the list holds no path of the machine that wrote it),
+and optionally "parts": "structure", which stops a job after the fp32 logits (the host certifies
+the dropout passes and the trajectories of a model too large for them at a reduced width).
 Job NAME writes OUT/NAME/side.json and OUT/NAME/after-steps.npz; it exports its initial weights to
 OUT/NAME/initial-weights.npz, or with --weights-from starts from IN/NAME/initial-weights.npz.
 ``--steps N`` shortens the trajectories (default 10) and ``--dropout-passes N`` the dropout check
@@ -97,8 +99,11 @@ def _sha256(path: Path) -> str:
 
 def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = None,
             weights_out: Path | None = None, weights_after_out: Path | None = None,
-            steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES) -> dict:
-    """Fill ``out`` step by step, so that a refusal still carries what was found before it."""
+            steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES, parts: str = "all") -> dict:
+    """Fill ``out`` step by step, so that a refusal still carries what was found before it.
+
+    ``parts`` "structure" stops after the fp32 logits: what the host asks of a model too large for
+    the dropout passes and the trajectories, which it certifies again at a declared reduced width."""
     t0 = time.perf_counter()
     d = spec.data
     arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
@@ -108,7 +113,8 @@ def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = 
     side = importlib.import_module(SIDES[spec.framework]).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
     clock("build and trace")
     try:
-        _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock)
+        _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
+                 parts)
     finally:
         side.reset()
     out["wall_s"] = time.perf_counter() - t0
@@ -128,7 +134,8 @@ class _Clock:
         self.wall, self.cpu = wall, cpu
 
 
-def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock) -> None:
+def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
+             parts: str) -> None:
     out["environment"] = side.environment()
     out["optimizer"] = side.optimizer
     out["layers"] = side.records()
@@ -162,6 +169,8 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     side.load(initial)
     out["logits"] = {"fp32": {"eval": side.logits(x, training=False)}}
     clock("outputs and fp32 logits")
+    if parts == "structure":
+        return
     side.load(initial)
     out["train_outputs"] = side.train_outputs(x[:n_drop], dropout_passes)
     clock(f"dropout: {dropout_passes} training-mode passes")
@@ -197,7 +206,8 @@ def _outputs(side, spec: RunSpec, logits: list, n: int) -> dict:
 
 
 def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, weights_out=None,
-             weights_after_out=None, steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES) -> int:
+             weights_after_out=None, steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES,
+             parts: str = "all") -> int:
     try:
         spec = RunSpec.from_dict(json.loads(Path(spec_path).read_text()))
         framework = spec.framework
@@ -214,7 +224,7 @@ def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, w
     code = 0
     try:
         certify(spec, data_dir, out, _path(weights_in), _path(weights_out), _path(weights_after_out), steps,
-                dropout_passes)
+                dropout_passes, parts)
     except cert.UnmappableModel as exc:
         out.update(status="unmappable", message=str(exc))
         code = 2
@@ -261,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         weights_in = args.weights_from / job["name"] / cert.WEIGHTS_NAME if args.weights_from else None
         codes.append(_run_job(args.jobs.parent / job["spec"], args.data_dir, out / cert.SIDE_NAME, weights_in,
                               None if weights_in else out / cert.WEIGHTS_NAME, out / cert.AFTER_NAME, args.steps,
-                              args.dropout_passes))
+                              args.dropout_passes, job.get("parts", "all")))
     return max(codes, default=0)
 
 

@@ -54,6 +54,7 @@ from kits.common import certificate as cert
 from kits.common import custom
 from kits.common.files import write_json_atomic
 from kits.common.spec import RunSpec
+from reprokit import certify_plan
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall
 
@@ -300,10 +301,15 @@ def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, toleranc
 
 
 def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
-                 timeout_s: float = TIMEOUT_S) -> list[dict]:
+                 timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None) -> list[dict]:
     """``certify`` for several experiments, with one process per framework for all of them that share
     their thread settings (``timeout_s`` per experiment). Each result is written to its own work dir;
-    the processes' files are under the first one (``batch-<n>/<framework>/<job>/``)."""
+    the processes' files are under the first one (``batch-<n>/<framework>/<job>/``).
+
+    A pair whose dropout passes and trajectories would exceed the budget (certify_plan.reduced) is
+    certified twice in the same processes: its layers, arithmetic, layers without parameters, outputs
+    and fp32 logits at the timed size, and those costly checks again at a declared reduced width
+    (``trajectory_budget`` in FLOPs replaces the device's default budget)."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
     for specs in pairs:
@@ -311,39 +317,72 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
     works = [Path(w) for w in work_dirs]
     for work in works:
         work.mkdir(parents=True, exist_ok=True)
-    results = [_new(specs, tol, runner) for specs in pairs]
-    sides: list[dict[str, dict]] = [{} for _ in pairs]
-    folders: list[dict[str, Path]] = [{} for _ in pairs]
+    plans = [certify_plan.reduced(specs, trajectory_budget) for specs in pairs]
+    # Jobs: each pair at its timed size, plus the reduced-width pairs; (pair index, specs, parts).
+    jobs = [(i, specs, "structure" if plans[i] else "all") for i, specs in enumerate(pairs)]
+    jobs += [(i, plan[0], "all") for i, plan in enumerate(plans) if plan]
+    results = [_new(specs, tol, runner) for _, specs, _ in jobs]
+    sides: list[dict[str, dict]] = [{} for _ in jobs]
+    folders: list[dict[str, Path]] = [{} for _ in jobs]
     # One process per framework and thread setting: a process sets its thread pools once.
     groups: dict[str, list[int]] = {}
-    for i, specs in enumerate(pairs):
+    for j, (_, specs, _) in enumerate(jobs):
         threads = {fw: specs[fw]["numerics"]["cpu_threads"] for fw in FRAMEWORKS}
-        groups.setdefault(json.dumps(threads, sort_keys=True), []).append(i)
+        groups.setdefault(json.dumps(threads, sort_keys=True), []).append(j)
     for g, group in enumerate(groups.values()):
-        batch = works[group[0]] / f"batch-{g}"
+        batch = works[jobs[group[0]][0]] / f"batch-{g}"
         for fw in FRAMEWORKS:
-            todo = [i for i in group if results[i]["message"] is None]
+            todo = [j for j in group if results[j]["message"] is None]
             if not todo:
                 break
             jobs_dir = batch / f"jobs-{fw}"
             jobs_dir.mkdir(parents=True, exist_ok=True)
-            for i in todo:
-                (jobs_dir / f"spec-{i}.json").write_text(json.dumps(pairs[i][fw]))
-            (jobs_dir / "jobs.json").write_text(json.dumps([{"name": str(i), "spec": f"spec-{i}.json"} for i in todo]))
+            for j in todo:
+                (jobs_dir / f"spec-{j}.json").write_text(json.dumps(jobs[j][1][fw]))
+            (jobs_dir / "jobs.json").write_text(json.dumps(
+                [{"name": str(j), "spec": f"spec-{j}.json", "parts": jobs[j][2]} for j in todo]))
             code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
                                              batch / "pytorch" if fw == "tensorflow" else None)
-            for i in todo:
-                folders[i][fw] = batch / fw / str(i)
-                results[i]["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
-                side, text = _read_side(fw, folders[i][fw] / SIDE_NAME, code, tail)
-                _take_side(results[i], sides[i], fw, side, text)
-    for i, result in enumerate(results):
-        if set(sides[i]) == set(FRAMEWORKS):
-            _compare(result, sides[i], pairs[i], folders[i], tol)
+            for j in todo:
+                folders[j][fw] = batch / fw / str(j)
+                results[j]["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
+                side, text = _read_side(fw, folders[j][fw] / SIDE_NAME, code, tail)
+                _take_side(results[j], sides[j], fw, side, text)
+    for j, (_, specs, _) in enumerate(jobs):
+        if set(sides[j]) == set(FRAMEWORKS):
+            _compare(results[j], sides[j], specs, folders[j], tol)
+    out = results[:len(pairs)]
+    for j in range(len(pairs), len(jobs)):
+        _add_reduced(out[jobs[j][0]], results[j], plans[jobs[j][0]][1], jobs[j][1])
+    for i, result in enumerate(out):
         result["summary"] = _summary(result)
         result["wall_s"] = time.perf_counter() - t0
         write_json_atomic(works[i] / "certificate.json", result)
-    return results
+    return out
+
+
+REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights_after_steps")
+
+
+def _add_reduced(result: dict, small: dict, reason: str, specs: dict[str, dict]) -> None:
+    """The dropout and trajectory checks of the reduced-width certificate, into the timed size's, named as such."""
+    width = specs["pytorch"]["model"]["width_multiplier"]
+    result["reduced"] = {"width_multiplier": width, "reason": reason, "status": small["status"],
+                         "message": small["message"]}
+    if result["status"] == "error" or (result["status"] == "fail" and not result["checks"]):
+        return                                      # the timed size could not be certified at all
+    checks = {c["name"]: c for c in small["checks"]}
+    for name in REDUCED_CHECKS:
+        if name in checks:
+            c = checks[name]
+            result["checks"].append({**c, "evidence": f"at width {width:g} (reduced): {c['evidence']}",
+                                     "width_multiplier": width})
+        elif name != "weights_after_steps":
+            result["checks"].append(_skipped(name, f"the reduced-width certificate did not get to it: "
+                                                   f"{small['message'] or small['status']}"))
+    result["neutralised"] = small.get("neutralised") or result["neutralised"]
+    result["status"] = "fail" if any(c["passed"] is False for c in result["checks"]) else (
+        "pass" if small["status"] == "pass" else small["status"])
 
 
 def _new(specs: dict[str, dict], tol: dict, runner) -> dict:
@@ -407,6 +446,9 @@ def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folde
     if problems:
         result["message"] = problems[0]
     checks.append(cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, tol["logits_rtol"]))
+    if "losses" not in pt or "losses" not in tf:    # structure only: the costly checks run at a reduced width
+        result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
+        return
     checks.append(cert.compare_dropout({"pytorch": pt["train_outputs"], "tensorflow": tf["train_outputs"]}))
     setup = pt["setup"]
     removed = ", ".join(d["field"] for d in result["neutralised"])

@@ -13,10 +13,12 @@ variants that share a model therefore certifies it once.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 
 from kits.common.pitfalls import certified
+from reprokit import model_cost
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 FIXED = "fixed"
@@ -72,6 +74,53 @@ def _certified_part(spec: dict) -> dict:
 def cache_key(pair: dict) -> str:
     body = {fw: _certified_part(pair[fw]) for fw in FRAMEWORKS}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# What the dropout passes and the trajectories may cost, in FLOPs, before they run at a reduced width:
+# about a minute of a 2-core CPU's fp32 and fp64 matmul rate, seconds on a datacenter GPU's fp64
+# units (minutes on a consumer GPU's 1/64-rate fp64).
+TRAJECTORY_BUDGET_FLOPS = {"cpu": 1e12, "gpu": 2e14}
+STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # kits/common/certificate.py's defaults
+FOUR_TRAJECTORIES = 4          # fp32, fp32 perturbed, fp32 reference, fp64
+
+
+def trajectory_cost(spec: dict) -> float | None:
+    """FLOPs of the dropout passes and the four trajectories (None: a custom model, not counted ahead)."""
+    flops = model_cost.training_flops_per_sample(spec["model"], spec["data"]["input_size"])
+    if flops is None:
+        return None
+    steps = FOUR_TRAJECTORIES * (STEPS + 1) * spec["train"]["batch_size"]
+    return flops * steps + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
+
+
+def reduced(pair: dict, budget: float | None = None) -> tuple[dict, str] | None:
+    """The pair at the widest width whose dropout passes and trajectories fit the budget, with why;
+    None where they fit at the timed width (or the model's cost cannot be told ahead: a custom model)."""
+    costs = [trajectory_cost(pair[fw]) for fw in FRAMEWORKS]
+    if None in costs:
+        return None
+    budget = budget or TRAJECTORY_BUDGET_FLOPS[pair["pytorch"]["device"]]
+    if max(costs) <= budget:
+        return None
+    factor = 0.5
+    while factor > 1 / 1024:
+        small = {fw: _narrower(pair[fw], factor) for fw in FRAMEWORKS}
+        if max(trajectory_cost(s) for s in small.values()) <= budget:
+            break
+        factor /= 2
+    width = small["pytorch"]["model"]["width_multiplier"]
+    return small, (f"the dropout passes and the trajectories would cost {max(costs):.1e} FLOPs at the timed width, "
+                   f"over the {budget:.2g} budget on a {pair['pytorch']['device']}: they ran at width {width:g} "
+                   f"({factor:g} of the timed model's), at the timed input size and batch")
+
+
+def _narrower(spec: dict, factor: float) -> dict:
+    small = copy.deepcopy(spec)
+    model = small["model"]
+    model["width_multiplier"] *= factor
+    if model.get("classifier_width"):
+        model["classifier_width"] = max(1, round(model["classifier_width"] * factor))
+    return small
 
 
 def file_name(cert: dict) -> str:

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS, label
+from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec, SpecError
 from reprokit import certify_plan, datasets, estimate, gpu_state, host_checks, publish
 from reprokit import plan as planning
-from reprokit.certificate import certify
+from reprokit.certificate import certify_many
 from reprokit.console import RunProgress, duration
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
@@ -240,28 +240,34 @@ def _run_one(runner, spec: dict, work: Path, progress: RunProgress) -> dict | No
 def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict[str, list[dict]]:
     """Each experiment's equivalence certificates, checked before any timing: one per variant pair
     that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
-    they certify. One that cannot run is recorded with its reason, never left out."""
-    out: dict[str, list[dict]] = {}
+    they certify, the missing ones made together (one process per framework). One that cannot run
+    is recorded with its reason, never left out."""
+    entries: list[tuple[str, dict | None, dict | None]] = []        # (experiment, pair, certificate)
     for experiment, pairs in certify_plan.pairs(specs).items():
         for pair in pairs:
-            if not enabled:
-                pair = certify_plan.not_run(pair, "skipped with --no-certify")
-            if pair.get("status") == "not-run":
-                out.setdefault(experiment, []).append(pair)
+            if pair.get("status") == "not-run" or not enabled:
+                entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
                 continue
-            key = certify_plan.cache_key(pair)
-            cached = state / "certificates" / f"{key}.json"
-            if cached.exists():
-                # The same model, data and step under another variant name: relabelled, not repeated.
-                cert = {**json.loads(cached.read_text()), "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
-                        "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
-            else:
-                what = " vs ".join(f"{label(fw)} {pair[fw]['variant']}" for fw in FRAMEWORKS)
-                print(f"certificate: {experiment}: {what} (same initial weights, logits, ten steps, FLOPs)", flush=True)
-                cert = certify(pair, runner, state / "work" / f"cert-{key}")
-                write_json_atomic(cached, cert)
-                print(f"certificate: {experiment}: {cert['status']}: {cert['summary']}", flush=True)
-            out.setdefault(experiment, []).append(cert)
+            cached = state / "certificates" / f"{certify_plan.cache_key(pair)}.json"
+            entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
+    todo = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
+    if todo:
+        print(f"certificates: {len(todo)} variant pair(s) to certify (same initial weights, logits, steps, "
+              f"arithmetic); {len(entries) - len(todo)} cached or not run", flush=True)
+        keys = [certify_plan.cache_key(entries[i][1]) for i in todo]
+        made = certify_many([entries[i][1] for i in todo], runner, [state / "work" / f"cert-{k}" for k in keys])
+        for i, key, cert in zip(todo, keys, made):
+            write_json_atomic(state / "certificates" / f"{key}.json", cert)
+            entries[i] = (entries[i][0], entries[i][1], cert)
+            print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}: {cert['status']}: "
+                  f"{cert['summary']}", flush=True)
+    out: dict[str, list[dict]] = {}
+    for experiment, pair, cert in entries:
+        if pair:
+            # A cached certificate may be of the same model, data and step under another variant name.
+            cert = {**cert, "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
+                    "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
+        out.setdefault(experiment, []).append(cert)
     return out
 
 

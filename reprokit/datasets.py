@@ -36,6 +36,7 @@ _CIFAR10_TEST = "test_batch"
 
 # (train, test) sizes used when a spec leaves the count as None.
 GENERATED_SIZES = {"synthetic": (50000, 10000), "learnable": (2000, 500)}
+CIFAR10_SIZES = (50000, 10000)
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)        # the earliest time a zip member can carry
 DOWNLOAD_TIMEOUT_S = 60
@@ -78,8 +79,13 @@ def prepared(data: dict, cache_dir: Path) -> PreparedDataset | None:
     return _describe(data, path) if path.exists() else None
 
 
+def expected_counts(data: dict) -> tuple[int, int]:
+    """(train, test) samples a spec will get once its data is prepared (what a dry run plans with)."""
+    return _counts_wanted(data)
+
+
 def _counts_wanted(data: dict) -> tuple[int, int]:
-    default_train, default_test = GENERATED_SIZES[data["dataset"]]
+    default_train, default_test = {**GENERATED_SIZES, "cifar10": CIFAR10_SIZES}[data["dataset"]]
     return _or_default(data.get("train_samples"), default_train), _or_default(data.get("test_samples"), default_test)
 
 

@@ -59,7 +59,8 @@ def _data(resolved: dict, opts: Options) -> dict:
     prepared = (datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download) if opts.prepare_data
                 else datasets.prepared(request, opts.data_dir))
     if prepared is None:            # a dry run before the data exists: the spec's id waits for its checksum
-        data.update(file=None, sha256=None)
+        train, test = datasets.expected_counts(request)
+        data.update(file=None, sha256=None, train_samples=train, test_samples=test)
         return data
     data.update(file=prepared.file, sha256=prepared.sha256,
                 train_samples=prepared.train_samples, test_samples=prepared.test_samples)

@@ -348,6 +348,24 @@ def test_the_quick_vgg16_is_certified(certified):
 
 
 @pytest.mark.slow
+def test_a_model_over_the_budget_certifies_its_costly_checks_at_a_declared_reduced_width(certified):
+    """The 64x64 quick VGG16 over the tests' budget: structure and fp32 logits at the timed size,
+    dropout and trajectories at a narrower width, each of those checks saying so."""
+    result = certified[0]["vgg_64_reduced"]
+    assert result["status"] == "pass", result["summary"]
+    reduced = result["reduced"]
+    assert reduced["width_multiplier"] < 0.125 and "over the 1.5e+11 budget on a cpu" in reduced["reason"]
+    pt = certified[3]["vgg_64_reduced"]["pytorch"]
+    assert next(r for r in pt["layers"] if r["name"] == "dense1.kernel")["shape"] == [64 * 4, 256]   # timed size
+    assert "losses" not in pt                                   # the timed size ran the structure only
+    for name in ("dropout", "loss_trajectory", "loss_trajectory_fp32"):
+        check = _check(result, name)
+        assert check["width_multiplier"] == reduced["width_multiplier"]
+        assert check["evidence"].startswith(f"at width {reduced['width_multiplier']:g} (reduced): ")
+    assert _check(result, "logits").get("width_multiplier") is None and _check(result, "logits")["passed"]
+
+
+@pytest.mark.slow
 def test_pytorchs_1000_class_head_is_not_the_same_model(certified):
     result = certified[0]["vgg_head_1000"]
     assert result["status"] == "fail"
