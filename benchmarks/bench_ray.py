@@ -39,6 +39,7 @@ import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 from reprokit import cluster, schedule  # noqa: E402
 from reprokit.cli import ENVS  # noqa: E402
+from reprokit.console import RunProgress  # noqa: E402
 from reprokit.experiments import load  # noqa: E402
 from reprokit.plan import Options, specs_for  # noqa: E402
 from reprokit.provenance import code  # noqa: E402
@@ -87,8 +88,8 @@ def main() -> int:
                        frameworks=("pytorch", "tensorflow"), data_dir=data_dir, allow_download=False)
         specs = specs_for(load(root / "exp" / "tiny.toml"), opts, runner.describe, code())[:args.runs]
 
-        def label(i: int, spec: dict) -> str:
-            return f"[run {i}] {spec['framework']} r{spec['repeat']}"
+        def label(i: int, spec: dict) -> RunProgress:
+            return RunProgress(f"[run {i + 1}] {spec['framework']} r{spec['repeat']}")
 
         t0 = time.perf_counter()
         schedule.run_all(runner, specs, [None], root / "serial" / "work", root / "serial" / "ledger",

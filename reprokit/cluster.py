@@ -37,7 +37,7 @@ from reprokit import provenance, results
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
 from reprokit.schedule import Ledger, run_placed
-from reprokit.topology import FAKE_SLOTS_ENV, Placement, fake_slot_count, fake_slots, gpu_slots
+from reprokit.topology import FAKE_SLOTS_ENV, fake_slot_count, fake_slots, gpu_slots
 
 NODE_DIR_ENV = "REPROKIT_NODE_DIR"
 FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch

@@ -11,11 +11,12 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from reprokit import cli, pairs, results, topology
+from kits.common import nvidia_smi
+from reprokit import cli, host_checks, results, topology
+from reprokit.report import pair_findings
 from reprokit.provenance import REPO
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
@@ -27,31 +28,38 @@ TOPO = ("\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
         "GPU2\tSYS\tSYS\t X \tNV12\t2-3\t1\t\tN/A\n"
         "GPU3\tSYS\tSYS\tNV12\t X \t2-3\t1\t\tN/A\n\n"
         "Legend:\n\n  X    = Self\n")
-QUERY = "\n".join(f"{i}, GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}, NVIDIA H200, 580.95.05, 9.0" for i in range(4))
+# `--query-gpu` of the fields host_checks asks for (index, uuid, name, driver_version, compute_cap,
+# memory.total, pci.bus_id), as a driver prints them under --format=csv,noheader,nounits.
+QUERY = "\n".join(f"{i}, GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}, NVIDIA H200, 580.95.05, 9.0, 143771, "
+                  f"00000000:{0x18 + i:02X}:00.0" for i in range(4))
+LIST = "\n".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i})" for i in range(4))
 
 
 @pytest.fixture
 def gpu_host(tmp_path, monkeypatch):
     """A stand-in nvidia-smi on PATH for a host with four GPUs, two per NUMA node."""
-    (tmp_path / "topo.txt").write_text(TOPO)
-    (tmp_path / "query.txt").write_text(QUERY + "\n")
+    for name, text in (("topo.txt", TOPO), ("query.txt", QUERY), ("list.txt", LIST)):
+        (tmp_path / name).write_text(text + "\n")
     exe = tmp_path / "nvidia-smi"
     exe.write_text(f'#!/bin/sh\ncase "$1" in\n  topo) cat {tmp_path}/topo.txt ;;\n'
-                   f'  --query-gpu=*) cat {tmp_path}/query.txt ;;\n  -L) echo "GPU 0: NVIDIA H200" ;;\nesac\n')
+                   f'  --query-gpu=*) cat {tmp_path}/query.txt ;;\n  -L) cat {tmp_path}/list.txt ;;\nesac\n')
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv(topology.FAKE_SLOTS_ENV, raising=False)
+    nvidia_smi._known.cache_clear()          # this stand-in lists no fields: the first names are asked for
+    yield
+    nvidia_smi._known.cache_clear()
 
 
 def test_topology_gives_each_gpu_its_own_cores_near_it(gpu_host, monkeypatch):
     monkeypatch.setattr(topology, "usable_cpus", lambda: {0, 1, 2, 3})
     assert topology.parse_topo(TOPO)["2"] == ({2, 3}, "1")
-    slots = topology.gpu_slots(cli._assigned_gpus("all"))
+    slots = topology.gpu_slots(host_checks.resolve_gpus("all"))
     assert [(s.gpu, s.cpus, s.mems) for s in slots] == [("0", "0", "0"), ("1", "1", "0"), ("2", "2", "1"),
                                                         ("3", "3", "1")]
     assert slots[3].device_id == "GPU-3aaaaaaa-0000-0000-0000-000000000003"
     # Two GPUs of one NUMA node assigned: the node's cores are split between them, none shared.
-    two = topology.gpu_slots(cli._assigned_gpus("2,GPU-3aaaaaaa-0000-0000-0000-000000000003"))
+    two = topology.gpu_slots(host_checks.resolve_gpus("2,GPU-3aaaaaaa-0000-0000-0000-000000000003"))
     assert [(s.gpu, s.cpus) for s in two] == [("2", "2"), ("3", "3")]
     assert topology.format_cpulist({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
 
@@ -116,8 +124,8 @@ def test_two_runs_at_once_each_pinned_to_its_slot_and_recorded(kit_python, tiny_
         assert beside["overlap_s"] > 0
     assert pt["launcher"]["placement"]["cpus"] != tf["launcher"]["placement"]["cpus"]
     # Same co-load on both sides: no finding. One side alone: the report's ratio is flagged.
-    assert pairs.co_load([pt], [tf]) == []
+    assert pair_findings.co_load([pt], [tf]) == []
     alone = {**tf, "launcher": {**tf["launcher"], "co_load": []}}
-    (finding,) = pairs.co_load([pt], [alone])
+    (finding,) = pair_findings.co_load([pt], [alone])
     assert finding["code"] == "ratio-across-co-load" and "PyTorch 1, TensorFlow 0" in finding["message"]
     assert "ratio-across-co-load" not in (tmp_path / "reports" / "t" / "report.md").read_text()
