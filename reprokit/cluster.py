@@ -353,11 +353,11 @@ def _node_facts(job_runner: str) -> dict:
              "node_dir": str(_node_dir()), "docker": False, "docker_why": "not asked", "nvidia_runtime": False,
              "fake_slots": os.environ.get(FAKE_SLOTS_ENV)}
     if job_runner == "docker":
-        from reprokit.runners import docker as docker_backend
-        facts["docker"], facts["docker_why"] = docker_backend.engine_status()
+        from reprokit import host_checks
+        facts["docker"], facts["docker_why"] = host_checks.engine_status()
         if facts["docker"]:
             import docker
-            facts["nvidia_runtime"] = docker_backend.nvidia_runtime_available(docker.from_env(timeout=30))
+            facts["nvidia_runtime"] = host_checks.nvidia_runtime_available(docker.from_env(timeout=30))
     return facts
 
 

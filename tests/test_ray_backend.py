@@ -27,7 +27,7 @@ import ray_cluster  # sets Ray's environment before Ray is imported
 pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
 from reprokit import results  # noqa: E402
 from reprokit.provenance import REPO  # noqa: E402
-from reprokit.runners import docker as dr  # noqa: E402
+from reprokit import host_checks  # noqa: E402
 from reprokit.topology import FAKE_SLOTS_ENV  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ TEST_BASE = os.environ.get("REPROKIT_TEST_BASE_IMAGE", "reprokit/test-base:bookw
 
 def _engine() -> str | None:
     """Why no node can have an engine of its own here, or None when one can."""
-    ok, why = dr.engine_status()
+    ok, why = host_checks.engine_status()
     if not ok:
         return why
     if os.getuid() != 0 or shutil.which("dockerd") is None:
