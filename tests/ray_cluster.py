@@ -85,7 +85,12 @@ class LocalCluster:
 
 
 class Dockerd:
-    """A Docker engine of a node's own: its data root, socket, pid file and exec root; no bridge, no iptables."""
+    """A Docker engine of a node's own: its data root, socket, pid file and exec root; no bridge, no iptables.
+
+    It runs in a network namespace of its own (`unshare --net`): a dockerd started with
+    `--bridge none` deletes the host's docker0, which the machine's own engine needs.
+    Its containers have no network anyway, and its socket is a file the node reaches.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -97,7 +102,7 @@ class Dockerd:
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "dockerd.log", "w")
         self.proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+            ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
              "--pidfile", str(self.root / "docker.pid"), "-H", self.host, "--bridge", "none",
              "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -51,6 +51,7 @@ def cluster():
     c = ray_cluster.LocalCluster(root)
     try:
         c.add_worker("n1")
+        c.had_docker0 = Path("/sys/class/net/docker0").exists()      # the machine's engine's bridge
         if _engine() is None:
             dockerd = ray_cluster.Dockerd(root / "n2-docker")
             dockerd.start()
@@ -174,6 +175,7 @@ def test_each_node_runs_the_pinned_image_in_its_own_engine(cluster, tiny_dir, tm
     assert by_node[cluster.node_id("n1")]["launcher"]["node"]["staged"]["image"] is False
     assert own_engine.images.get(tag).id == main_engine.images.get(tag).id
     assert not own_engine.containers.list(all=True), "the node's engine keeps no container"
+    assert Path("/sys/class/net/docker0").exists() == cluster.had_docker0, "the node's engine left the host's alone"
 
 
 def test_a_lost_node_is_retried_elsewhere_and_nothing_is_lost(cluster, tiny_dir, tmp_path, kit_python):
