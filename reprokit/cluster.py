@@ -27,8 +27,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
+import secrets
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,8 +99,6 @@ class _Head:
         that sends the token, then closes.
         """
         import docker
-        import secrets
-        import threading
         ray = _ray()
         client = docker.DockerClient(base_url=self.docker_host) if self.docker_host else docker.from_env()
         image = client.images.get(ref)
@@ -106,7 +107,7 @@ class _Head:
         server.settimeout(600)
 
         def serve() -> None:
-            with server:
+            with server, contextlib.suppress(OSError):     # a node that never connects: it times out
                 conn, _ = server.accept()
                 with conn:
                     if conn.recv(len(token), socket.MSG_WAITALL).decode(errors="replace") != token:
@@ -137,7 +138,6 @@ def connect(address: str) -> None:
         raise UserError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start its head with "
                         f"`ray start --head --port {port}` or check the address.") from None
     ray = _ray()
-    import logging
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
              configure_logging=False, include_dashboard=False)
 
@@ -512,13 +512,13 @@ def _node_run(job: Job, spec: dict) -> dict | None:
     staged = {}
     try:
         runner = _node_runner(job, node_dir)
+        problem = _differs(job, runner, spec)
+        if problem:
+            raise UserError(f"{problem}; update this node's checkout of reprokit.")
         staged["data"] = stage_data(job.head, spec, node_dir / "data")
         if job.runner == "docker":
             staged["image"] = stage_image(job.head, job.images[spec["framework"]], runner.client, node_dir)
         staged["seconds"] = round(time.perf_counter() - t0, 3)
-        problem = _differs(job, runner, spec)
-        if problem:
-            raise UserError(f"{problem}; update this node's checkout of reprokit.")
         runner.prepare({spec["framework"]})
         with _slot(node_dir, job.device) as placement:
             result = run_placed(runner, spec, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)

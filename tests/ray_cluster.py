@@ -102,7 +102,8 @@ class Dockerd:
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "dockerd.log", "w")
         self.proc = subprocess.Popen(
-            ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+            ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data"),
+             "--exec-root", str(self.root / "exec"),
              "--pidfile", str(self.root / "docker.pid"), "-H", self.host, "--bridge", "none",
              "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

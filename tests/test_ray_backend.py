@@ -150,7 +150,8 @@ def test_each_node_runs_the_pinned_image_in_its_own_engine(cluster, tiny_dir, tm
         pytest.skip(why)
     import docker
     extra_ca = os.environ.get("REPROKIT_EXTRA_CA") or "/etc/ssl/certs/ca-certificates.crt"
-    env = _env(REPROKIT_BASE_OVERRIDE=TEST_BASE, **({"REPROKIT_EXTRA_CA": extra_ca} if Path(extra_ca).is_file() else {}))
+    ca = {"REPROKIT_EXTRA_CA": extra_ca} if Path(extra_ca).is_file() else {}
+    env = _env(REPROKIT_BASE_OVERRIDE=TEST_BASE, **ca)
     # Two TensorFlow runs at once: one on each node (each has one slot).
     proc = subprocess.Popen(_cmd(cluster, tiny_dir, tmp_path, "--frameworks", "tensorflow", "--repeats", "2"),
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
