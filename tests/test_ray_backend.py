@@ -108,7 +108,7 @@ def _loopback(address: str) -> bool:
     return ipaddress.ip_address(host.split("%")[0]).is_loopback
 
 
-def test_a_node_with_other_code_refuses_and_a_lost_run_is_a_valid_result(tiny_dir, data_dir):
+def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
     from conftest import tiny_specs
     from reprokit import cluster as cl
     from reprokit.runners.local import LocalRunner
@@ -121,6 +121,13 @@ def test_a_node_with_other_code_refuses_and_a_lost_run_is_a_valid_result(tiny_di
     assert "kit code differs from the head's" in cl._differs(job, runner, other)
     other = {**spec, "provenance": {**spec["provenance"], "lock_sha256": "0" * 64}}
     assert "lock file locks/pytorch.txt differs" in cl._differs(job, runner, other)
+    # what makes a node unfit, as the census reports it in the one-sentence refusal
+    facts = {"resources": {"GPU": 8.0, "CPU": 96.0}, "docker": False, "docker_why": "no Docker engine answers",
+             "nvidia_runtime": False}
+    assert cl._why_not(facts, "docker", "gpu").startswith("no Docker engine")
+    assert cl._why_not({**facts, "docker": True}, "docker", "gpu") == "no NVIDIA container runtime"
+    assert cl._why_not({**facts, "resources": {"CPU": 96.0}}, "local", "gpu") == "no GPU"
+    assert cl._why_not(facts, "local", "gpu") is None
     lost = cl._lost(spec, "ab" * 28, 1, RuntimeError("the node died"))
     assert results.problems(lost) is None and lost["failure"]["kind"] == "node-lost"
     assert "after one retry on another node" in lost["failure"]["message"]
