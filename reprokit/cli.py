@@ -201,11 +201,11 @@ def _slots(parallel: str, gpus: str, device: str) -> list:
     """One placement per run that may go at once; [None] for one run at a time with every assigned GPU."""
     if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
         raise UserError(f"--parallel {parallel!r} is not understood; use auto or a number of runs at once, such as 4.")
-    fake = topology.fake_slot_count()
+    fake = topology.fake_slots()
     assigned = host_checks.resolve_gpus(gpus) if device == "gpu" and fake is None else []
     if parallel == "1":
         return [None]
-    slots = topology.fake_slots(fake) if fake is not None else topology.gpu_slots(assigned)
+    slots = fake if fake is not None else topology.gpu_slots(assigned)
     if not slots:
         if parallel == "auto":
             return [None]

@@ -40,7 +40,7 @@ from reprokit import provenance, results
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
 from reprokit.schedule import Ledger, run_placed
-from reprokit.topology import FAKE_SLOTS_ENV, fake_slot_count, fake_slots, gpu_slots
+from reprokit.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
 
 NODE_DIR_ENV = "REPROKIT_NODE_DIR"
 FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch
@@ -174,7 +174,7 @@ def _slot_resource(device: str) -> str:
     """The Ray resource a run takes one (CPU runs: one per thread) of."""
     if device == "gpu":
         return "GPU"
-    return FAKE_RESOURCE if fake_slot_count() is not None else "CPU"
+    return FAKE_RESOURCE if os.environ.get(FAKE_SLOTS_ENV) else "CPU"
 
 
 def _slot_request(device: str, spec: dict) -> dict:
@@ -446,11 +446,11 @@ def _slot(node_dir: Path, device: str):
         mine = [i for i, r in enumerate(rows) if str(r["index"]) in ids or r["uuid"] in ids]
         yield gpu_slots(rows)[mine[0]] if mine else None
         return
-    n = fake_slot_count()
-    if n is None:
+    slots = fake_slots()
+    if slots is None:
         yield None
         return
-    for i, placement in enumerate(fake_slots(n)):
+    for i, placement in enumerate(slots):
         lock = node_dir / "slots" / f"{i}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         fh = open(lock, "a")

@@ -7,9 +7,10 @@ sysfs (the PCI device's ``local_cpulist`` and ``numa_node``), always cut
 down to the CPUs this process may use. GPUs that share a set of CPUs split
 it in whole cores, so co-running runs never share a data-loading core.
 
-``REPROKIT_FAKE_GPU_SLOTS=N`` is a switch for tests only: it makes N slots
-without a GPU on this host (each a share of the usable CPUs, no memory node),
-so the scheduler, the pinning and the records can be shown on a CPU machine.
+``REPROKIT_FAKE_GPU_SLOTS=N`` (or CPU lists, ``cpus:0;1``) is a switch for tests
+only: it makes slots without a GPU on this host (each a share of the usable
+CPUs, no memory node), so the scheduler, the pinning and the records can be
+shown on a CPU machine.
 Runs in fake slots are CPU runs; the records say ``"fake": true``.
 """
 from __future__ import annotations
@@ -138,24 +139,27 @@ def usable_cpus() -> set[int]:
     return set(os.sched_getaffinity(0))
 
 
-def fake_slot_count() -> int | None:
-    """N from REPROKIT_FAKE_GPU_SLOTS (test-only), or None when the switch is off."""
+def fake_slots() -> list[Placement] | None:
+    """The slots REPROKIT_FAKE_GPU_SLOTS makes (a test-only switch), or None when it is off.
+
+    ``N``: N disjoint shares of the usable CPUs. ``cpus:LIST;LIST...``: one slot per CPU list, e.g.
+    ``cpus:0`` and ``cpus:1`` give two nodes of a test cluster on one machine a CPU each.
+    """
+    from reprokit.errors import UserError
     value = os.environ.get(FAKE_SLOTS_ENV, "").strip()
     if not value:
         return None
-    if not value.isdigit() or int(value) < 1:
-        from reprokit.errors import UserError
-        raise UserError(f"{FAKE_SLOTS_ENV}={value!r} is not a positive number of slots; unset it outside tests.")
-    return int(value)
-
-
-def fake_slots(n: int) -> list[Placement]:
-    """n slots without a GPU, each a disjoint share of the usable CPUs (the test-only switch)."""
-    shares = _shares(usable_cpus(), n)
-    if any(not s for s in shares):
-        from reprokit.errors import UserError
-        raise UserError(f"{FAKE_SLOTS_ENV}={n} asks for more slots than this process has CPUs "
-                        f"({len(usable_cpus())}); use at most that many.")
+    usable = usable_cpus()
+    if value.isdigit() and int(value) >= 1:
+        shares = _shares(usable, int(value))
+    elif re.fullmatch(r"cpus:[0-9,\-]+(;[0-9,\-]+)*", value):
+        shares = [parse_cpulist(part) for part in value.removeprefix("cpus:").split(";")]
+    else:
+        raise UserError(f"{FAKE_SLOTS_ENV}={value!r} is neither a number of slots nor CPU lists such as cpus:0;1; "
+                        f"unset it outside tests.")
+    if any(not s or not s <= usable for s in shares):
+        raise UserError(f"{FAKE_SLOTS_ENV}={value!r} asks for CPUs this process may not use "
+                        f"({format_cpulist(usable)}), or for more slots than it has CPUs.")
     return [Placement(None, f"fake-gpu-{i}", format_cpulist(s), None, fake=True) for i, s in enumerate(shares)]
 
 

@@ -57,7 +57,10 @@ class LocalCluster:
         self.nodes: dict[str, object] = {}
 
     def add_worker(self, name: str, docker_host: str | None = None):
-        env = {NODE_DIR_ENV: str(self.root / name), FAKE_SLOTS_ENV: "1"}
+        """A node with one fake GPU slot on a CPU of its own where there are enough (as if a machine of its own)."""
+        cpus = sorted(os.sched_getaffinity(0))
+        env = {NODE_DIR_ENV: str(self.root / name),
+               FAKE_SLOTS_ENV: f"cpus:{cpus[len(self.nodes) % len(cpus)]}"}
         if docker_host:
             env["DOCKER_HOST"] = docker_host
         node = self.cluster.add_node(num_cpus=1, resources={FAKE_RESOURCE: 1}, env_vars=env,
