@@ -10,8 +10,9 @@ nox.options.sessions = ["tests"]
 # lock files carry every platform's hashes, so no particular minor version is needed.
 
 
-def _host(session: nox.Session, *extra: str) -> None:
-    session.install("-e", ".", *extra)
+def _host(session: nox.Session, *extra: str, ray: bool = False) -> None:
+    # Ray goes in the host environment only (the [ray] extra), never in the kit images.
+    session.install("-e", ".[ray]" if ray else ".", *extra)
 
 
 @nox.session
@@ -21,8 +22,9 @@ def reproduce(session: nox.Session) -> None:
     Uses Docker with the pinned images where an engine answers, else local
     virtualenvs built from locks/. Pass options after --, e.g.
     `nox -s reproduce -- --profile quick --backend local` (see `-- --help`).
+    `--backend ray --ray-address HOST:PORT` runs on a Ray cluster (Ray is installed for it).
     """
-    _host(session)
+    _host(session, ray="ray" in session.posargs)
     session.run("python", "-m", "reprokit", "reproduce", *session.posargs)
 
 
@@ -35,8 +37,8 @@ def compare(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite: real frameworks, real files, a real Docker engine where one answers."""
-    _host(session, "pytest>=8")
+    """Run the test suite: real frameworks, real files, a real Docker engine and a local Ray cluster."""
+    _host(session, "pytest>=8", ray=True)
     session.run("python", "-m", "pytest", *session.posargs)
 
 
@@ -73,12 +75,20 @@ def bench(session: nox.Session) -> None:
     `nox -s bench -- --rounds 9 --frameworks pytorch`. Where a Docker engine
     answers it also runs benchmarks/bench_docker_overhead.py (its options in
     $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`).
+
+    `nox -s bench -- --ray [options]` measures the Ray backend instead, on a
+    local cluster (benchmarks/bench_ray.py): the scheduling overhead per run
+    (target < 0.5 s) and the speed-up of 12 quick runs on 2 slots (target >= 1.7).
     """
     import os
     import shlex
 
-    _host(session)
     env = {"PYTHONPATH": "."}
+    if session.posargs[:1] == ["--ray"]:
+        _host(session, "pytest>=8", ray=True)        # the bench uses the tests' cluster and experiment
+        session.run("python", "benchmarks/bench_ray.py", *session.posargs[1:], env=env)
+        return
+    _host(session)
     try:
         session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec, SpecError
-from reprokit import certify_plan, datasets, estimate, gpu_state, host_checks, publish
+from reprokit import certify_plan, datasets, estimate, host_checks, publish, schedule, topology
 from reprokit import plan as planning
 from reprokit.certificate import certify_many
 from reprokit.console import RunProgress, duration
@@ -26,7 +26,6 @@ from reprokit.experiments import BUILTIN_DIR, PROFILES, discover
 from reprokit.provenance import REPO, code
 from reprokit.report import claims as claimlib
 from reprokit.report import compare
-from reprokit.runners.base import run_spec
 from reprokit.runners.choose import choose
 from reprokit.store import Store
 
@@ -54,8 +53,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="also run every pitfall of the chosen variants alone (by default only those a claim names)")
     p.add_argument("--claims", metavar="NAME|FILE|none", default=DEFAULT_CLAIMS,
                    help="claims to give verdicts on (default seeds: claims/seeds.toml; none for no verdicts)")
-    p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto")
-    p.add_argument("--gpus", default=None, help="none, all, or comma-separated GPU ids (default: all if any)")
+    p.add_argument("--backend", choices=("auto", "docker", "local", "ray"), default="auto",
+                   help="where runs happen; ray: on the nodes of an existing Ray cluster (--ray-address)")
+    p.add_argument("--gpus", default=None,
+                   help="none, all, or comma-separated GPU indices or UUIDs (default: all if any)")
+    p.add_argument("--parallel", default="1", metavar="auto|N",
+                   help="runs at once on this host, one per assigned GPU, each pinned to CPUs near it "
+                        "(auto: one per GPU; default 1: one run at a time with every assigned GPU)")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster's head (with --backend ray)")
+    p.add_argument("--ray-runner", choices=("docker", "local"), default="docker",
+                   help="the runner each Ray node uses: its Docker engine with the pinned images (default), "
+                        "or virtualenvs from the lock files")
     p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
     p.add_argument("--dataset", choices=datasets.DATASETS, help="override the profile's dataset")
     p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
@@ -87,6 +95,9 @@ class Matrix:
     profile: str
     device: str
     gpu_name: str | None
+    slots: list = dataclasses.field(default_factory=lambda: [None])   # one host: a placement per run at once
+    serving: list[str] | None = None   # --backend ray: the nodes that can serve a run
+    at_once: int = 1
 
 
 def _frameworks(args) -> tuple[str, ...]:
@@ -169,20 +180,79 @@ def _specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: di
     return specs
 
 
+def _head_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...]):
+    """(runner, why) on the head of a Ray cluster: it describes the runs, and under Docker builds the images."""
+    from reprokit.runners.local import LocalRunner
+    if args.python is not None:
+        raise UserError("--python names an interpreter on this host; with --backend ray each node uses its own "
+                        "runner (--ray-runner docker or local), so leave --python out.")
+    if args.ray_runner == "local":
+        return LocalRunner(ENVS, data_dir, device, extra_paths=extra), "each node runs virtualenvs from the lock files"
+    from reprokit.runners.docker import DockerRunner
+    ok, why = host_checks.engine_status()
+    if not ok:
+        raise UserError(f"--ray-runner docker builds the images on this host first, but {why}.")
+    runner = DockerRunner(REPO, data_dir, "none", [(d, f"/opt/reprokit/user/{i}") for i, d in enumerate(extra)],
+                          flavor="cuda" if device == "gpu" else "cpu")
+    return runner, "each node runs the pinned images in its own Docker engine"
+
+
+def _slots(parallel: str, gpus: str, device: str) -> list:
+    """One placement per run that may go at once; [None] for one run at a time with every assigned GPU."""
+    if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
+        raise UserError(f"--parallel {parallel!r} is not understood; use auto or a number of runs at once, such as 4.")
+    fake = topology.fake_slots()
+    assigned = host_checks.resolve_gpus(gpus) if device == "gpu" and fake is None else []
+    if parallel == "1":
+        return [None]
+    slots = fake if fake is not None else topology.gpu_slots(assigned)
+    if not slots:
+        if parallel == "auto":
+            return [None]
+        raise UserError(f"--parallel {parallel} runs one run per GPU, and no GPU is assigned (--gpus {gpus}); "
+                        f"on a CPU host use --parallel 1.")
+    n = len(slots) if parallel == "auto" else int(parallel)
+    if n > len(slots):
+        raise UserError(f"--parallel {n} is more than the {len(slots)} GPU(s) assigned (--gpus {gpus}); use "
+                        f"--parallel {len(slots)} or less, or assign more GPUs.")
+    return slots[:n]
+
+
 def _matrix(args) -> Matrix:
     frameworks = _frameworks(args)
     extra_dirs = tuple(d.resolve() for d in args.experiments)
     known = discover([BUILTIN_DIR, *extra_dirs])
     experiments = _selected(args, known)
     gpus_explicit = args.gpus is not None
-    args.gpus = args.gpus or ("all" if host_checks.host_has_gpu() else "none")
+    serving, at_once, slots = None, 1, [None]
+    if args.backend == "ray":
+        from reprokit import cluster
+        if not args.ray_address:
+            raise UserError("--backend ray needs --ray-address HOST:PORT, the address `ray start --head` printed.")
+        if args.parallel != "1":
+            raise UserError("--parallel is for one host; with --backend ray each GPU of the cluster takes one run "
+                            "at a time, so leave --parallel out.")
+        cluster.connect(args.ray_address)
+        args.gpus = args.gpus or ("all" if cluster.has_gpus() else "none")
+    else:
+        args.gpus = args.gpus or ("all" if host_checks.host_has_gpu() else "none")
     device = "cpu" if args.gpus == "none" else "gpu"
     profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
     needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
-    runner, why = choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
-                         device=device, repo_root=REPO, envs_root=ENVS, data_dir=args.data_dir.resolve(),
-                         extra_dirs=extra_dirs, frameworks=needed)
-    gpu_name = next((g["name"] for g in host_checks.resolve_gpus(args.gpus)), None) if device == "gpu" else None
+    if args.backend == "ray":
+        runner, why = _head_runner(args, device, args.data_dir.resolve(), extra_dirs)
+        serving, at_once = cluster.check(args.ray_runner, device, args.ray_address)
+        why += f"; {len(serving)} node(s) of the cluster at {args.ray_address} can serve runs"
+        gpu_name = None
+    else:
+        slots = _slots(args.parallel, args.gpus, device)
+        runner, why = choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
+                             device=device, repo_root=REPO, envs_root=ENVS, data_dir=args.data_dir.resolve(),
+                             extra_dirs=extra_dirs, frameworks=needed)
+        gpu_name = next((g["name"] for g in host_checks.resolve_gpus(args.gpus)), None) if device == "gpu" else None
+        if slots != [None]:
+            at_once = len(slots)
+            why += f"; {at_once} runs at once, one per {'fake (test-only) ' if slots[0].fake else ''}GPU slot"
     if args.from_report:
         specs = _specs_from(args.from_report.resolve(), runner, device, args.data_dir.resolve(), code(extra_dirs),
                             args.offline)
@@ -193,18 +263,22 @@ def _matrix(args) -> Matrix:
         per_experiment = _options(args, profile, device, frameworks, claims, experiments, args.dry_run)
         specs = [s for name, o in per_experiment.items()
                  for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
-    return Matrix(specs, runner, why, known, claims, profile, device, gpu_name)
+    return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once)
 
 
 def _print_plan(m: Matrix, done: set[str], history: list[dict]) -> list[tuple[float | None, str]]:
     """The plan, one line per run with its estimate; returns the estimates of the runs to do."""
     todo = [s for s in m.specs if s["run_id"] not in done]
     estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
-    builds = m.runner.missing({s["framework"] for s in todo})
+    builds = [] if m.serving is not None and m.runner.name == "local" else m.runner.missing(
+        {s["framework"] for s in todo})      # Ray nodes build their own virtualenvs
     known = [e for e, _ in estimates]
-    total = None if None in known else sum(known) + estimate.ENV_BUILD_S * len(builds)
+    at_once = max(1, min(m.at_once, len(todo)))
+    total = None if None in known else sum(known) / at_once + estimate.ENV_BUILD_S * len(builds)
+    where = f"backend {m.runner.name}" if m.serving is None else f"backend ray ({m.runner.name} on the nodes)"
     print(f"\nplan: {len(m.specs)} runs, profile {m.profile} on {m.device}"
-          f"{f' ({m.gpu_name})' if m.gpu_name else ''}, backend {m.runner.name}; {len(done)} already finished, "
+          f"{f' ({m.gpu_name})' if m.gpu_name else ''}, {where}"
+          f"{f', up to {m.at_once} at once' if m.at_once > 1 else ''}; {len(done)} already finished, "
           f"{len(todo)} to run, estimated {duration(total)}"
           + (f" (including building {', '.join(builds)})" if builds else ""))
     ahead = iter(estimates)
@@ -219,22 +293,6 @@ def _print_plan(m: Matrix, done: set[str], history: list[dict]) -> list[tuple[fl
               f"r{s['repeat']}  {when}")
     print()
     return estimates
-
-
-def _run_one(runner, spec: dict, work: Path, progress: RunProgress) -> dict | None:
-    """One run to one result (None when interrupted); the GPU's state is read on the host around it."""
-    before = gpu_state.snapshot() if spec["device"] == "gpu" else None
-    result = run_spec(runner, spec, work, progress)
-    if result is None:
-        return None
-    if spec["device"] == "gpu":
-        after = gpu_state.snapshot()
-        result.setdefault("launcher", {})["gpu_state"] = {"before": before, "after": after}
-        if result["status"] == "ok":
-            result["findings"] += gpu_state.findings(before, after, result)
-    progress.done(result["status"] if result["status"] == "ok"
-                  else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
-    return result
 
 
 def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict[str, list[dict]]:
@@ -286,21 +344,31 @@ def reproduce(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print("dry run: nothing was started. Run the same command without --dry-run to start it.")
         return 0
-    if todo:
+    ray_local = m.serving is not None and m.runner.name == "local"
+    if todo and not ray_local:                 # Ray nodes build their own virtualenvs
         m.runner.prepare({s["framework"] for s in todo})
     certificates = _certificates(m.specs, m.runner, state, args.certify)
-    failures = 0
-    for i, spec in enumerate(todo):
+
+    def progress_for(i: int, spec: dict) -> RunProgress:
         after = [e for e, _ in estimates[i + 1:]]
-        progress = RunProgress(f"[run {i + 1}/{len(todo)}] {spec['experiment']} / {spec['framework']} / "
-                               f"{spec['variant']} r{spec['repeat']}", estimates[i][0],
-                               None if None in after else sum(after))
-        result = _run_one(m.runner, spec, state / "work", progress)
-        if result is None:
-            print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
-            return 130
-        store.put(result)
-        failures += result["status"] != "ok"
+        return RunProgress(f"[run {i + 1}/{len(todo)}] {spec['experiment']} / {spec['framework']} / "
+                           f"{spec['variant']} r{spec['repeat']}", estimates[i][0],
+                           None if None in after else sum(after) / m.at_once)
+
+    if m.serving is not None and todo:
+        from reprokit import cluster
+        data_files = {s["data"]["file"]: args.data_dir.resolve() / s["data"]["file"] for s in todo}
+        head, images = cluster.stage_on_head(m.runner, {s["framework"] for s in todo}, data_files)
+        job = cluster.Job(m.runner.name, m.device, head, images, tuple(str(d.resolve()) for d in args.experiments))
+        failures, interrupted = cluster.run_all(job, todo, m.serving, store, progress_for)
+    elif todo:
+        failures, interrupted = schedule.run_all(m.runner, todo, m.slots, state / "work", state / "ledger", store,
+                                                 progress_for)
+    else:
+        failures, interrupted = 0, False
+    if interrupted:
+        print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
+        return 130
 
     name = args.name or publish.default_name(m.profile, m.device)
     if args.from_report and not args.name:

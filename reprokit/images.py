@@ -339,6 +339,15 @@ def ensure(r: Recipe, client, *, build_missing: bool = True, extra_ca: bytes | N
     return build(r, client, extra_ca=extra_ca, repo_root=repo_root, log=log)
 
 
+def pinned(ref: str, client):
+    """An image that must already be in this engine (staged there); UserError otherwise."""
+    import docker.errors
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        raise UserError(f"the image {ref} is not in this Docker engine; stage or build it first.") from None
+
+
 def image_facts(image) -> dict:
     """What a result records about the image a run came from."""
     labels = image.labels or {}

@@ -2,7 +2,8 @@
 
 Settings that change speed or numerics must be equal by declaration; anything
 that differs and is not declared in the spec's [[differences]] is a finding,
-and so is a ratio across different hosts, devices or images.
+and so is a ratio across different hosts, devices or images, or across
+different co-load (runs that went side by side with other runs).
 """
 from __future__ import annotations
 
@@ -42,6 +43,21 @@ def findings(pt: dict, tf: dict) -> list[dict]:
                         "message": f"the two runs come from different {label}s ({x} vs {y}): their ratio "
                                    f"mixes framework and machine"})
     return out
+
+
+def co_load(pts: list[dict], tfs: list[dict]) -> list[dict]:
+    """A ratio whose two sides ran beside different numbers of other runs (``launcher.co_load``, per repeat)."""
+    def loads(runs: list[dict]) -> list[int] | None:
+        found = [r.get("launcher", {}).get("co_load") for r in runs]
+        return None if None in found else sorted(len(c) for c in found)
+    a, b = loads(pts), loads(tfs)
+    if a is None or b is None or a == b:
+        return []
+    def text(x: list[int]) -> str:
+        return ", ".join(map(str, x))
+    return [{"code": "ratio-across-co-load", "severity": "warning",
+             "message": f"the two sides ran beside different numbers of other runs (PyTorch {text(a)}, TensorFlow "
+                        f"{text(b)}, per repeat): their ratio mixes framework and contention"}]
 
 
 def _image(result: dict) -> str | None:

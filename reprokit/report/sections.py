@@ -217,7 +217,8 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
                         lines.append(f"- {LABELS[fw]}, `{md(variant)}`: **{md(f['code'])}** ({f['severity']}): "
                                      f"{md(f['message'])}")
         if "pytorch" in fws and "tensorflow" in fws:
-            for f in pair_findings.findings(fws["pytorch"][0], fws["tensorflow"][0]):
+            pair = fws["pytorch"], fws["tensorflow"]
+            for f in pair_findings.findings(pair[0][0], pair[1][0]) + pair_findings.co_load(*pair):
                 lines.append(f"- both, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
     if not lines:
         return None

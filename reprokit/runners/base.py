@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from reprokit import results
+from reprokit.topology import Placement
 
 # A kit prints lines starting with this marker followed by one JSON object;
 # runners forward them to the progress display, everything else is log.
@@ -49,6 +50,7 @@ class KitCall:
     inputs: tuple[Path, ...] = ()        # files or folders the process reads, besides the kit code and data
     timeout_s: float = 900.0
     label: str = "kit"                   # names its container and log lines: the run id of a training run
+    placement: Placement | None = None   # one GPU, CPU set and memory node (runs side by side); None: all assigned
 
 
 @dataclass
@@ -88,23 +90,32 @@ def fresh_folder(path: Path) -> Path:
     return path
 
 
-def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path) -> KitCall:
+def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path,
+              placement: Placement | None = None) -> KitCall:
     """The training run of one RunSpec: ``kits.run``, its result file in the call's output folder."""
     return KitCall(spec["framework"], "kits.run",
                    ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir),
-                   output=output, inputs=(spec_path,), timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"])
+                   output=output, inputs=(spec_path,), timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"],
+                   placement=placement)
 
 
-def run_spec(runner: Runner, spec: dict, work: Path, on_progress: ProgressFn) -> dict | None:
-    """One training run through the runner: exactly one result, None if interrupted (Ctrl-C)."""
+def run_spec(runner: Runner, spec: dict, work: Path, on_progress: ProgressFn,
+             placement: Placement | None = None) -> dict | None:
+    """One training run through the runner: exactly one result, None if interrupted (Ctrl-C).
+
+    With a placement, the result records it (launcher.placement): the GPU's UUID and the CPU set.
+    """
     run_dir = fresh_folder(work / spec["run_id"])
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True))
-    call = spec_call(spec, spec_path, run_dir / "out", runner.data_dir)
+    call = spec_call(spec, spec_path, run_dir / "out", runner.data_dir, placement)
     outcome = runner.run(call, on_progress)
     if outcome.interrupted:
         return None
-    return collect(spec, outcome, call.output / RESULT_NAME)
+    result = collect(spec, outcome, call.output / RESULT_NAME)
+    if placement is not None:
+        result.setdefault("launcher", {})["placement"] = placement.record()
+    return result
 
 
 def split_line(line: str, on_progress: ProgressFn, tail: list[str]) -> None:

@@ -128,7 +128,7 @@ class DockerRunner:
                  base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
                  lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
                  shm_size: str = SHM_SIZE, kits_dir: Path | None = None, cache_root: Path | None = None,
-                 client=None, log: Log = print) -> None:
+                 client=None, log: Log = print, pinned_images: dict[str, str] | None = None) -> None:
         self.repo_root = Path(repo_root).resolve()
         self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
         self.data_dir = Path(data_dir).resolve()
@@ -148,8 +148,14 @@ class DockerRunner:
         self._client = client
         self._recipes: dict[str, images.Recipe] = {}
         self._images: dict[str, object] = {}
+        # framework -> image ref to run as it is (a cluster node runs exactly what the head staged)
+        self.pinned_images = dict(pinned_images or {})
         self._engine_version: str | None = None
         self._check_mounts()
+
+    def __getstate__(self) -> dict:
+        # To a run's own process: without the engine connection and image handles (prepare() remakes them).
+        return {**self.__dict__, "_client": None, "_images": {}, "log": print}
 
     # -- set-up ------------------------------------------------------------
 
@@ -216,6 +222,9 @@ class DockerRunner:
                 f"with `docker rm $(docker ps -aq --filter label={LABEL}=1 --filter status=exited)`.")
         extra_ca = images.read_extra_ca(self.extra_ca) if self.build_missing else None
         for fw in sorted(frameworks):
+            if fw in self.pinned_images:
+                self._images[fw] = images.pinned(self.pinned_images[fw], client)
+                continue
             r = self.recipe(fw)
             self._images[fw] = images.ensure(r, client, build_missing=self.build_missing, extra_ca=extra_ca,
                                              repo_root=self.repo_root, log=log)
@@ -269,7 +278,7 @@ class DockerRunner:
         args = [self.container_path(a, mounts) if isinstance(a, Path) else a for a in call.args]
         pythonpath = ":".join([PYTHONPATH_ROOT, *(t for _, t in self.extra_mounts)])
         config = {
-            "image": self.recipe(call.framework).tag,
+            "image": self.pinned_images.get(call.framework) or self.recipe(call.framework).tag,
             "command": ["python", "-m", call.module, *args],
             "name": name or f"reprokit-{label}-{secrets.token_hex(3)}",
             "labels": {LABEL: "1", LABEL_RUN: label, LABEL_FRAMEWORK: call.framework},
@@ -290,6 +299,13 @@ class DockerRunner:
             "stdin_open": False,
             "tty": False,
         }
+        if call.placement is not None:
+            # One GPU (by UUID where known), and a CPU set and memory node near it.
+            config.update(cpuset_cpus=call.placement.cpus)
+            if call.placement.mems is not None:
+                config.update(cpuset_mems=call.placement.mems)
+            if call.placement.device_id is not None:
+                config.update(device_requests=device_requests([call.placement.device_id]))
         if self.mem_limit is not None:
             config.update(mem_limit=self.mem_limit, memswap_limit=self.mem_limit)  # no swap: OOM is OOM
         return config

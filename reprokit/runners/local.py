@@ -6,6 +6,7 @@ no network); the result then records the versions that interpreter had.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 from reprokit import envs
 from reprokit.provenance import REPO, sha256_file
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
+from reprokit.topology import parse_cpulist
 
 
 class LocalRunner:
@@ -59,11 +61,17 @@ class LocalRunner:
         cmd = [str(self._pythons[call.framework]), "-m", call.module, *map(str, call.args)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
                "PYTHONUNBUFFERED": "1"}
+        pin = None
+        if call.placement is not None:
+            # One GPU and a CPU set of its own (the memory node needs a container's cpuset_mems).
+            if call.placement.device_id is not None:
+                env["CUDA_VISIBLE_DEVICES"] = call.placement.device_id
+            pin = functools.partial(os.sched_setaffinity, 0, parse_cpulist(call.placement.cpus))
         tail: list[str] = []
         t0 = time.perf_counter()
         # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started.
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, preexec_fn=pin)
         reader = threading.Thread(target=lambda: [split_line(line, on_progress, tail) for line in proc.stdout],
                                   daemon=True)
         reader.start()

@@ -1,0 +1,532 @@
+"""--backend ray: every run is a Ray task on a node of an existing cluster, run by that node's own runner.
+
+Ray runs on the hosts, never in a container. The head (where `reprokit
+reproduce` runs) plans, builds the images on its own engine, and keeps the
+store. Each task asks for one GPU (``num_gpus=1``; CPU runs ask for their
+threads), and on its node:
+
+- stages what the run needs, once per node and checked: the dataset file
+  (through Ray), verified against the spec's sha256; under Docker the image,
+  streamed from a `docker save` on the head's engine into the node's (a
+  one-time socket on the head's cluster address) and verified by image id
+  (its tag is named after its content);
+- pins the run to the GPU Ray gave it, with CPUs and a memory node near it;
+- runs it with the node's own runner (the same least-privilege container on
+  every node, or the node's virtualenv) and returns the result.
+
+Results are stored on the head the moment each task returns, so a Ctrl-C or
+a lost head keeps what finished and the same command resumes. A node lost
+mid-run ends that run as ``node-lost``, retried once on another node.
+
+A node's settings come from its own environment (that of its `ray start`):
+``REPROKIT_NODE_DIR`` (its state: data cache, work folders, ledger; default
+``.reprokit/node``) and ``DOCKER_HOST`` (its engine, as for the docker CLI).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reprokit import provenance, results
+from reprokit.console import RunProgress
+from reprokit.errors import UserError
+from reprokit.schedule import Ledger, run_placed
+from reprokit.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
+
+NODE_DIR_ENV = "REPROKIT_NODE_DIR"
+FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch
+NODE_LABEL = "ray.io/node-id"
+CHUNK = 8 << 20
+PROGRESS_EVERY_S = 2.0
+STOP_GRACE_S = 60
+LOST_KINDS = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError")
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--backend ray needs Ray on this host: pip install 'reprokit[ray]' "
+                        "(it goes in the host environment only, never in the kit images).") from None
+    return ray
+
+
+# ---------------------------------------------------------------------------
+# The head
+
+@dataclass
+class Job:
+    """What every task of one command needs from the head."""
+
+    runner: str                                 # "docker" | "local": the runner each node uses
+    device: str                                 # "cpu" | "gpu"
+    head: object                                # the Head actor: files and progress
+    images: dict[str, dict] = field(default_factory=dict)   # framework -> {"ref", "id"}
+    extra_dirs: tuple[str, ...] = ()
+
+
+class _Head:
+    """An actor on the head node: serves the data files by name and the images as `docker save` streams,
+    and collects the runs' progress events."""
+
+    def __init__(self, files: dict[str, str], docker_host: str | None) -> None:
+        self.files = files
+        self.docker_host = docker_host
+        self.events: list[tuple[str, dict]] = []
+
+    def size(self, name: str) -> int:
+        return os.path.getsize(self.files[name])
+
+    def read(self, name: str, offset: int, size: int) -> bytes:
+        with open(self.files[name], "rb") as fh:
+            fh.seek(offset)
+            return fh.read(size)
+
+    def image_stream(self, ref: str) -> tuple[str, int, str]:
+        """(host, port, token) where one node may read a `docker save` of one of the head's images.
+
+        A socket of its own, on the head's cluster address: Ray's object store moves bulk
+        bytes several times slower than the engine writes them. It serves one connection
+        that sends the token, then closes.
+        """
+        import docker
+        ray = _ray()
+        client = docker.DockerClient(base_url=self.docker_host) if self.docker_host else docker.from_env()
+        image = client.images.get(ref)
+        token = secrets.token_hex(16)
+        server = socket.create_server((ray.util.get_node_ip_address(), 0))
+        server.settimeout(600)
+
+        def serve() -> None:
+            with server, contextlib.suppress(OSError):     # a node that never connects: it times out
+                conn, _ = server.accept()
+                with conn:
+                    if conn.recv(len(token), socket.MSG_WAITALL).decode(errors="replace") != token:
+                        return
+                    for chunk in image.save(chunk_size=CHUNK, named=ref):
+                        conn.sendall(chunk)
+        threading.Thread(target=serve, daemon=True).start()
+        host, port = server.getsockname()[:2]
+        return host, port, token
+
+    def event(self, run_id: str, event: dict) -> None:
+        self.events.append((run_id, event))
+
+    def drain(self) -> list[tuple[str, dict]]:
+        out, self.events = self.events, []
+        return out
+
+
+def connect(address: str) -> None:
+    """Join the cluster at address (host:port) as its driver; UserError when nothing answers there."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--ray-address {address!r} is not HOST:PORT; give the head's address as "
+                        f"`ray start --head` printed it, e.g. 10.0.0.5:6379.")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UserError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start its head with "
+                        f"`ray start --head --port {port}` or check the address.") from None
+    ray = _ray()
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
+             configure_logging=False, include_dashboard=False)
+
+
+def has_gpus() -> bool:
+    """Whether any node of the cluster offers a GPU."""
+    return _ray().cluster_resources().get("GPU", 0) >= 1
+
+
+def census(job_runner: str, device: str) -> tuple[list[dict], list[str]]:
+    """Every alive node's facts, and the ids of those that can serve a run of this command."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    probe = ray.remote(_node_facts)
+    refs = [probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(job_runner) for n in nodes]
+    facts, serving = [], []
+    for n, ref in zip(nodes, refs):
+        try:
+            f = ray.get(ref, timeout=120)
+            f["resources"] = n["Resources"]
+            f["why_not"] = _why_not(f, job_runner, device)
+        except ray.exceptions.RayError as exc:        # gone or stuck since ray.nodes() listed it
+            f = {"node_id": n["NodeID"], "hostname": n.get("NodeManagerHostname", "?"), "resources": {},
+                 "why_not": f"did not answer ({_short(exc)})"}
+        facts.append(f)
+        if f["why_not"] is None:
+            serving.append(n["NodeID"])
+    return facts, serving
+
+
+def _slot_resource(device: str) -> str:
+    """The Ray resource a run takes one (CPU runs: one per thread) of."""
+    if device == "gpu":
+        return "GPU"
+    return FAKE_RESOURCE if os.environ.get(FAKE_SLOTS_ENV) else "CPU"
+
+
+def _slot_request(device: str, spec: dict) -> dict:
+    """The Ray resources one run asks for."""
+    resource = _slot_resource(device)
+    if resource == "GPU":
+        return {"num_gpus": 1}
+    if resource == "CPU":
+        return {"num_cpus": spec["numerics"]["cpu_threads"]["intra_op"]}
+    return {"resources": {resource: 1}}
+
+
+def _why_not(facts: dict, job_runner: str, device: str) -> str | None:
+    resource = _slot_resource(device)
+    if facts["resources"].get(resource, 0) < 1:
+        return {"GPU": "no GPU", "CPU": "no CPU for tasks"}.get(resource, f"no {resource} slot")
+    if job_runner == "docker" and not facts["docker"]:
+        return f"no Docker engine ({facts['docker_why']})"
+    if job_runner == "docker" and device == "gpu" and not facts["nvidia_runtime"]:
+        return "no NVIDIA container runtime"
+    return None
+
+
+def check(job_runner: str, device: str, address: str) -> tuple[list[str], int]:
+    """The nodes that can serve a run, and how many runs they take at once; UserError naming why each
+    node cannot when none can."""
+    facts, serving = census(job_runner, device)
+    if not serving:
+        why = "; ".join(f"{f['hostname']} ({f['node_id'][:8]}): {f['why_not']}" for f in facts)
+        need = "a GPU" if device == "gpu" else "a slot"
+        raise UserError(f"no node of the Ray cluster at {address} can serve a run, which needs {need}"
+                        f"{' and a Docker engine' if job_runner == 'docker' else ''} ({why}); start a "
+                        f"node that has them with `ray start --address {address}`.")
+    resource = _slot_resource(device)
+    return serving, sum(int(f["resources"].get(resource, 0)) for f in facts if f["node_id"] in serving)
+
+
+def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path]) -> tuple[object, dict]:
+    """The Head actor serving the data files (and, under Docker, each image as a `docker save` stream)."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    files = {f"data/{name}": str(path) for name, path in data_files.items()}
+    staged = {}
+    if runner.name == "docker":
+        for fw in sorted(frameworks):
+            staged[fw] = {"ref": runner.recipe(fw).tag, "id": runner._image(fw).id}
+    here = ray.get_runtime_context().get_node_id()
+    head = ray.remote(_Head).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+        here, soft=False)).remote(files, os.environ.get("DOCKER_HOST"))
+    return head, staged
+
+
+def run_all(job: Job, todo: list[dict], serving: list[str], store, progress_for) -> tuple[int, bool]:
+    """Every spec as a task on a serving node; (failed runs, interrupted). Results stored as they come.
+
+    progress_for(i, spec) makes the display of the i-th run (from 0) when it starts on its node.
+    """
+    ray = _ray()
+    task = ray.remote(_node_run)
+    pending: dict = {}               # ref -> (index, spec, attempt, lost nodes)
+    where: dict[str, str] = {}       # run id -> node id it started on (from its first event)
+    shown: dict[str, RunProgress] = {}
+    failures = 0
+
+    def submit(i: int, spec: dict, attempt: int, lost: tuple[str, ...]) -> None:
+        nodes = [n for n in serving if n not in lost]
+        selector = {NODE_LABEL: f"in({','.join(nodes)})"} if nodes else {NODE_LABEL: f"!in({','.join(lost)})"}
+        ref = task.options(max_retries=0, label_selector=selector, **_slot_request(job.device, spec)).remote(
+            job, spec)
+        pending[ref] = (i, spec, attempt, lost)
+
+    def display(i: int, spec: dict) -> RunProgress:
+        if spec["run_id"] not in shown:
+            shown[spec["run_id"]] = progress = progress_for(i, spec)
+            progress.tty = False     # several runs at once: lines, not one line rewritten in place
+        return shown[spec["run_id"]]
+
+    def store_result(i: int, spec: dict, result: dict) -> None:
+        nonlocal failures
+        store.put(result)
+        failures += result["status"] != "ok"
+        node = result.get("launcher", {}).get("node", {}).get("hostname", "?")
+        display(i, spec).done((result["status"] if result["status"] == "ok" else
+                               f"FAILED ({result['failure']['kind']}: {result['failure']['message']})") + f" · {node}")
+
+    for i, spec in enumerate(todo):
+        submit(i, spec, 0, ())
+    by_run = {spec["run_id"]: (i, spec) for i, spec in enumerate(todo)}
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for run_id, event in ray.get(job.head.drain.remote()):
+                if "node_id" in event:
+                    where[run_id] = event["node_id"]
+                    display(*by_run[run_id])
+                else:
+                    display(*by_run[run_id])(event)
+            for ref in ready:
+                i, spec, attempt, lost = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    node = where.get(spec["run_id"])
+                    if _node_lost(exc, node):
+                        result = _lost(spec, node, attempt, exc)
+                        if attempt == 0:
+                            print(f"{display(i, spec).label} · node {node[:8] if node else '?'} lost: retrying on "
+                                  f"another node", flush=True)
+                            submit(i, spec, 1, (*lost, node) if node else lost)
+                            continue
+                    else:
+                        result = results.failure(spec, "error", f"the Ray task failed: {_short(exc)}", [], 0.0,
+                                                 {"backend": "ray", "node": {"id": node}})
+                if result is None:
+                    _stop(ray, pending, store_result)
+                    return failures, True
+                if attempt:
+                    result.setdefault("launcher", {})["attempts"] = [
+                        {"node_id": n, "failure": "node-lost"} for n in lost]
+                store_result(i, spec, result)
+    except KeyboardInterrupt:
+        _stop(ray, pending, store_result)
+        return failures, True
+    return failures, False
+
+
+def _node_lost(exc: Exception, node_id: str | None) -> bool:
+    """Whether a task failed because its node went away (not because of what it ran).
+
+    Ray says so in the error's type at once; the GCS marks the node dead only after its health checks.
+    """
+    if type(exc).__name__ in LOST_KINDS:
+        return True
+    return node_id is not None and {n["NodeID"]: n["Alive"] for n in _ray().nodes()}.get(node_id) is False
+
+
+def _lost(spec: dict, node_id: str | None, attempt: int, exc: Exception) -> dict:
+    return results.failure(spec, "node-lost",
+                           f"node {node_id or '(unknown)'} was lost mid-run"
+                           + (" (after one retry on another node)" if attempt else ""),
+                           [_short(exc)], 0.0, {"backend": "ray", "node": {"id": node_id}})
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _stop(ray, pending: dict, store_result) -> None:
+    """Ctrl-C: each running task gets a KeyboardInterrupt (its runner cleans up); keep what ends with a result."""
+    for ref in pending:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=False)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while pending and time.monotonic() < deadline:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.1, deadline - time.monotonic()))
+        for ref in ready:
+            i, spec, _, _ = pending.pop(ref)
+            with contextlib.suppress(ray.exceptions.RayError):
+                result = ray.get(ref)
+                if result is not None:
+                    store_result(i, spec, result)
+
+
+# ---------------------------------------------------------------------------
+# A node (everything below runs in a Ray worker on the node)
+
+def _node_dir() -> Path:
+    return Path(os.environ.get(NODE_DIR_ENV) or provenance.REPO / ".reprokit" / "node").resolve()
+
+
+def _node_facts(job_runner: str) -> dict:
+    """What a node can do, seen from the node itself."""
+    ray = _ray()
+    facts = {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
+             "node_dir": str(_node_dir()), "docker": False, "docker_why": "not asked", "nvidia_runtime": False,
+             "fake_slots": os.environ.get(FAKE_SLOTS_ENV)}
+    if job_runner == "docker":
+        from reprokit import host_checks
+        facts["docker"], facts["docker_why"] = host_checks.engine_status()
+        if facts["docker"]:
+            import docker
+            facts["nvidia_runtime"] = host_checks.nvidia_runtime_available(docker.from_env(timeout=30))
+    return facts
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock between the tasks of one node (a file lock in the node's folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fetch(head, name: str, dest: Path) -> None:
+    """Copy one of the head's files here, chunk by chunk, through the object store."""
+    ray = _ray()
+    size = ray.get(head.size.remote(name))
+    tmp = dest.with_name(f".{dest.name}.part")
+    with open(tmp, "wb") as fh:
+        for offset in range(0, size, CHUNK):
+            fh.write(ray.get(head.read.remote(name, offset, CHUNK)))
+    os.replace(tmp, dest)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stage_data(head, spec: dict, data_dir: Path) -> bool:
+    """The spec's dataset in this node's cache, checksum-verified once per node; True if it was copied now."""
+    name, sha = spec["data"]["file"], spec["data"]["sha256"]
+    path = data_dir / name
+    verified = data_dir / ".verified" / f"{name}.sha256"
+    with _locked(data_dir / ".stage.lock"):
+        if path.exists() and verified.exists() and verified.read_text() == sha:
+            return False
+        _fetch(head, f"data/{name}", path)
+        got = _sha256(path)
+        if got != sha:
+            path.unlink()
+            raise UserError(f"the dataset {name} staged to this node has sha256 {got[:12]}, not the "
+                            f"{sha[:12]} of the spec; the copy was removed.")
+        path.chmod(0o644)
+        verified.parent.mkdir(exist_ok=True)
+        verified.write_text(sha)
+        return True
+
+
+def stage_image(head, image: dict, client, node_dir: Path) -> bool:
+    """The head's image in this node's engine under its tag, with the same image id; True if loaded now."""
+    import docker.errors
+
+    def present() -> bool:
+        try:
+            return client.images.get(image["ref"]).id == image["id"]
+        except docker.errors.ImageNotFound:
+            return False
+
+    with _locked(node_dir / ".images.lock"):
+        if present():
+            return False
+        host, port, token = _ray().get(head.image_stream.remote(image["ref"]))
+        with socket.create_connection((host, port), timeout=600) as conn:
+            conn.sendall(token.encode())
+            client.images.load(iter(lambda: conn.recv(CHUNK), b""))
+        if not present():
+            raise UserError(f"the image {image['ref']} loaded on this node does not have the head's id "
+                            f"{image['id'][:19]}.")
+        return True
+
+
+@contextlib.contextmanager
+def _slot(node_dir: Path, device: str):
+    """This task's placement on the node: the GPU Ray gave it, or a free fake slot (test-only switch)."""
+    ray = _ray()
+    if device == "gpu":
+        from reprokit.host_checks import resolve_gpus
+        ids = {str(i) for i in ray.get_gpu_ids()}
+        rows = resolve_gpus("all")
+        mine = [i for i, r in enumerate(rows) if str(r["index"]) in ids or r["uuid"] in ids]
+        yield gpu_slots(rows)[mine[0]] if mine else None
+        return
+    slots = fake_slots()
+    if slots is None:
+        yield None
+        return
+    for i, placement in enumerate(slots):
+        lock = node_dir / "slots" / f"{i}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock, "a")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            continue
+        try:
+            yield placement
+        finally:
+            fh.close()
+        return
+    yield None          # Ray gave this node more fake-GPU tasks than it has slots: run unpinned
+
+
+def _node_runner(job: Job, node_dir: Path):
+    extra = tuple(Path(d) for d in job.extra_dirs)
+    if job.runner == "docker":
+        import docker
+        from reprokit.runners.docker import DockerRunner
+        client = docker.from_env(timeout=120)
+        return DockerRunner(provenance.REPO, node_dir / "data", "all" if job.device == "gpu" else "none",
+                            [(d, f"/opt/reprokit/user/{i}") for i, d in enumerate(extra)],
+                            build_missing=False, client=client, log=lambda line: None,
+                            pinned_images={fw: i["ref"] for fw, i in job.images.items()})
+    from reprokit.runners.local import LocalRunner
+    envs_root = provenance.REPO / ".reprokit" / "envs"
+    return LocalRunner(envs_root, node_dir / "data", job.device, extra_paths=extra)
+
+
+def _differs(job: Job, runner, spec: dict) -> str | None:
+    """Why this node's code or environment is not the one the spec was planned with, or None."""
+    mine = provenance.code(tuple(Path(d) for d in job.extra_dirs))
+    for key in ("code_sha256", "user_code_sha256"):
+        if mine.get(key) != spec["provenance"].get(key):
+            return f"this node's {'kit' if key == 'code_sha256' else 'experiment'} code differs from the head's"
+    if job.runner == "local":
+        described = runner.describe(spec["framework"])
+        if described.get("lock_sha256") != spec["provenance"].get("lock_sha256"):
+            return f"this node's lock file {described.get('lock')} differs from the head's"
+    return None
+
+
+def _node_run(job: Job, spec: dict) -> dict | None:
+    """One run on this node: stage, pin, run with the node's runner; the result (None if cancelled)."""
+    ray = _ray()
+    node = {"id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+    ray.get(job.head.event.remote(spec["run_id"], {"node_id": node["id"]}))   # the head knows where before it starts
+    node_dir = _node_dir()
+    last = [0.0]
+
+    def forward(event: dict) -> None:
+        if event.get("phase") == "epoch" or time.monotonic() - last[0] >= PROGRESS_EVERY_S:
+            last[0] = time.monotonic()
+            job.head.event.remote(spec["run_id"], event)
+
+    t0 = time.perf_counter()
+    staged = {}
+    try:
+        runner = _node_runner(job, node_dir)
+        problem = _differs(job, runner, spec)
+        if problem:
+            raise UserError(f"{problem}; update this node's checkout of reprokit.")
+        staged["data"] = stage_data(job.head, spec, node_dir / "data")
+        if job.runner == "docker":
+            staged["image"] = stage_image(job.head, job.images[spec["framework"]], runner.client, node_dir)
+        staged["seconds"] = round(time.perf_counter() - t0, 3)
+        runner.prepare({spec["framework"]})
+        with _slot(node_dir, job.device) as placement:
+            result = run_placed(runner, spec, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)
+    except KeyboardInterrupt:
+        return None
+    except UserError as exc:
+        result = results.failure(spec, "error", f"on node {node['hostname']}: {exc}", [],
+                                 time.perf_counter() - t0, {"backend": job.runner})
+    if result is not None:
+        result.setdefault("launcher", {})["node"] = {**node, "staged": staged}
+    return result

@@ -1,0 +1,214 @@
+"""Run the matrix on one node: one run per slot at once, each result stored the moment it ends.
+
+With one slot the runs go one after another in this process. With more, each
+run is a child process of its own (so a Ctrl-C reaches every runner's own
+clean-up: the kit's process group, the container) pinned to its slot, and
+the results come back through a pipe to be stored here, in one place.
+
+The ledger says what ran beside what: every run on a node writes when it
+started and ended into the node's ledger folder, and a run's result records
+the other runs whose time overlapped its own (``launcher.co_load``).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Callable
+
+from kits.common.files import write_json_atomic
+from reprokit import gpu_state
+from reprokit.console import RunProgress
+from reprokit.runners.base import run_spec
+from reprokit.topology import Placement
+
+STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)
+
+
+class Ledger:
+    """The runs in progress on one node, and those that ended while another was still running."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _entries(self) -> list[dict]:
+        out = []
+        for path in self.root.glob("*.json"):
+            try:
+                entry = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if entry["end"] is None and not _alive(entry["pid"]):
+                path.unlink(missing_ok=True)        # its process died without saying so
+                continue
+            out.append(entry)
+        return out
+
+    def begin(self, spec: dict, placement: Placement | None) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.root / f"{spec['run_id']}.json", {
+            "run_id": spec["run_id"], "experiment": spec["experiment"], "framework": spec["framework"],
+            "variant": spec["variant"], "repeat": spec["repeat"], "pid": os.getpid(),
+            "slot": placement.gpu_uuid if placement else None, "start": time.time(), "end": None})
+
+    def end(self, run_id: str) -> list[dict]:
+        """Mark a run ended; the other runs that overlapped it, with the seconds they overlapped."""
+        now = time.time()
+        path = self.root / f"{run_id}.json"
+        mine = json.loads(path.read_text())
+        mine["end"] = now
+        write_json_atomic(path, mine)
+        entries = self._entries()
+        co = [{k: e[k] for k in ("run_id", "experiment", "framework", "variant", "repeat", "slot")}
+              | {"overlap_s": round(min(now, e["end"] or now) - max(mine["start"], e["start"]), 3)}
+              for e in entries if e["run_id"] != run_id and e["start"] < now
+              and (e["end"] is None or e["end"] > mine["start"])]
+        # An ended run matters only to runs that were going on then: drop those older than every running one.
+        oldest = min((e["start"] for e in entries if e["end"] is None), default=now)
+        for e in entries:
+            if e["end"] is not None and e["end"] < oldest:
+                (self.root / f"{e['run_id']}.json").unlink(missing_ok=True)
+        return sorted(co, key=lambda c: c["run_id"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def run_placed(runner, spec: dict, work: Path, ledger: Ledger, placement: Placement | None,
+               on_progress) -> dict | None:
+    """One run in its slot, with the co-load record; None when interrupted.
+
+    A GPU run's GPU is read on the host before and after (a container cannot see other processes).
+    """
+    gpu = spec["device"] == "gpu"
+    before = gpu_state.snapshot() if gpu else None
+    ledger.begin(spec, placement)
+    try:
+        result = run_spec(runner, spec, work, on_progress, placement=placement)
+    finally:
+        co_load = ledger.end(spec["run_id"])
+    if result is None:
+        return None
+    launcher = result.setdefault("launcher", {})
+    launcher["co_load"] = co_load
+    if gpu:
+        after = gpu_state.snapshot()
+        launcher["gpu_state"] = {"before": before, "after": after}
+        if result["status"] == "ok":
+            result["findings"] += gpu_state.findings(before, after, result)   # about the run's own GPU
+    return result
+
+
+def _child(runner, spec: dict, work: Path, ledger_root: Path, placement: Placement, conn) -> None:
+    """A slot's process: the first Ctrl-C stops the run (the runner cleans up), later ones are ignored."""
+    def first(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, first)
+    try:
+        result = run_placed(runner, spec, work, Ledger(ledger_root), placement,
+                            lambda event: conn.send(("progress", event)))
+    except KeyboardInterrupt:
+        result = None
+    conn.send(("result", result))
+    conn.close()
+
+
+def run_all(runner, todo: list[dict], slots: list[Placement | None], work: Path, ledger_root: Path,
+            store, progress_for: Callable[[int, dict], RunProgress]) -> tuple[int, bool]:
+    """Run every spec, at most one per slot at once; (failed runs, interrupted).
+
+    progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts.
+    """
+    ledger = Ledger(ledger_root)
+    failures = 0
+
+    def finished(result: dict, progress: RunProgress) -> None:
+        nonlocal failures
+        store.put(result)
+        failures += result["status"] != "ok"
+        progress.done(result["status"] if result["status"] == "ok"
+                      else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
+
+    if len(slots) == 1:
+        for i, spec in enumerate(todo):
+            progress = progress_for(i, spec)
+            result = run_placed(runner, spec, work, ledger, slots[0], progress)
+            if result is None:
+                return failures, True
+            finished(result, progress)
+        return failures, False
+
+    ctx = multiprocessing.get_context("spawn")
+    free = list(slots)
+    queue = list(enumerate(todo))
+    running: dict = {}                   # connection -> (process, slot, progress)
+    try:
+        while queue or running:
+            while queue and free:
+                i, spec = queue.pop(0)
+                slot = free.pop(0)
+                progress = progress_for(i, spec)
+                progress.label += f" · {slot.gpu_uuid}"
+                progress.tty = False     # several runs at once: lines, not one line rewritten in place
+                mine, theirs = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(runner, spec, work, ledger_root, slot, theirs), daemon=False)
+                proc.start()
+                theirs.close()
+                running[mine] = (proc, slot, progress)
+            for conn in wait(list(running)):
+                proc, slot, progress = running[conn]
+                try:
+                    kind, payload = conn.recv()
+                except EOFError:
+                    proc.join()
+                    del running[conn]
+                    _stop(running, finished)
+                    raise RuntimeError(f"a run's process ended with status {proc.exitcode} and no result") from None
+                if kind == "progress":
+                    progress(payload)
+                    continue
+                proc.join()
+                del running[conn]
+                free.append(slot)
+                if payload is None:          # that run was interrupted: so are the others
+                    _stop(running, finished)
+                    return failures, True
+                finished(payload, progress)
+    except KeyboardInterrupt:
+        _stop(running, finished)
+        return failures, True
+    return failures, False
+
+
+def _stop(running: dict, finished) -> None:
+    """Pass the Ctrl-C on to every run still going, keep any that ends with a result, wait for the rest."""
+    for proc, _, _ in running.values():
+        if proc.is_alive():
+            os.kill(proc.pid, signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while running and time.monotonic() < deadline:
+        for conn in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
+            proc, slot, progress = running[conn]
+            try:
+                kind, payload = conn.recv()
+            except EOFError:
+                kind, payload = "result", None
+            if kind == "result":
+                del running[conn]
+                proc.join(5)
+                if payload is not None:
+                    finished(payload, progress)
+    for proc, _, _ in running.values():
+        proc.kill()

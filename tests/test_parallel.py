@@ -1,0 +1,131 @@
+"""One run per GPU slot on one host: the scheduler, the pinning, the co-load records and the bad input.
+
+This machine has no GPU, so the scheduler runs on fake GPU slots (REPROKIT_FAKE_GPU_SLOTS, the
+test-only switch: each slot a share of the CPUs). The topology of a real GPU host is read from a
+stand-in nvidia-smi that prints what the real one prints.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from kits.common import nvidia_smi
+from reprokit import cli, host_checks, results, topology
+from reprokit.report import pair_findings
+from reprokit.provenance import REPO
+from reprokit.runners.base import KitCall
+from reprokit.runners.docker import DockerRunner
+
+# Two GPUs on NUMA node 0 and two on node 1 (`nvidia-smi topo -m` columns are tab-separated).
+TOPO = ("\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV12\tSYS\tSYS\t0-1\t0\t\tN/A\n"
+        "GPU1\tNV12\t X \tSYS\tSYS\t0-1\t0\t\tN/A\n"
+        "GPU2\tSYS\tSYS\t X \tNV12\t2-3\t1\t\tN/A\n"
+        "GPU3\tSYS\tSYS\tNV12\t X \t2-3\t1\t\tN/A\n\n"
+        "Legend:\n\n  X    = Self\n")
+# `--query-gpu` of the fields host_checks asks for (index, uuid, name, driver_version, compute_cap,
+# memory.total, pci.bus_id), as a driver prints them under --format=csv,noheader,nounits.
+QUERY = "\n".join(f"{i}, GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}, NVIDIA H200, 580.95.05, 9.0, 143771, "
+                  f"00000000:{0x18 + i:02X}:00.0" for i in range(4))
+LIST = "\n".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i})" for i in range(4))
+
+
+@pytest.fixture
+def gpu_host(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi on PATH for a host with four GPUs, two per NUMA node."""
+    for name, text in (("topo.txt", TOPO), ("query.txt", QUERY), ("list.txt", LIST)):
+        (tmp_path / name).write_text(text + "\n")
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(f'#!/bin/sh\ncase "$1" in\n  topo) cat {tmp_path}/topo.txt ;;\n'
+                   f'  --query-gpu=*) cat {tmp_path}/query.txt ;;\n  -L) cat {tmp_path}/list.txt ;;\nesac\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv(topology.FAKE_SLOTS_ENV, raising=False)
+    nvidia_smi._known.cache_clear()          # this stand-in lists no fields: the first names are asked for
+    yield
+    nvidia_smi._known.cache_clear()
+
+
+def test_topology_gives_each_gpu_its_own_cores_near_it(gpu_host, monkeypatch):
+    monkeypatch.setattr(topology, "usable_cpus", lambda: {0, 1, 2, 3})
+    assert topology.parse_topo(TOPO)["2"] == ({2, 3}, "1")
+    slots = topology.gpu_slots(host_checks.resolve_gpus("all"))
+    assert [(s.gpu, s.cpus, s.mems) for s in slots] == [("0", "0", "0"), ("1", "1", "0"), ("2", "2", "1"),
+                                                        ("3", "3", "1")]
+    assert slots[3].device_id == "GPU-3aaaaaaa-0000-0000-0000-000000000003"
+    # Two GPUs of one NUMA node assigned: the node's cores are split between them, none shared.
+    two = topology.gpu_slots(host_checks.resolve_gpus("2,GPU-3aaaaaaa-0000-0000-0000-000000000003"))
+    assert [(s.gpu, s.cpus) for s in two] == [("2", "2"), ("3", "3")]
+    assert topology.format_cpulist({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+
+
+def test_both_runners_apply_a_placement(tmp_path):
+    slot = topology.Placement("3", "GPU-3aaaaaaa-0000-0000-0000-000000000003", "24-35", "1")
+    call = KitCall("pytorch", "kits.run", ("--out", tmp_path / "out" / "r.json"), output=tmp_path / "out",
+                   placement=slot)
+    runner = DockerRunner(REPO, tmp_path, "all", pinned_images={"pytorch": "reprokit/pytorch:test"})
+    config = runner.container_config(call, "label")
+    assert config["cpuset_cpus"] == "24-35" and config["cpuset_mems"] == "1"
+    (request,) = config["device_requests"]
+    assert request["DeviceIDs"] == [slot.gpu_uuid] and request["Capabilities"] == [["gpu"]]
+
+
+@pytest.mark.parametrize("argv, fake, fragment", [
+    (["--parallel", "3"], "2", "--parallel 3 is more than the 2 GPU(s) assigned"),
+    (["--parallel", "2"], None, "--parallel 2 runs one run per GPU, and no GPU is assigned"),
+    (["--parallel", "many"], "2", "--parallel 'many' is not understood"),
+    (["--parallel", "2", "--gpus", "0,7"], "gpu-host", "GPU id 7 is not on this host (it has 0, 1, 2, 3)"),
+    (["--parallel", "5", "--gpus", "all"], "gpu-host", "--parallel 5 is more than the 4 GPU(s) assigned"),
+])
+def test_bad_parallel_input_is_one_sentence_before_any_run(argv, fake, fragment, tiny_dir, tmp_path, monkeypatch,
+                                                           capsys, request):
+    if fake == "gpu-host":
+        request.getfixturevalue("gpu_host")
+    elif fake:
+        monkeypatch.setenv(topology.FAKE_SLOTS_ENV, fake)
+    else:
+        monkeypatch.delenv(topology.FAKE_SLOTS_ENV, raising=False)
+    code = cli.main(["reproduce", "--experiments", str(tiny_dir), "--only", "tiny", "--backend", "local",
+                     "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error: ") == 1 and fragment in err, err
+    assert not (tmp_path / "state" / "results").exists()
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_each_pinned_to_its_slot_and_recorded(kit_python, tiny_dir, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two slots need two CPUs")
+    kit_python("pytorch"), kit_python("tensorflow")
+    proc = subprocess.run(
+        [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
+         "--backend", "local", "--parallel", "auto", "--no-certify", "--state-dir", str(tmp_path / "state"),
+         "--reports-dir", str(tmp_path / "reports"), "--data-dir", str(tmp_path / "data"), "--name", "t"],
+        cwd=REPO, env={**os.environ, topology.FAKE_SLOTS_ENV: "2"}, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 runs at once, one per fake (test-only) GPU slot" in proc.stdout
+    runs = {r["framework"]: r for r in (json.loads(p.read_text())
+                                        for p in (tmp_path / "state" / "results").glob("*.json"))}
+    assert set(runs) == {"pytorch", "tensorflow"}
+    pt, tf = runs["pytorch"], runs["tensorflow"]
+    for me, other in ((pt, tf), (tf, pt)):
+        assert results.problems(me) is None and me["status"] == "ok"
+        placement = me["launcher"]["placement"]
+        assert placement["fake"] is True and placement["gpu"] is None
+        # the kit saw one usable CPU: the one of its slot
+        assert me["environment"]["host"]["usable_cpus"] == len(topology.parse_cpulist(placement["cpus"])) == 1
+        (beside,) = me["launcher"]["co_load"]
+        assert beside["run_id"] == other["run_id"] and beside["slot"] == other["launcher"]["placement"]["gpu_uuid"]
+        assert beside["overlap_s"] > 0
+    assert pt["launcher"]["placement"]["cpus"] != tf["launcher"]["placement"]["cpus"]
+    # Same co-load on both sides: no finding. One side alone: the report's ratio is flagged.
+    assert pair_findings.co_load([pt], [tf]) == []
+    alone = {**tf, "launcher": {**tf["launcher"], "co_load": []}}
+    (finding,) = pair_findings.co_load([pt], [alone])
+    assert finding["code"] == "ratio-across-co-load" and "PyTorch 1, TensorFlow 0" in finding["message"]
+    assert "ratio-across-co-load" not in (tmp_path / "reports" / "t" / "report.md").read_text()

@@ -1,0 +1,223 @@
+"""--backend ray against a real Ray cluster on this machine: a head and two worker nodes, loopback only.
+
+One cluster serves the whole module (tests/ray_cluster.py). Node n1 uses the
+machine's Docker engine, node n2 (where an engine answers) one of its own,
+with its own data root and socket, so that loading the image and staging the
+data on a node are real. The runs are the tiny experiment on the CPU, one run
+per node at a time (each node has one fake GPU slot, the test-only switch).
+Skipped with the reason where Ray is not installed (`pip install .[ray]`;
+`nox -s tests` installs it).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import ray_cluster  # sets Ray's environment before Ray is imported
+
+pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
+from reprokit import results  # noqa: E402
+from reprokit.provenance import REPO  # noqa: E402
+from reprokit import host_checks  # noqa: E402
+from reprokit.topology import FAKE_SLOTS_ENV  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TEST_BASE = os.environ.get("REPROKIT_TEST_BASE_IMAGE", "reprokit/test-base:bookworm-py311")
+
+
+def _engine() -> str | None:
+    """Why no node can have an engine of its own here, or None when one can."""
+    ok, why = host_checks.engine_status()
+    if not ok:
+        return why
+    if os.getuid() != 0 or shutil.which("dockerd") is None:
+        return "a node's own dockerd needs root and the dockerd binary"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    root = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
+    dockerd = None
+    c = ray_cluster.LocalCluster(root)
+    try:
+        c.add_worker("n1")
+        c.had_docker0 = Path("/sys/class/net/docker0").exists()      # the machine's engine's bridge
+        if _engine() is None:
+            dockerd = ray_cluster.Dockerd(root / "n2-docker")
+            dockerd.start()
+        c.add_worker("n2", docker_host=dockerd.host if dockerd else None)
+        c.dockerd = dockerd
+        yield c
+    finally:
+        c.stop()
+        if dockerd:
+            dockerd.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _cmd(c, tiny_dir: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
+            "--backend", "ray", "--ray-address", c.address, "--no-certify", "--state-dir", str(tmp_path / "state"),
+            "--reports-dir", str(tmp_path / "reports"), "--data-dir", str(tmp_path / "data"), "--name", "t", *extra]
+
+
+def _env(**extra: str) -> dict:
+    return {**os.environ, **ray_cluster.RAY_ENV, FAKE_SLOTS_ENV: "1", **extra}
+
+
+def _stored(tmp_path: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "state" / "results").glob("*.json"))]
+
+
+class SocketWatch:
+    """Every TCP and UDP socket of the cluster, the CLI and what they start, sampled while the CLI runs."""
+
+    def __init__(self, cluster, proc: subprocess.Popen) -> None:
+        import threading
+        self.seen: set[tuple[str, str, str]] = set()
+        self.thread = threading.Thread(target=self._watch, args=(cluster, proc), daemon=True)
+        self.thread.start()
+
+    def _watch(self, cluster, proc) -> None:
+        while proc.poll() is None:
+            self.seen.update(ray_cluster.sockets_of(cluster.pids() | ray_cluster.process_tree([proc.pid])))
+            time.sleep(0.3)
+
+    def outside(self) -> list[tuple[str, str, str]]:
+        """Sockets bound to, or connected to, anything but the loopback (a listener's peer is a wildcard)."""
+        self.thread.join()
+        assert self.seen
+        return sorted(s for s in self.seen if not (_loopback(s[0]) and (s[1].endswith(":*") or _loopback(s[1]))))
+
+
+def _loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host in ("*", "0.0.0.0", "::"):
+        return False
+    host = host.removeprefix("::ffff:")
+    return ipaddress.ip_address(host.split("%")[0]).is_loopback
+
+
+def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
+    from conftest import tiny_specs
+    from reprokit import cluster as cl
+    from reprokit.runners.local import LocalRunner
+    spec = tiny_specs(tiny_dir, data_dir)["pytorch"]
+    job = cl.Job("local", "cpu", head=None)
+    runner = LocalRunner(REPO / ".reprokit" / "envs", data_dir, "cpu")
+    spec["provenance"].update(runner.describe("pytorch"))
+    assert cl._differs(job, runner, spec) is None
+    other = {**spec, "provenance": {**spec["provenance"], "code_sha256": "0" * 64}}
+    assert "kit code differs from the head's" in cl._differs(job, runner, other)
+    other = {**spec, "provenance": {**spec["provenance"], "lock_sha256": "0" * 64}}
+    assert "lock file locks/pytorch.txt differs" in cl._differs(job, runner, other)
+    # what makes a node unfit, as the census reports it in the one-sentence refusal
+    facts = {"resources": {"GPU": 8.0, "CPU": 96.0}, "docker": False, "docker_why": "no Docker engine answers",
+             "nvidia_runtime": False}
+    assert cl._why_not(facts, "docker", "gpu").startswith("no Docker engine")
+    assert cl._why_not({**facts, "docker": True}, "docker", "gpu") == "no NVIDIA container runtime"
+    assert cl._why_not({**facts, "resources": {"CPU": 96.0}}, "local", "gpu") == "no GPU"
+    assert cl._why_not(facts, "local", "gpu") is None
+    lost = cl._lost(spec, "ab" * 28, 1, RuntimeError("the node died"))
+    assert results.problems(lost) is None and lost["failure"]["kind"] == "node-lost"
+    assert "after one retry on another node" in lost["failure"]["message"]
+
+
+def test_bad_cluster_input_is_one_sentence_before_any_run(cluster, tiny_dir, tmp_path):
+    nobody = f"127.0.0.1:{ray_cluster.free_port()}"
+    cases = [
+        (["--ray-address", nobody], [f"no Ray cluster answers at {nobody}"]),
+        (["--ray-runner", "local", "--gpus", "all"], ["no node of the Ray cluster at", "needs a GPU", "no GPU"]),
+        (["--parallel", "2"], ["--parallel is for one host"]),
+    ]
+    for extra, fragments in cases:
+        cmd = _cmd(cluster, tiny_dir, tmp_path, *extra)     # a second --ray-address wins over the first
+        proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and all(f in errors[0] for f in fragments), proc.stderr
+        assert "[run" not in proc.stdout and not (tmp_path / "state" / "results").exists()
+
+
+def test_each_node_runs_the_pinned_image_in_its_own_engine(cluster, tiny_dir, tmp_path):
+    why = _engine()
+    if why:
+        if os.environ.get("REPROKIT_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"REPROKIT_REQUIRE_DOCKER=1 but {why}")
+        pytest.skip(why)
+    import docker
+    extra_ca = os.environ.get("REPROKIT_EXTRA_CA") or "/etc/ssl/certs/ca-certificates.crt"
+    ca = {"REPROKIT_EXTRA_CA": extra_ca} if Path(extra_ca).is_file() else {}
+    env = _env(REPROKIT_BASE_OVERRIDE=TEST_BASE, **ca)
+    # Two TensorFlow runs at once: one on each node (each has one slot).
+    proc = subprocess.Popen(_cmd(cluster, tiny_dir, tmp_path, "--frameworks", "tensorflow", "--repeats", "2"),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watch = SocketWatch(cluster, proc)
+    out, _ = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, out[-5000:]
+    assert not watch.outside(), watch.outside()     # the image's own stream included
+    stored = _stored(tmp_path)
+    assert len(stored) == 2 and all(r["status"] == "ok" for r in stored)
+    by_node = {r["launcher"]["node"]["id"]: r for r in stored}
+    assert set(by_node) == {cluster.node_id("n1"), cluster.node_id("n2")}
+    main_engine = docker.from_env()
+    own_engine = docker.DockerClient(base_url=cluster.dockerd.host)
+    for r in stored:
+        assert results.problems(r) is None and r["launcher"]["backend"] == "docker"
+        tag = r["provenance"]["image"]
+        assert r["launcher"]["image"]["ref"] == tag and r["launcher"]["container"]["network"] == "none"
+        assert r["launcher"]["image"]["id"] == main_engine.images.get(tag).id
+        assert r["launcher"]["node"]["staged"]["data"] is True      # each node's own data folder, checked once
+    # n2 loaded the head's image into its own engine; n1's engine (the machine's) had it already
+    assert by_node[cluster.node_id("n2")]["launcher"]["node"]["staged"]["image"] is True
+    assert by_node[cluster.node_id("n1")]["launcher"]["node"]["staged"]["image"] is False
+    assert own_engine.images.get(tag).id == main_engine.images.get(tag).id
+    assert not own_engine.containers.list(all=True), "the node's engine keeps no container"
+    assert Path("/sys/class/net/docker0").exists() == cluster.had_docker0, "the node's engine left the host's alone"
+
+
+def test_a_lost_node_is_retried_elsewhere_and_nothing_is_lost(cluster, tiny_dir, tmp_path, kit_python):
+    kit_python("pytorch"), kit_python("tensorflow")          # the nodes share the lock files' environments
+    cmd = _cmd(cluster, tiny_dir, tmp_path, "--ray-runner", "local")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Wait until both nodes run a run (their ledgers say so), look at every socket, then lose n1.
+    def running(node: str) -> list[str]:
+        entries = [json.loads(p.read_text()) for p in (cluster.root / node / "ledger").glob("*.json")]
+        return [e["run_id"] for e in entries if e["end"] is None]
+
+    watch = SocketWatch(cluster, proc)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (running("n1") and running("n2")):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    (lost_run,) = running("n1")
+    n1 = cluster.node_id("n1")
+    cluster.kill("n1")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+
+    assert not watch.outside(), watch.outside()     # nothing but this machine's loopback
+    stored = {r["run_id"]: r for r in _stored(tmp_path)}
+    assert len(stored) == 2 and all(r["status"] == "ok" for r in stored.values()), out
+    for r in stored.values():
+        assert results.problems(r) is None
+        assert r["launcher"]["node"]["id"] in (n1, cluster.node_id("n2"))
+        assert r["launcher"]["placement"]["fake"] is True
+    retried = stored[lost_run]
+    assert retried["launcher"]["attempts"] == [{"node_id": n1, "failure": "node-lost"}]
+    assert retried["launcher"]["node"]["id"] == cluster.node_id("n2")
+    assert "lost: retrying on another node" in out
+    # Same specs, same provenance as a local run: a local run of the same matrix finds both finished.
+    local = subprocess.run(cmd[:cmd.index("--backend")] + ["--backend", "local"] + cmd[cmd.index("--no-certify"):],
+                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert "2 already finished, 0 to run" in local.stdout, local.stdout + local.stderr
