@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kits.common.names import FRAMEWORKS
 from reprokit import plan, report
 from reprokit.cli import ENVS, STATE
 from reprokit.errors import UserError
@@ -53,7 +54,6 @@ MAX_RENDER_S = 2.0        # load + validate + write a report of 1,000 result fil
 RENDER_FILES = 1000
 NOISY = 0.05              # spread of one side's samples/s over rounds above which the machine was busy
 REFERENCE_RESULTS = REPO / "reports" / "quick-cpu" / "results"
-FRAMEWORKS = ("pytorch", "tensorflow")
 PARTS = ("throughput", "overhead", "render")
 
 

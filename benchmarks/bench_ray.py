@@ -37,6 +37,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
+
 from reprokit import cluster, schedule  # noqa: E402
 from reprokit.cli import ENVS  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from kits.common import data as datalib
-from kits.common.progress import MARKER
+from kits.common.names import PROGRESS_MARKER
 
 
 def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tell(line: str) -> None:
     """A line for the person watching the bench, through the runner's progress channel."""
-    print(MARKER + json.dumps({"bench": line}), flush=True)
+    print(PROGRESS_MARKER + json.dumps({"bench": line}), flush=True)
 
 
 if __name__ == "__main__":

@@ -53,13 +53,13 @@ import numpy as np
 from kits.common import certificate as cert
 from kits.common import custom
 from kits.common.files import write_json_atomic
+from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec
 from reprokit import certify_plan
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall
 
 SCHEMA = "reprokit.certificate/1"
-FRAMEWORKS = ("pytorch", "tensorflow")
 DEFAULT_TOLERANCES = {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0}
 TOLERANCE_MEANING = {
     "logits_rtol": "max difference of the logits of the same weights on the same batch, relative to the "

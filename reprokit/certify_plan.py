@@ -17,10 +17,10 @@ import copy
 import hashlib
 import json
 
+from kits.common.names import FRAMEWORKS, label
 from kits.common.pitfalls import certified
 from reprokit import model_cost
 
-FRAMEWORKS = ("pytorch", "tensorflow")
 FIXED = "fixed"
 # Spec fields that do not change what the certificate checks: how long and how it is measured.
 UNCERTIFIED_TRAIN = ("epochs", "max_steps_per_epoch", "warmup_steps", "target_accuracy", "eval_batch_size")
@@ -41,8 +41,8 @@ def pairs(specs: list[dict]) -> dict[str, list[dict]]:
             if missing:
                 there = next(s for s in pair.values() if s)
                 pair = not_run({fw: s for fw, s in pair.items() if s},
-                               f"only {_label(there['framework'])} runs variant {variant!r} in this matrix, so "
-                               f"there is no {_label(missing[0])} run to hold it against", experiment, variant)
+                               f"only {label(there['framework'])} runs variant {variant!r} in this matrix, so "
+                               f"there is no {label(missing[0])} run to hold it against", experiment, variant)
             out.setdefault(experiment, []).append(pair)
     return out
 
@@ -57,10 +57,6 @@ def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str
             "profile": specs[0]["profile"] if specs else None,
             "variant": {fw: (pair[fw]["variant"] if fw in pair else variant) for fw in FRAMEWORKS},
             "status": "not-run", "summary": f"not run: {reason}", "message": reason, "checks": []}
-
-
-def _label(framework: str) -> str:
-    return {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}[framework]
 
 
 def _certified_part(spec: dict) -> dict:

@@ -17,7 +17,15 @@ from pathlib import Path
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec, SpecError
-from reprokit import certify_plan, datasets, estimate, host_checks, publish, schedule, topology
+from reprokit import (
+    certify_plan,
+    datasets,
+    estimate,
+    host_checks,
+    publish,
+    schedule,
+    topology,
+)
 from reprokit import plan as planning
 from reprokit.certificate import certify_many
 from reprokit.console import RunProgress, duration

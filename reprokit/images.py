@@ -33,11 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kits.common.names import CONTAINER_LABEL, FRAMEWORKS
 from reprokit.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BASES_FILE = "docker/bases.toml"
-FRAMEWORKS = ("pytorch", "tensorflow")
 FLAVORS = ("cuda", "cpu")
 IMAGE_REPO = "reprokit"
 UNRESOLVED = "sha256:UNRESOLVED"
@@ -260,7 +260,7 @@ def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path =
                          f"build-{r.framework}-{r.flavor}.log")
     buildargs = {"BASE_IMAGE": r.base_ref, "BASE_DIGEST": r.base_digest,
                  "LOCK_FILE": "locks/reprokit-build.lock.txt"}
-    labels = {"reprokit": "1", LABEL_FRAMEWORK: r.framework, LABEL_LOCK_NAME: r.lock.name,
+    labels = {CONTAINER_LABEL: "1", LABEL_FRAMEWORK: r.framework, LABEL_LOCK_NAME: r.lock.name,
               LABEL_CONTENT: r.content_sha256, LABEL_LOCK: r.lock_sha256,
               LABEL_BASE_PINNED: "true" if r.base_pinned else "false"}
     log(f"building {r.tag} from {r.dockerfile.name} on {r.base_ref} (log: {log_path})")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_specs, write_spec
 
 from kits.common import arithmetic, stochastic
 from kits.common import certificate as cert
@@ -24,8 +25,6 @@ from reprokit.cli import ENVS
 from reprokit.errors import UserError
 from reprokit.provenance import REPO
 from reprokit.runners.local import LocalRunner
-
-from conftest import tiny_specs, write_spec
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 

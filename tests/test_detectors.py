@@ -9,10 +9,9 @@ import json
 import subprocess
 
 import pytest
+from conftest import tiny_specs, write_spec
 
 from reprokit.provenance import REPO
-
-from conftest import tiny_specs, write_spec
 
 pytestmark = pytest.mark.slow
 

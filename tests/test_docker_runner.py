@@ -33,8 +33,7 @@ from kits.common import report as kit_report
 from reprokit import host_checks, images, results
 from reprokit.cli import ENVS
 from reprokit.errors import UserError
-from reprokit.runners import base
-from reprokit.runners import choose
+from reprokit.runners import base, choose
 from reprokit.runners import docker as dr
 from reprokit.runners.local import LocalRunner
 

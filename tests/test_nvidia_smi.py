@@ -7,8 +7,8 @@ mode). The end-to-end tests replay them through a stand-in nvidia-smi on PATH.
 from __future__ import annotations
 
 import pytest
-
 from conftest import NVIDIA_SMI_CAPTURES as CAPTURES
+
 from kits.common import nvidia_smi
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from kits.common import nvidia_smi
 from reprokit import cli, host_checks, results, topology
-from reprokit.report import pair_findings
 from reprokit.provenance import REPO
+from reprokit.report import pair_findings
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
 

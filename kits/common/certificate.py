@@ -26,6 +26,7 @@ import numpy as np
 from kits.common import arithmetic, stochastic
 from kits.common import data as datalib
 from kits.common.files import atomic_file
+from kits.common.names import label
 from kits.common.spec import RunSpec
 
 SIDE_SCHEMA = "reprokit.certificate-side/2"
@@ -40,7 +41,6 @@ DROPOUT_PASSES = 128        # enough to tell dropout 0.1 from 0.2 at ALPHA (meas
 RANDOM_SPREAD = 1e-5        # outputs whose relative spread over passes is below this are not random
 FP32_FLOOR = 2.0 ** -23     # the same-framework baseline is never taken below one float32 rounding
 
-LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 
 
 class UnmappableModel(Exception):
@@ -53,10 +53,6 @@ class WeightsMismatch(Exception):
 
 class InputError(ValueError):
     """The spec's data cannot give the certificate its fixed batch or its steps (one sentence)."""
-
-
-def label(framework: str) -> str:
-    return LABELS.get(framework, framework)
 
 
 def canonical_name(kind: str, index: int, role: str) -> str:

@@ -5,6 +5,7 @@ import importlib
 import traceback
 from pathlib import Path
 
+from kits.common.names import label
 from kits.common.spec import RunSpec
 
 
@@ -24,8 +25,7 @@ def load_builder(ref: str):
 def who(spec: RunSpec, framework: str) -> str:
     """How a certificate names the model: the user's builder, or the kit's own model."""
     model = spec.model
-    label = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}[framework]
-    return model.builder(framework) if model.name == "custom" else f"the {label} kit's {model.name}"
+    return model.builder(framework) if model.name == "custom" else f"the {label(framework)} kit's {model.name}"
 
 
 def one_line(exc: BaseException) -> str:

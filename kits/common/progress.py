@@ -5,7 +5,7 @@ import json
 import sys
 import time
 
-MARKER = "REPROKIT-PROGRESS "
+from kits.common.names import PROGRESS_MARKER
 
 
 class Progress:
@@ -20,5 +20,5 @@ class Progress:
             return
         self._last = t
         event["elapsed_s"] = round(t - self._t0, 1)
-        sys.stdout.write(MARKER + json.dumps(event) + "\n")
+        sys.stdout.write(PROGRESS_MARKER + json.dumps(event) + "\n")
         sys.stdout.flush()

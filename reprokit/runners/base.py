@@ -20,12 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from kits.common.names import PROGRESS_MARKER
 from reprokit import results
 from reprokit.topology import Placement
-
-# A kit prints lines starting with this marker followed by one JSON object;
-# runners forward them to the progress display, everything else is log.
-PROGRESS_MARKER = "REPROKIT-PROGRESS "
 
 LOG_TAIL_LINES = 40
 RESULT_NAME = "result.json"

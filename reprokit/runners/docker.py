@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kits.common.names import CONTAINER_LABEL, PROGRESS_MARKER
 from reprokit import host_checks, images
 from reprokit.errors import UserError
 from reprokit.host_checks import (
@@ -56,7 +57,7 @@ DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
 TAIL_LINE_CHARS = 2000
-LABEL = "reprokit"
+LABEL = CONTAINER_LABEL
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
 
@@ -431,7 +432,7 @@ def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
 
     def emit(line: str) -> None:
         try:
-            split_line(line[:TAIL_LINE_CHARS] if not line.startswith("REPROKIT-PROGRESS ") else line,
+            split_line(line[:TAIL_LINE_CHARS] if not line.startswith(PROGRESS_MARKER) else line,
                        on_progress, tail)
         except Exception as exc:  # noqa: BLE001 - a broken progress display must not lose the run
             tail.append(f"(reprokit: the progress display failed: {exc!r})")
