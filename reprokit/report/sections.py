@@ -266,6 +266,8 @@ def certificates(certs: list[dict], details_link: str) -> str:
     parts = []
     if fixed is None:
         parts.append("**Equivalence certificate:** the `fixed` pair has none.")
+    elif fixed["status"] == "not-run":
+        parts.append(f"**Equivalence certificate: not run**: {md(fixed['message'])}.")
     else:
         file = certify_plan.file_name(fixed)
         mark = {True: "pass", False: "**FAIL**", None: "info"}
