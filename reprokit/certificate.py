@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -318,47 +319,62 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
     for work in works:
         work.mkdir(parents=True, exist_ok=True)
     plans = [certify_plan.reduced(specs, trajectory_budget) for specs in pairs]
-    # Jobs: each pair at its timed size, plus the reduced-width pairs; (pair index, specs, parts).
-    jobs = [(i, specs, "structure" if plans[i] else "all") for i, specs in enumerate(pairs)]
-    jobs += [(i, plan[0], "all") for i, plan in enumerate(plans) if plan]
-    results = [_new(specs, tol, runner) for _, specs, _ in jobs]
-    sides: list[dict[str, dict]] = [{} for _ in jobs]
-    folders: list[dict[str, Path]] = [{} for _ in jobs]
-    # One process per framework and thread setting: a process sets its thread pools once.
-    groups: dict[str, list[int]] = {}
-    for j, (_, specs, _) in enumerate(jobs):
-        threads = {fw: specs[fw]["numerics"]["cpu_threads"] for fw in FRAMEWORKS}
-        groups.setdefault(json.dumps(threads, sort_keys=True), []).append(j)
-    for g, group in enumerate(groups.values()):
-        batch = works[jobs[group[0]][0]] / f"batch-{g}"
-        for fw in FRAMEWORKS:
-            todo = [j for j in group if results[j]["message"] is None]
-            if not todo:
-                break
-            jobs_dir = batch / f"jobs-{fw}"
-            jobs_dir.mkdir(parents=True, exist_ok=True)
-            for j in todo:
-                (jobs_dir / f"spec-{j}.json").write_text(json.dumps(jobs[j][1][fw]))
-            (jobs_dir / "jobs.json").write_text(json.dumps(
-                [{"name": str(j), "spec": f"spec-{j}.json", "parts": jobs[j][2]} for j in todo]))
-            code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
-                                             batch / "pytorch" if fw == "tensorflow" else None)
-            for j in todo:
-                folders[j][fw] = batch / fw / str(j)
-                results[j]["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
-                side, text = _read_side(fw, folders[j][fw] / SIDE_NAME, code, tail)
-                _take_side(results[j], sides[j], fw, side, text)
-    for j, (_, specs, _) in enumerate(jobs):
-        if set(sides[j]) == set(FRAMEWORKS):
-            _compare(results[j], sides[j], specs, folders[j], tol)
-    out = results[:len(pairs)]
-    for j in range(len(pairs), len(jobs)):
-        _add_reduced(out[jobs[j][0]], results[j], plans[jobs[j][0]][1], jobs[j][1])
+    # Jobs: each pair at its timed size, then the reduced-width pairs: (pair index, specs, parts).
+    jobs = [_Job(i, specs, "structure" if plans[i] else "all") for i, specs in enumerate(pairs)]
+    jobs += [_Job(i, plan[0], "all") for i, plan in enumerate(plans) if plan]
+    for job in jobs:
+        job.result = _new(job.specs, tol, runner)
+    _run_jobs(jobs, runner, works, timeout_s)
+    for job in jobs:
+        if set(job.sides) == set(FRAMEWORKS):
+            _compare(job.result, job.sides, job.specs, job.folders, tol)
+    out = [job.result for job in jobs[:len(pairs)]]
+    for job in jobs[len(pairs):]:
+        _add_reduced(out[job.pair], job.result, plans[job.pair][1], job.specs)
     for i, result in enumerate(out):
         result["summary"] = _summary(result)
         result["wall_s"] = time.perf_counter() - t0
         write_json_atomic(works[i] / "certificate.json", result)
     return out
+
+
+@dataclass
+class _Job:
+    """One pair of specs to certify in the framework processes, and what came back."""
+    pair: int                          # the index of the pair it certifies
+    specs: dict[str, dict]
+    parts: str                         # "all", or "structure" (the costly checks run at a reduced width)
+    result: dict = field(default_factory=dict)
+    sides: dict[str, dict] = field(default_factory=dict)
+    folders: dict[str, Path] = field(default_factory=dict)
+
+
+def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float) -> None:
+    """One process per framework and thread setting (a process sets its thread pools once)."""
+    groups: dict[str, list[_Job]] = {}
+    for job in jobs:
+        threads = {fw: job.specs[fw]["numerics"]["cpu_threads"] for fw in FRAMEWORKS}
+        groups.setdefault(json.dumps(threads, sort_keys=True), []).append(job)
+    for g, group in enumerate(groups.values()):
+        batch = works[group[0].pair] / f"batch-{g}"
+        for fw in FRAMEWORKS:
+            todo = [job for job in group if job.result["message"] is None]
+            if not todo:
+                break
+            jobs_dir = batch / f"jobs-{fw}"
+            jobs_dir.mkdir(parents=True, exist_ok=True)
+            names = [str(jobs.index(job)) for job in todo]
+            for name, job in zip(names, todo):
+                (jobs_dir / f"spec-{name}.json").write_text(json.dumps(job.specs[fw]))
+            (jobs_dir / "jobs.json").write_text(json.dumps(
+                [{"name": name, "spec": f"spec-{name}.json", "parts": job.parts} for name, job in zip(names, todo)]))
+            code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
+                                             batch / "pytorch" if fw == "tensorflow" else None)
+            for name, job in zip(names, todo):
+                job.folders[fw] = batch / fw / name
+                job.result["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
+                side, text = _read_side(fw, job.folders[fw] / SIDE_NAME, code, tail)
+                _take_side(job.result, job.sides, fw, side, text)
 
 
 REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights_after_steps")
