@@ -130,3 +130,26 @@ def test_compare_holds_one_result_set_against_another(tmp_path):
     assert (tmp_path / "c.md").read_text().strip() == same.stdout.strip()
     missing = run("reports/quick-cpu", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "no result files" in missing.stderr
+
+
+def test_a_download_shows_its_progress(tmp_path):
+    """A real HTTP download on this machine's loopback: the file arrives whole and the progress is told."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "served").mkdir()
+    payload = bytes(range(256)) * (12 * 2**12)                   # 12 MiB
+    (tmp_path / "served" / "archive.tar.gz").write_bytes(payload)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    lines: list[str] = []
+    try:
+        datasets._download(f"http://127.0.0.1:{server.server_port}/archive.tar.gz", tmp_path / "got.tar.gz",
+                           log=lines.append)
+    finally:
+        server.shutdown()
+    assert (tmp_path / "got.tar.gz").read_bytes() == payload
+    assert lines[0].endswith("(12 MiB)") and lines[0].startswith("downloading http://127.0.0.1:")
+    assert any("(100%)" in line and "MiB/s" in line for line in lines[1:]), lines
