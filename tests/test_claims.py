@@ -145,7 +145,7 @@ BAD = [
     ('numerator = { framework = "pytorch" }, ', '', "c-ratio", r"metric\.numerator: missing"),
     ('quantity = "total_time_s", ', '', "c-ratio", r"metric\.numerator\.quantity: missing"),
     ('metric = { kind = "value", quantity = "memory_growth",', 'metric = { kind = "value", quantity = "memory_growth", reading = "device",',
-     "c-growth", r"metric\.reading: a reading applies to peak_memory_bytes only"),
+     "c-growth", r"metric\.reading: a reading applies to the memory peaks \(peak_memory_bytes, .*\) only"),
     # each claim names in advance the one reading that judges it
     ('metric = { kind = "value", quantity = "memory_growth",', 'metric = { kind = "value", quantity = "memory_growth", reading = "any",',
      "c-growth", r"metric\.reading: 'any' is not allowed; allowed: reported, allocated, reserved, device"),
