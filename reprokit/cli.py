@@ -271,6 +271,8 @@ def _matrix(args) -> Matrix:
         per_experiment = _options(args, profile, device, frameworks, claims, experiments, args.dry_run)
         specs = [s for name, o in per_experiment.items()
                  for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
+    if device == "gpu":
+        host_checks.check_precision({s["numerics"]["precision"] for s in specs}, args.gpus)
     return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once)
 
 
