@@ -139,7 +139,7 @@ BAD = [
      r"metric\.quantity: 'leakiness' is not allowed; allowed: samples_per_s"),
     ('metric = { kind = "value", quantity = "memory_growth", framework = "pytorch", variant = "+pt_val_grad" }',
      'metric = { kind = "value", quantity = "memory_growth", framework = "pytorch", variant = "+pt_nonsense" }',
-     "c-growth", r"metric\.variant: unknown pitfall 'pt_nonsense'.*known: pt_cpu_resize_dataloader"),
+     "c-growth", r"metric\.variant: unknown pitfall 'pt_nonsense'.*known: pt_blocking_copy, pt_cpu_resize_dataloader"),
     ('framework = "pytorch", variant = "+pt_val_grad"', 'framework = "tensorflow", variant = "+pt_val_grad"',
      "c-growth", r"metric\.variant: '\+pt_val_grad' is a pytorch pitfall"),
     ('numerator = { framework = "pytorch" }, ', '', "c-ratio", r"metric\.numerator: missing"),

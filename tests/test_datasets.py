@@ -278,7 +278,8 @@ _READ_TFDS = """
 import json, sys
 from pathlib import Path
 from kits.tensorflow_kit import tfds_data
-train, test = tfds_data.load(Path(sys.argv[1]), json.loads(sys.argv[2]), 25, 4)
+named = json.loads(sys.argv[2])
+train, test = tfds_data.load(Path(sys.argv[1]), named["dir"], named["sha256"], 25, 4)
 print(json.dumps({split: [[ex["id"].numpy().decode(), int(ex["label"]), ex["image"].numpy().tolist()] for ex in ds]
                   for split, ds in (("train", train), ("test", test))}))
 """

@@ -48,6 +48,24 @@ class NumpyFeeder:
         return (self.to_device(x[idx], y[idx]) for idx in datalib.batches(order, self.eval_batch_size, False))
 
 
+class HookFeeder:
+    """The user's own input pipeline (their ``input`` hook) over the prepared arrays; each batch it yields
+    goes to the backend's to_device, which takes numpy arrays and the framework's own tensors."""
+
+    def __init__(self, fn, arrays: datalib.Arrays, spec: RunSpec, to_device: Callable) -> None:
+        self.fn, self.arrays, self.spec, self.to_device = fn, arrays, spec, to_device
+
+    def train(self, epoch: int) -> Iterator:
+        a = self.arrays
+        return (self.to_device(x, y) for x, y in self.fn("train", a.x_train, a.y_train, self.spec.train.batch_size,
+                                                         epoch))
+
+    def test(self) -> Iterator:
+        a = self.arrays
+        return (self.to_device(x, y) for x, y in self.fn("test", a.x_test, a.y_test,
+                                                         self.spec.train.eval_batch_size, 0))
+
+
 class FeederMixin:
     """The batch plumbing both backends share: their ``feeder`` decides the batches."""
 

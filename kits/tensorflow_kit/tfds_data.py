@@ -36,10 +36,10 @@ def prepare(data_dir: Path, builder=None) -> Path:
     return data_dir / DATASET
 
 
-def load(data_dir: Path, spec_tfds: dict, train_samples: int, test_samples: int):
+def load(data_dir: Path, folder: str, sha256: str, train_samples: int, test_samples: int):
     """(train, test) as the post loads them, ``tfds.load('cifar10', split=['test', 'train'])``, from the
-    prepared folder the spec names (checked first), cut to the spec's sample counts."""
-    datalib.verified_folder(data_dir / spec_tfds["dir"], spec_tfds["sha256"])
+    prepared folder the spec names (its files checked first), cut to the spec's sample counts."""
+    datalib.verified_folder(data_dir / folder, sha256)
     ds_test, ds_train = tfds.load(NAME, split=["test", "train"], data_dir=str(data_dir / ROOT), download=False,
                                   try_gcs=False)
     return ds_train.take(train_samples), ds_test.take(test_samples)

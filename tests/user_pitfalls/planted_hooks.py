@@ -1,12 +1,12 @@
 """The user's own input pipeline, evaluation step and metrics, as a user would write them.
 
-Each takes the options of the experiment's [model] first. options["plant"] lists the pitfalls to plant:
+Each takes the options of the experiment's [model] first. options["plant"] lists the pitfalls to plant
+(planted_models.py plants those of the models):
 
 - "short-batches": every second training batch holds a quarter of the batch size;
 - "slow-input": every training batch arrives 50 ms late (a slow disk or decoder);
 - "eval-with-grad": the evaluation step runs without torch.no_grad();
 - "per-batch-metrics": loss and accuracy divided by the number of batches, not of samples;
-- "graph-in-metrics": the running loss is summed as a tensor, keeping every step's autograd graph;
 - "batch-of-one": the tf.data pipeline maps each example to a batch of one and never batches.
 """
 import time
@@ -46,10 +46,7 @@ class _TorchMetrics:
 
     def update(self, outputs, labels, loss):
         n = len(labels)
-        if "graph-in-metrics" in self.plant:
-            self.loss = self.loss + loss * n          # a tensor with its graph: every step's stays alive
-        else:
-            self.loss += loss.item() * n
+        self.loss += loss.item() * n
         self.correct += int((outputs.argmax(1) == labels).sum())
         self.samples, self.batches = self.samples + n, self.batches + 1
 

@@ -1,5 +1,9 @@
-"""The user's own small CNN in both frameworks; "softmax" in options["plant"] ends the PyTorch one in a
-softmax that CrossEntropyLoss does not expect."""
+"""The user's own small CNN in both frameworks. options["plant"] can plant, in the PyTorch one:
+
+- "softmax": it ends in a softmax that CrossEntropyLoss does not expect;
+- "keep-activations": forward hooks keep every batch's first feature maps, before and after their ReLU,
+  to plot them later.
+"""
 
 
 def torch_model(options, input_size, num_classes):
@@ -10,7 +14,12 @@ def torch_model(options, input_size, num_classes):
               nn.Flatten(), nn.Linear(width, num_classes)]
     if "softmax" in options["plant"]:
         layers.append(nn.Softmax(dim=1))
-    return nn.Sequential(*layers)
+    model = nn.Sequential(*layers)
+    if "keep-activations" in options["plant"]:
+        kept = []
+        for layer in model[:2]:
+            layer.register_forward_hook(lambda module, args, out: kept.append(out.detach().clone()))
+    return model
 
 
 def keras_model(options, input_size, num_classes):
