@@ -516,6 +516,17 @@ def test_run_time_findings_are_listed_per_variant(matrix, experiments):
     found = section[section.index("### Findings at run time"):]
     line = next(line for line in found.splitlines() if "effective-batch-size" in line)
     assert "TensorFlow" in line and "as\\_posted" in line and "at most 1 sample(s) per step" in line
+    assert "Declared reproduction" not in line
+    # a finding no user hook can cause says so where it is listed
+    pt = pick(matrix, MEMORY, "pytorch", "as_posted")
+    declared = derive(pt, "as_posted", pt["spec"]["pitfalls"], lambda r: r.update(findings=[
+        {"code": "eval-mode-in-train", "severity": "error", "message": "the model was in evaluation mode",
+         "declared": "only the kit's reproduction of a post's model.eval() called once can cause it"}]))
+    section = _section(report.render("t", [r for r in matrix if r is not pt] + [declared], experiments),
+                       "## Seed 004")
+    line = next(line for line in section.splitlines() if "eval-mode-in-train" in line)
+    assert line.endswith("*Declared reproduction:* only the kit's reproduction of a post's model.eval() called "
+                         "once can cause it.")
     # the pair of fixed runs: declared differences are info
     assert any(line.startswith("- both, `fixed`") and "declared" in line for line in found.splitlines())
 
