@@ -318,8 +318,9 @@ from kits.pytorch_kit.posted_input import CpuResizeLoader
 data_dir, md5s = Path(sys.argv[1]), json.loads(sys.argv[2])
 npz = data_dir / "cifar10.npz"
 arrays = datalib.load(npz, hashlib.sha256(npz.read_bytes()).hexdigest(), 40, 10)
-spec = {"data": {"dataset": "cifar10", "input_size": 48, "shuffle": True, "drop_last": True},
-        "train": {"seed": 0, "batch_size": 8, "eval_batch_size": 8}}
+from types import SimpleNamespace as Fields                 # the RunSpec fields the reader reads
+data = Fields(dataset="cifar10", input_size=48, shuffle=True, drop_last=True)
+spec = Fields(data=data, train=Fields(seed=0, batch_size=8, eval_batch_size=8))
 try:
     CpuResizeLoader(arrays, spec, lambda x, y: (x, y))
     refused = None
@@ -330,7 +331,8 @@ CIFAR10.train_list = [[n, md5s[n]] for n in ["data_batch_1", "data_batch_2", "da
 CIFAR10.test_list = [["test_batch", md5s["test_batch"]]]
 CIFAR10.meta = {**CIFAR10.meta, "md5": md5s["batches.meta"]}
 posted = CpuResizeLoader(arrays, spec, lambda x, y: (x, y))
-arrays_only = CpuResizeLoader(arrays, {**spec, "data": {**spec["data"], "dataset": "learnable"}}, lambda x, y: (x, y))
+arrays_only = CpuResizeLoader(arrays, Fields(data=Fields(**{**vars(data), "dataset": "learnable"}), train=spec.train),
+                              lambda x, y: (x, y))
 same = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
            for split in ("train", "test")
            for a, b in zip(*(getattr(l, split)(*([1] if split == "train" else [])) for l in (posted, arrays_only))))

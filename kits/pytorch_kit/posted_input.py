@@ -14,6 +14,7 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from kits.common import data as datalib
+from kits.common.spec import RunSpec
 
 
 class _ArrayImages(Dataset):
@@ -30,22 +31,23 @@ class _ArrayImages(Dataset):
         return self.transform(Image.fromarray(self.x[i])), int(self.y[i])
 
 
-def reader(spec: dict) -> str:
+def reader(spec: RunSpec) -> str:
     """How this run reads its images, in words, for the result file."""
-    if spec["data"]["dataset"] == "cifar10":
-        return "torchvision.datasets.CIFAR10 over the verified archive's batches (download=False), as posted"
-    return (f"the kit's {spec['data']['dataset']} arrays through the posted transforms (declared adaptation: "
+    if spec.data.dataset == "cifar10":
+        return ("torchvision.datasets.CIFAR10 over the verified archive's batches (download=False) through the "
+                "posted transforms, as posted")
+    return (f"the kit's {spec.data.dataset} arrays through the posted transforms (declared adaptation: "
             f"torchvision.datasets.CIFAR10 reads CIFAR-10 only)")
 
 
 class CpuResizeLoader:
     """transforms.Resize((S, S)) + ToTensor per PIL image, in a single-process DataLoader."""
 
-    def __init__(self, arrays: datalib.Arrays, spec: dict, to_device) -> None:
+    def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device) -> None:
         from torchvision import datasets, transforms
-        size = spec["data"]["input_size"]
+        size = spec.data.input_size
         transform = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor()])
-        if spec["data"]["dataset"] == "cifar10":
+        if spec.data.dataset == "cifar10":
             root = str(arrays.folder)
             self.train_set = datasets.CIFAR10(root, train=True, transform=transform, download=False)
             self.test_set = datasets.CIFAR10(root, train=False, transform=transform, download=False)
@@ -60,10 +62,10 @@ class CpuResizeLoader:
         return (self.to_device(xb, yb) for xb, yb in loader)
 
     def train(self, epoch: int):
-        t = self.spec["train"]
-        order = datalib.epoch_order(self.n_train, t["seed"], epoch, self.spec["data"]["shuffle"])
-        return self._load(self.train_set, datalib.batches(order, t["batch_size"], self.spec["data"]["drop_last"]))
+        t, d = self.spec.train, self.spec.data
+        order = datalib.epoch_order(self.n_train, t.seed, epoch, d.shuffle)
+        return self._load(self.train_set, datalib.batches(order, t.batch_size, d.drop_last))
 
     def test(self):
         order = np.arange(self.n_test)
-        return self._load(self.test_set, datalib.batches(order, self.spec["train"]["eval_batch_size"], False))
+        return self._load(self.test_set, datalib.batches(order, self.spec.train.eval_batch_size, False))
