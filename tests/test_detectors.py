@@ -51,6 +51,9 @@ def test_memory_growth_is_a_steady_trend_above_a_share_of_the_model_not_a_jump()
     assert found[0]["message"].startswith("process resident memory (VmRSS) rose steadily by 115 MiB")
     jump = _series(np.r_[np.full(12, base), np.full(12, base + 200 * mib)])  # one buffer allocated once
     assert detectors.memory_growth(jump, 2, "s", 4 * mib) == []
+    # a jump that straddles two windows, then a slow creep (a validation graph kept into the next epoch)
+    staircase = _series(base + mib * np.r_[np.zeros(7), np.linspace(30, 40, 17)] + rng.normal(0, 2 * mib, 24))
+    assert detectors.memory_growth(staircase, 2, "s", 4 * mib) == []
     noise = _series(base + rng.normal(0, 8 * mib, 24))
     assert detectors.memory_growth(noise, 2, "s", 4 * mib) == []
     # the same rise, against a model whose own training memory is far larger: not a leak of note

@@ -25,6 +25,7 @@ GROWTH_WINDOWS = 6
 GROWTH_SHARE_OF_FOOTPRINT = 0.5
 GROWTH_FLOOR_BYTES = 32 * 2**20         # a process's resident memory moves by this much without a leak
 GROWTH_LARGEST_STEP = 0.5                # a rise half of which is one step between windows is a jump
+GROWTH_STILL_RISING = 0.5                # a leak still rises in the last half: at half its overall slope at least
 DECLARED = {
     "eval-mode-in-train": "no user hook sets the module's mode while training (the kit's loop does), so only the "
                           "kit's reproduction of a post's model.eval() called once can cause it",
@@ -54,8 +55,9 @@ def effective_batch(configured: int, sizes: list[int], expected_short: int) -> l
 
 def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footprint_bytes: int) -> list[dict]:
     """A steady rise: the medians of consecutive windows of the memory sampled after warmup rise (all steps
-    between windows but one), no single step makes half the rise (that is a jump: a buffer allocated once),
-    and the trend through them adds more than the threshold over the fitted steps."""
+    between windows but one), no single step makes half the rise and the last half of the windows still rises
+    (else it is a jump: something allocated once, or kept from one phase to the next), and the trend through
+    them adds more than the threshold over the fitted steps."""
     pts = np.asarray([p for p in points if p[0] > warmup], dtype=np.float64)
     if len(pts) < GROWTH_WINDOWS:
         return []
@@ -67,7 +69,9 @@ def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footp
     slope = np.polyfit(steps, level, 1)[0]
     growth = slope * (pts[-1, 0] - pts[0, 0])
     threshold = max(GROWTH_FLOOR_BYTES, GROWTH_SHARE_OF_FOOTPRINT * footprint_bytes)
-    jump = between.max() > GROWTH_LARGEST_STEP * (level[-1] - level[0])
+    late = GROWTH_WINDOWS // 2
+    jump = (between.max() > GROWTH_LARGEST_STEP * (level[-1] - level[0])
+            or np.polyfit(steps[late:], level[late:], 1)[0] < GROWTH_STILL_RISING * slope)
     if rises < GROWTH_WINDOWS - 2 or jump or growth <= threshold:
         return []
     return [_finding("memory-growth", "error",

@@ -1,8 +1,8 @@
 """Clocks and memory readings shared by both kits (standard library and numpy only)."""
 from __future__ import annotations
 
+import ctypes
 import os
-import resource
 import time
 
 import numpy as np
@@ -20,11 +20,6 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * _PAGE
 
 
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process since it started (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _status_bytes(field: str) -> int:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -37,18 +32,27 @@ class ResidentPeak:
     """The process's resident high-water mark per phase, on Linux: exact, and no thread competes with training.
 
     Writing 5 to /proc/self/clear_refs resets VmHWM to the current resident size; VmHWM in
-    /proc/self/status then reads the highest since. Where the kernel refuses the reset, the
-    reading is unavailable with its reason, never a peak since the process started.
+    /proc/self/status then reads the highest since. Before that, the C library's allocator hands
+    its free memory back to the system (glibc's malloc_trim): memory the last phase freed but kept
+    resident would otherwise hold what the next phase allocates, which then never shows. Where the
+    kernel refuses the reset, the reading is unavailable with its reason, never a peak since the
+    process started.
     """
 
-    SOURCE = ("process resident high-water mark of the phase (VmHWM, reset at the phase's start "
-              "by writing 5 to /proc/self/clear_refs)")
+    SOURCE = ("process resident high-water mark of the phase (VmHWM, reset at the phase's start by writing 5 to "
+              "/proc/self/clear_refs, after malloc_trim returned the allocator's free memory)")
 
     def __init__(self) -> None:
         self.unavailable: str | None = None
         self.baseline = rss_bytes()      # before the model is built: the framework's libraries and the data
+        try:
+            self._trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):   # not glibc: the mark then also holds memory freed but kept
+            self._trim = None
 
     def reset(self) -> None:
+        if self._trim is not None:
+            self._trim(0)
         try:
             with open("/proc/self/clear_refs", "w") as fh:
                 fh.write("5")
