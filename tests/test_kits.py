@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from conftest import tiny_specs, write_spec
 
+from kits.common.feeding import NumpyFeeder
 from reprokit import datasets, model_cost, results
 from reprokit.provenance import REPO
 from reprokit.report.parameter_counts import parameter_counts
@@ -72,7 +73,7 @@ def test_effective_batch_and_counts_come_from_the_tensors(tiny_results, fw):
     result, _ = tiny_results[fw]
     eff = result["effective"]
     assert eff["batch_size"] == {"configured": 32, "min": 32, "max": 32, "mean": 32.0, "short_steps": 0}
-    assert eff["input"] == "the kit's batches of the prepared arrays, resized and scaled on the device"
+    assert eff["input"] == NumpyFeeder.READER
     assert eff["train_samples_per_epoch"] == [256, 256]     # 256 // 32 full batches, drop_last
     assert eff["train_steps_per_epoch"] == [8, 8]
     assert eff["test_samples"] == 64                         # evaluation keeps the last partial batch

@@ -506,6 +506,22 @@ def test_the_ablation_table_sets_each_pitfall_against_fixed(matrix, experiments)
     assert "Named variants: `as\\_posted` (PyTorch): pt\\_head\\_1000, pt\\_cpu\\_resize\\_dataloader" in ablation
 
 
+def test_the_ablation_notes_name_the_phase_peaks_source_and_the_posted_readers(matrix, experiments):
+    phases = [{"epoch": 1, "phase": "train", "steps": 8, "peak_bytes": 800 << 20, "source": "VmHWM of the phase",
+               "readings": {"process": {"peak_bytes": 800 << 20, "source": "VmHWM of the phase"}}}]
+    edited = []
+    for r in matrix:
+        r = copy.deepcopy(r)
+        r["memory"]["phases"] = phases
+        if r["experiment"] == SPEED and r["variant"] == "+pt_cpu_resize_dataloader":
+            r["effective"]["input"] = "torchvision.datasets.CIFAR10 as posted"
+        edited.append(r)
+    section = _section(report.render("t", edited, experiments), "## Seed 000")
+    assert "Phase peaks, the reported reading of each phase (warmup apart): VmHWM of the phase." in section
+    assert ("Inputs other than the kit's own batches: `+pt\\_cpu\\_resize\\_dataloader` (PyTorch): "
+            "torchvision.datasets.CIFAR10 as posted.") in section
+
+
 def test_run_time_findings_are_listed_per_variant(matrix, experiments):
     def finding(r):
         r["findings"] = [{"code": "effective-batch-size", "severity": "error",

@@ -79,8 +79,8 @@ def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footp
                      f"{int(pts[-1, 0])} ({slope / 2**10:,.0f} KiB per step; {rises} of {GROWTH_WINDOWS - 1} windows "
                      f"higher than the one before), more than {threshold / 2**20:,.0f} MiB (half the model's training "
                      f"footprint of {footprint_bytes / 2**20:,.2f} MiB, at least {GROWTH_FLOOR_BYTES >> 20} MiB): "
-                     f"tensors from every step are being kept alive (e.g. a loss or metric summed with its autograd "
-                     f"graph)")]
+                     f"tensors from every step are being kept alive (e.g. activations, outputs or losses collected "
+                     f"in a list, or graphs that no backward pass frees)")]
 
 
 def modes(observed: dict) -> list[dict]:

@@ -12,10 +12,14 @@ from kits.common.spec import RunSpec
 class NumpyFeeder:
     """Slices uint8 batches with numpy and hands each to the backend's to_device.
 
+    READER is how a result names this input (``effective.input``).
+
     ``shuffle=False`` and ``resume=True`` exist for the as-posted TensorFlow
     pipelines: a dataset that is never shuffled, and one iterator that runs on
     across epochs instead of starting again.
     """
+
+    READER = "the kit's batches of the prepared arrays, resized and scaled on the device"
 
     def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device: Callable,
                  shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None) -> None:

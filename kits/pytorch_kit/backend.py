@@ -110,7 +110,7 @@ class Backend(FeederMixin):
             self.input_reader = posted_input.reader(self.spec)
         else:
             self.feeder = NumpyFeeder(arrays, self.spec, self._to_device)
-            self.input_reader = "the kit's batches of the prepared arrays, resized and scaled on the device"
+            self.input_reader = NumpyFeeder.READER
         return {"parameters": models.parameter_counts(self.model)}
 
     def training_flops(self) -> dict:

@@ -123,7 +123,7 @@ class Backend(FeederMixin):
             self.input_reader = self.feeder.reader
         else:
             self.feeder = numpy_feeder
-            self.input_reader = "the kit's batches of the prepared arrays, resized and scaled on the device"
+            self.input_reader = NumpyFeeder.READER
         return {"parameters": models.parameter_counts(self.model)}
 
     def training_flops(self) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS
 from reprokit import certify_plan
 from reprokit.report import metrics, pair_findings, parameter_counts, runs, stats, units
@@ -166,7 +167,7 @@ def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
         notes.append("Phase peaks, the reported reading of each phase (warmup apart): " + "; ".join(sources) + ".")
     readers = [f"`{md(v)}` ({LABELS[fw]}): {md(rs[0]['effective']['input'])}" for v in variants
                for fw, rs in sorted(by_variant[v].items())
-               if not rs[0].get("effective", {}).get("input", "the kit's").startswith("the kit's")]
+               if rs[0].get("effective", {}).get("input", NumpyFeeder.READER) != NumpyFeeder.READER]
     if readers:
         notes.append("Inputs other than the kit's own batches: " + "; ".join(readers) + ".")
     if any(metrics.field(r, "metrics.averaged_over") == "batches"
