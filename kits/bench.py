@@ -41,6 +41,7 @@ from pathlib import Path
 
 from kits.common import data as datalib
 from kits.common.names import PROGRESS_MARKER
+from kits.common.spec import Model, parse
 
 
 def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
@@ -48,6 +49,11 @@ def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
     order = datalib.epoch_order(len(arrays.x_train), spec["train"]["seed"], 1, spec["data"]["shuffle"])
     idx = list(datalib.batches(order, spec["train"]["batch_size"], spec["data"]["drop_last"]))
     return idx[:warmup + steps]
+
+
+def _model(spec: dict):
+    """The spec's model block, typed as the kits' builders take it."""
+    return parse(Model, spec["model"], "model")
 
 
 def _scale_resize(spec: dict) -> tuple[float, int | None]:
@@ -68,7 +74,7 @@ def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) ->
     torch.manual_seed(spec["train"]["seed"])
     device = torch.device("cuda" if spec["device"] == "gpu" else "cpu")
     scale, resize = _scale_resize(spec)
-    model = models.build(spec["model"], spec["data"]["input_size"]).to(device)
+    model = models.build(_model(spec), spec["data"]["input_size"]).to(device)
     model.train()
     opt = spec["train"]["optimizer"]
     if opt["name"] == "adam":
@@ -132,7 +138,7 @@ def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int)
 
     keras.utils.set_random_seed(spec["train"]["seed"])
     scale, resize = _scale_resize(spec)
-    model = models.build(spec["model"], spec["data"]["input_size"])
+    model = models.build(_model(spec), spec["data"]["input_size"])
     opt = spec["train"]["optimizer"]
     if opt["name"] == "adam":
         optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"], beta_2=opt["beta2"],

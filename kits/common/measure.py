@@ -32,26 +32,29 @@ class ResidentPeak:
     """The process's resident high-water mark per phase, on Linux: exact, and no thread competes with training.
 
     Writing 5 to /proc/self/clear_refs resets VmHWM to the current resident size; VmHWM in
-    /proc/self/status then reads the highest since. Before that, the C library's allocator hands
-    its free memory back to the system (glibc's malloc_trim): memory the last phase freed but kept
-    resident would otherwise hold what the next phase allocates, which then never shows. Where the
-    kernel refuses the reset, the reading is unavailable with its reason, never a peak since the
-    process started.
+    /proc/self/status then reads the highest since. Where the kernel refuses the reset, the
+    reading is unavailable with its reason, never a peak since the process started.
+
+    Training frees its activations into the C library's allocator, which keeps them resident, so an
+    evaluation that follows would allocate into them and its own needs would never show. Before an
+    evaluation phase (only: no timed training step follows it) the allocator hands that free memory
+    back to the system (glibc's malloc_trim). The next epoch's first training step then takes that
+    memory from the system again: about a fifth of one step's time on the quick profile's CPU.
     """
 
     SOURCE = ("process resident high-water mark of the phase (VmHWM, reset at the phase's start by writing 5 to "
-              "/proc/self/clear_refs, after malloc_trim returned the allocator's free memory)")
+              "/proc/self/clear_refs; before an evaluation, malloc_trim first returns the allocator's free memory)")
 
     def __init__(self) -> None:
         self.unavailable: str | None = None
         self.baseline = rss_bytes()      # before the model is built: the framework's libraries and the data
         try:
             self._trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):   # not glibc: the mark then also holds memory freed but kept
+        except (OSError, AttributeError):   # not glibc: an evaluation's mark then also holds training's leftovers
             self._trim = None
 
-    def reset(self) -> None:
-        if self._trim is not None:
+    def reset(self, phase: str) -> None:
+        if phase == "eval" and self._trim is not None:
             self._trim(0)
         try:
             with open("/proc/self/clear_refs", "w") as fh:

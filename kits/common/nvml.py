@@ -185,7 +185,7 @@ class DeviceSampler:
                 self._fail(f"NVML failed during the run ({exc})")
                 return
 
-    def reset(self) -> None:
+    def reset(self, _phase: str = "") -> None:
         """A new phase: its peak starts from the device memory used now."""
         if self._thread is None or self.unavailable is not None:
             return

@@ -55,7 +55,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
     planned = steps_per_epoch(spec, n_train)
 
     global_step = 0
-    phases.start()                     # the warmup's phase: the build and the FLOP count are behind us
+    phases.start(WARMUP)               # the build and the FLOP count are behind us
     for epoch in range(1, epochs + 1):
         backend.set_mode(training=True)
         batches = backend.train_batches(epoch)
@@ -85,7 +85,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
             elif global_step == warmup:
                 backend.sync()
                 # Autotuning and one-off workspaces belong to the warmup's peak, not to training's.
-                phases.end(WARMUP, epoch, in_phase)
+                phases.end(WARMUP, epoch, in_phase, then=TRAIN)
                 in_phase = 0
                 t_measured = now()
                 timer.start()
@@ -97,7 +97,9 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         if t_measured is not None:
             m.measured_train_s += t_end - t_measured
         if in_phase:
-            phases.end(TRAIN if t_measured is not None else WARMUP, epoch, in_phase)
+            phases.end(TRAIN if t_measured is not None else WARMUP, epoch, in_phase, then=EVAL)
+        else:
+            phases.start(EVAL)
         train_loss, train_correct = backend.take_sums()
         train_reported = backend.reported()
 
@@ -110,7 +112,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
             eval_steps += 1
         test_loss, test_correct = backend.take_sums()
         t_eval_end = now()
-        phases.end(EVAL, epoch, eval_steps)
+        phases.end(EVAL, epoch, eval_steps, then=TRAIN if global_step >= warmup else WARMUP)
         test_reported = backend.reported()
 
         m.samples_per_epoch.append(samples)

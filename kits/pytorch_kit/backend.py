@@ -252,7 +252,7 @@ class Backend(FeederMixin):
 class _AllocatorPeaks:
     """The caching allocator's peaks of a phase: reset at its start, read at its end."""
 
-    def reset(self) -> None:
+    def reset(self, _phase: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
     def read(self) -> dict:

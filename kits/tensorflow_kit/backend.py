@@ -235,7 +235,7 @@ class Backend(FeederMixin):
 class _AllocatorPeak:
     """TensorFlow's allocator peak on the GPU (memory growth on) for a phase: reset at its start, read at its end."""
 
-    def reset(self) -> None:
+    def reset(self, _phase: str) -> None:
         tf.config.experimental.reset_memory_stats("GPU:0")
 
     def read(self) -> dict:
