@@ -29,6 +29,13 @@ def reproduce(session: nox.Session) -> None:
 
 
 @nox.session
+def data(session: nox.Session) -> None:
+    """The separate data step (may use the network): CIFAR-10, and TFDS's cifar10 for the posted TensorFlow input."""
+    _host(session)
+    session.run("python", "-m", "reprokit", "data", *session.posargs)
+
+
+@nox.session
 def compare(session: nox.Session) -> None:
     """Compare two result sets (report folders), B against A: `nox -s compare -- reports/A reports/B`."""
     _host(session)

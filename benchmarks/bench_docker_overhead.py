@@ -44,7 +44,7 @@ def tiny_spec(runner: dr.DockerRunner, framework: str, data_dir: Path, device: s
                         allow_download=False)
     (spec,) = [s for s in plan.specs_for(load(EXPERIMENT), opts, runner.describe, code())
                if s["framework"] == framework]
-    spec["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=0)
+    spec["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=1)
     spec["data"]["test_samples"] = min(spec["data"]["test_samples"], 64)
     spec["run_id"] = plan.run_id(spec)
     return spec

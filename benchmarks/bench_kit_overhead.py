@@ -6,10 +6,12 @@
 1. Throughput. For each framework, in that framework's real environment and
    in ONE process (``python -m kits.bench``, started through the local runner like every kit process),
    the kit with all its
-   instrumentation and a bare loop of the same model, data, optimizer and
-   batch size alternate over several rounds, on the quick profile's models of
-   both seed experiments, on this machine's CPU. Prints the median of the
-   pairwise ratios kit/bare; fails when a framework's median is below 0.97.
+   instrumentation, the kit with its per-step timing off, and a bare loop of the
+   same model, data, optimizer and batch size alternate over several rounds, on
+   the quick profile's models of both seed experiments, on this machine's CPU.
+   Prints the median of the pairwise ratios kit/bare, and fails when a
+   framework's median is below 0.97; and the median of the ratios timing
+   on/off, and fails when it is more than 2% from 1.
 2. Local runner overhead. A run with almost no training (1 epoch of 2 steps)
    through reprokit.runners.base.run_spec, several times per framework: the time
    from just before the process starts to the result collected, minus the
@@ -50,6 +52,7 @@ from reprokit.runners.local import LocalRunner
 from reprokit.store import Store
 
 MIN_RATIO = 0.97          # kit throughput / bare-loop throughput, median over rounds, per framework
+MAX_TIMING_EFFECT = 0.02  # |kit with step timing / kit without - 1|, median over rounds, per framework
 MAX_RENDER_S = 2.0        # load + validate + write a report of 1,000 result files
 RENDER_FILES = 1000
 NOISY = 0.05              # spread of one side's samples/s over rounds above which the machine was busy
@@ -92,7 +95,7 @@ def throughput(framework: str, runner: LocalRunner, specs: list[dict], work: Pat
 def tiny(spec: dict) -> dict:
     """A spec whose training is next to nothing: one epoch of 2 steps, a 64-sample evaluation."""
     s = copy.deepcopy(spec)
-    s["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=0)
+    s["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=1)
     s["data"]["test_samples"] = min(s["data"]["test_samples"], 64)
     s["run_id"] = plan.run_id(s)
     return s
@@ -237,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
             f"gate >= {MIN_RATIO}: {verdict}")
         if median < MIN_RATIO:
             misses.append(f"{fw} kit/bare {median:.3f} < {MIN_RATIO}")
+        timing = statistics.median(row["timing_ratio"] for m in models for row in m["rounds"])
+        verdict = "ok" if abs(timing - 1) <= MAX_TIMING_EFFECT else "MISSED"
+        log(f"  {fw:<10} step timing on / off, median of all pairwise throughput ratios {timing:.3f} "
+            f"({', '.join(m['experiment'] + ' ' + format(m['median_timing_ratio'], '.3f') for m in models)}); "
+            f"gate within {MAX_TIMING_EFFECT:.0%} of 1: {verdict}")
+        if abs(timing - 1) > MAX_TIMING_EFFECT:
+            misses.append(f"{fw} step timing on/off {timing:.3f}, more than {MAX_TIMING_EFFECT:.0%} from 1")
     for fw, o in out.get("overhead", {}).items():
         log(f"  {fw:<10} local runner overhead per run {o['median']['overhead']:.2f} s (median)")
         o.pop("result")

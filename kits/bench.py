@@ -20,8 +20,8 @@ scale and resize them on the device in the same way. Each side builds a fresh
 model per round, runs ``warmup`` untimed steps, then ``steps`` timed steps
 between two synchronisations; samples/s = steps * batch / seconds. The kit's
 figure is the one it reports (``timing.samples_per_s``); an outer clock around
-the same steps, taken by a thin wrapper of its Backend, checks it. Kit first
-in even rounds, bare first in odd ones, so drift cancels in the pairwise ratios.
+the same steps, taken by a thin wrapper of its Backend, checks it. Each side
+goes first in turn, so drift cancels in the pairwise ratios.
 The process CPU time over the same steps is kept as well: where other work
 shares the CPU, samples per CPU second is the steadier figure (the gate
 still uses the wall-clock one the kit reports). Standard library, numpy,
@@ -41,6 +41,7 @@ from pathlib import Path
 
 from kits.common import data as datalib
 from kits.common.names import PROGRESS_MARKER
+from kits.common.spec import Model, parse
 
 
 def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
@@ -48,6 +49,11 @@ def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
     order = datalib.epoch_order(len(arrays.x_train), spec["train"]["seed"], 1, spec["data"]["shuffle"])
     idx = list(datalib.batches(order, spec["train"]["batch_size"], spec["data"]["drop_last"]))
     return idx[:warmup + steps]
+
+
+def _model(spec: dict):
+    """The spec's model block, typed as the kits' builders take it."""
+    return parse(Model, spec["model"], "model")
 
 
 def _scale_resize(spec: dict) -> tuple[float, int | None]:
@@ -68,7 +74,7 @@ def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) ->
     torch.manual_seed(spec["train"]["seed"])
     device = torch.device("cuda" if spec["device"] == "gpu" else "cpu")
     scale, resize = _scale_resize(spec)
-    model = models.build(spec["model"], spec["data"]["input_size"]).to(device)
+    model = models.build(_model(spec), spec["data"]["input_size"]).to(device)
     model.train()
     opt = spec["train"]["optimizer"]
     if opt["name"] == "adam":
@@ -132,7 +138,7 @@ def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int)
 
     keras.utils.set_random_seed(spec["train"]["seed"])
     scale, resize = _scale_resize(spec)
-    model = models.build(spec["model"], spec["data"]["input_size"])
+    model = models.build(_model(spec), spec["data"]["input_size"])
     opt = spec["train"]["optimizer"]
     if opt["name"] == "adam":
         optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"], beta_2=opt["beta2"],
@@ -218,19 +224,20 @@ class _OuterClock:
         return self._b.take_sums()
 
 
-def kit_spec(spec: dict, warmup: int, steps: int) -> dict:
+def kit_spec(spec: dict, warmup: int, steps: int, step_timing: bool = True) -> dict:
     """The RunSpec cut to one epoch of warmup + steps (evaluation kept, on two batches)."""
     s = copy.deepcopy(spec)
     s["train"].update(epochs=1, warmup_steps=warmup, max_steps_per_epoch=warmup + steps)
+    s["measure"]["step_timing"] = step_timing
     s["data"]["test_samples"] = min(s["data"]["test_samples"], 2 * s["train"]["eval_batch_size"])
     return s
 
 
-def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int) -> dict:
+def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int, step_timing: bool = True) -> dict:
     """One in-process run of the kit: its reported samples/s and the outer clock's."""
     import kits.run as kitrun
 
-    s = kit_spec(spec, warmup, steps)
+    s = kit_spec(spec, warmup, steps, step_timing)
     clocks: list[_OuterClock] = []
     real_train = kitrun.train
 
@@ -266,21 +273,27 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, lo
     bare = BARE[spec["framework"]]
     batch = spec["train"]["batch_size"]
     rows = []
+    sides = ("kit", "bare", "untimed")
     for r in range(rounds + 1):          # round 0 warms the process (allocator, kernels, caches): dropped
         row = {}
-        for side in (("kit", "bare") if r % 2 == 0 else ("bare", "kit")):
+        for side in sides[r % 3:] + sides[:r % 3]:       # each side first in turn, so drift cancels
             gc.collect()
             if side == "kit":
                 row.update(kit_round(spec, data_dir, warmup, steps))
+            elif side == "untimed":           # the kit with its per-step timing off: what the timing costs
+                untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
+                row["untimed_sps"], row["untimed_outer_sps"] = untimed["kit_sps"], untimed["outer_sps"]
             else:
                 wall, cpu = bare(spec, arrays, warmup, steps)
                 row["bare_sps"], row["bare_cpu_sps"] = steps * batch / wall, steps * batch / cpu
+        row["timing_ratio"] = row["kit_sps"] / row["untimed_sps"]
         row["ratio"] = row["kit_sps"] / row["bare_sps"]
         row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
         row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
         log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}: "
             f"kit {row['kit_sps']:8.1f} samples/s (outer clock {row['outer_sps']:8.1f}), "
-            f"bare {row['bare_sps']:8.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f})")
+            f"bare {row['bare_sps']:8.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
+            f"step timing off {row['untimed_sps']:8.1f}, on/off {row['timing_ratio']:.3f}")
         if r:
             rows.append(row)
     return {"experiment": spec["experiment"], "framework": spec["framework"], "model": spec["model"]["name"],
@@ -288,6 +301,7 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, lo
             "median_ratio": statistics.median(x["ratio"] for x in rows),
             "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows),
             "median_cpu_ratio": statistics.median(x["cpu_ratio"] for x in rows),
+            "median_timing_ratio": statistics.median(x["timing_ratio"] for x in rows),
             # Each side's fastest round: what it does when nothing else runs (robust to bursts of other work).
             "best_ratio": max(x["kit_sps"] for x in rows) / max(x["bare_sps"] for x in rows),
             # Spread of each side over rounds (stdev / mean): above a few percent, the machine was not quiet.

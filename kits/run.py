@@ -19,7 +19,9 @@ from pathlib import Path
 from kits.common import data as datalib
 from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
+from kits.common.measure import ResidentPeak
 from kits.common.nvml import DeviceSampler
+from kits.common.phases import WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import RunSpec
 from kits.common.training import train
@@ -56,6 +58,9 @@ def run(raw: dict, data_dir: Path) -> dict:
         sampler.watch(env.get("device_uuid"), env.get("device_pci_bus_id"), mig=" MIG " in env["device_name"])
     d = spec.data
     arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
+    # On a CPU the process's resident memory is the reading; its level before the model exists is kept too.
+    counters = ((backend.memory_counters() + ([sampler] if sampler else [])) if env["device"] == "gpu"
+                else [ResidentPeak()])
     model = backend.build(arrays)
     # Once, before and outside the timed region: the training FLOPs of the model that runs. A model the
     # count cannot read still trains; the result says why it has no count (and MFU is not measured).
@@ -64,23 +69,53 @@ def run(raw: dict, data_dir: Path) -> dict:
         model.update(flops_per_sample=flops["training"], flops_counted={k: v for k, v in flops.items() if k != "training"})
     except Exception as exc:      # noqa: BLE001 - any failure of the count is recorded, not fatal
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    m = train(backend, spec, len(arrays.x_train), Progress())
+    phases = PhaseMemory(counters)
+    m = train(backend, spec, len(arrays.x_train), Progress(), phases)
     result = report.header(raw, "ok", None)
-    result.update(report.sections(spec, m, time.perf_counter() - t0, backend.averaged_over))
-    result["memory"] = {**backend.memory_report(), "over_steps": [list(p) for p in m.memory_over_steps],
-                        "train_peak_bytes": m.train_memory_peak, "eval_peak_bytes": m.eval_memory_peak}
-    if sampler:
-        result["memory"]["framework"].update(sampler.stop())
+    result.update(report.sections(spec, m, time.perf_counter() - t0, backend.input_reader, backend.metrics_source))
+    result["memory"] = _memory(phases, m, backend.memory_series, sampler.stop() if sampler else None)
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
+    observed = backend.observed()
+    result["environment"]["precision"]["loss_dtype"] = observed.get("loss_dtype")     # as the first step computed it
     if sampler:
         result["environment"]["nvml"] = sampler.report()
     if env["device"] == "cpu":
         # Measured after training, so it cannot disturb the run: the CPU's peak for utilisation.
         result["environment"]["matmul_peak_flops"] = backend.matmul_flops_per_s()
     result["provenance"] = {**spec.provenance, "data_sha256": arrays.sha256}
-    result["findings"] = detectors.all_findings(spec, m, backend.observed(), result["memory"]["source"])
+    footprint = detectors.training_footprint(spec, model["parameters"]["total"])
+    result["findings"] = detectors.all_findings(spec, m, observed, backend.memory_series, footprint)
     return result
+
+
+def _memory(phases: PhaseMemory, m, series: str, device: dict | None) -> dict:
+    """The memory section: every phase's peaks, and each reading's highest over the training and
+    evaluation phases (warmup left out), the first counter's as the run's reported peak."""
+    peaks = phases.peaks()
+    first = next(iter(phases.records[0]["readings"]), None) if phases.records else None
+    top = peaks.get(first, {})
+    warmup = [p["peak_bytes"] for p in phases.records if p["phase"] == WARMUP and p["peak_bytes"] is not None]
+    out = {"peak_bytes": top.get("peak_bytes"),
+           "source": (f"{top['source']}; the highest over the training and evaluation phases, warmup left out"
+                      if top else "no phase peak was read"),
+           "warmup_peak_bytes": max(warmup) if warmup else None,
+           "phases": phases.records, "over_steps": [list(p) for p in m.memory_over_steps],
+           "over_steps_series": series, "framework": {}}
+    if "allocated" in peaks:
+        out["framework"]["peak_allocated"] = peaks["allocated"]["peak_bytes"]
+    if "reserved" in peaks:
+        out["framework"]["peak_reserved"] = peaks["reserved"]["peak_bytes"]
+    if "process" in peaks:
+        out["process_peak_bytes"] = peaks["process"]["peak_bytes"]
+    if device is not None:
+        # NVML's peak over the phases after warmup; where NVML could not say, its reason
+        found = peaks.get("device")
+        out["framework"].update({"device_peak_bytes": found["peak_bytes"] if found else None,
+                                 "device_source": found["source"] if found else device["device_source"]})
+        if device.get("device_baseline_bytes") is not None:
+            out["framework"]["device_baseline_bytes"] = device["device_baseline_bytes"]
+    return out
 
 
 def _failure_kind(exc: BaseException, device: str) -> str:

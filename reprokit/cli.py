@@ -271,6 +271,8 @@ def _matrix(args) -> Matrix:
         per_experiment = _options(args, profile, device, frameworks, claims, experiments, args.dry_run)
         specs = [s for name, o in per_experiment.items()
                  for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
+    if device == "gpu":
+        host_checks.check_precision({s["numerics"]["precision"] for s in specs}, args.gpus)
     return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once)
 
 
@@ -411,14 +413,34 @@ def compare_sets(argv: list[str]) -> int:
     return 0
 
 
-VERBS = {"reproduce": reproduce, "compare": compare_sets}
+def prepare_data(argv: list[str]) -> int:
+    """reprokit data: the separate data step. CIFAR-10 for every kit, and the posted readers' own formats:
+    the archive's batches for torchvision, and TFDS's cifar10 built by TFDS in the TensorFlow environment."""
+    from reprokit import envs
+    p = argparse.ArgumentParser(prog="reprokit data", description=prepare_data.__doc__)
+    p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
+    p.add_argument("--python", type=Path, help="a TensorFlow interpreter with tensorflow-datasets (default: the "
+                                               "local TensorFlow environment, built from its lock file)")
+    p.add_argument("--offline", action="store_true", help="never download: the archives must be in --data-dir")
+    args = p.parse_args(argv)
+    data_dir = args.data_dir.resolve()
+    request = {"dataset": "cifar10", "train_samples": None, "test_samples": None, "seed": 0}
+    print(f"data: {datasets.prepare(request, data_dir, allow_download=not args.offline).file} and "
+          f"{datasets.cifar10_batches(data_dir, allow_download=not args.offline).name}/ in {data_dir}")
+    python = args.python or envs.build(ENVS, envs.lock_name("tensorflow", "cpu"))
+    print(f"data: TFDS's cifar10 in {data_dir / datasets.kitdata.TFDS_CIFAR10} "
+          f"(sha256 {datasets.prepare_tfds(data_dir, python)['sha256'][:12]})")
+    return 0
+
+
+VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in VERBS:
-        print("usage: reprokit reproduce [options] | reprokit compare A B   (see reprokit VERB --help)",
-              file=sys.stderr)
+        print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit data [options]   "
+              "(see reprokit VERB --help)", file=sys.stderr)
         return 2
     try:
         return VERBS[argv[0]](argv[1:])

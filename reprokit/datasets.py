@@ -3,12 +3,20 @@
 Kits never download or decode anything: they read the .npz that ``prepare``
 wrote (``kits/common/data.py``) and check its sha256 against the spec, so both
 frameworks train on the same bytes and a run needs no network.
+
+The as-posted readers of seed 000 read CIFAR-10 as the posts did, from files prepared
+here too: torchvision's reader the verified archive's extracted batches
+(``cifar10_batches``), and ``tfds.load('cifar10')`` TFDS's own dataset, which a separate
+data step (``prepare_tfds``, the only step besides the archive's download that may use
+the network) builds in the TensorFlow environment.
 """
 from __future__ import annotations
 
 import hashlib
 import http.client
 import pickle
+import shutil
+import subprocess
 import tarfile
 import time
 import urllib.request
@@ -18,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kits.common import data as kitdata
 from kits.common.files import atomic_file
 from reprokit.console import duration
 from reprokit.errors import UserError
@@ -30,7 +39,7 @@ CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
 # md5 of a small archive in the same format.
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_FILE = "cifar10.npz"
-_CIFAR10_DIR = "cifar-10-batches-py"
+_CIFAR10_DIR = kitdata.CIFAR10_BATCHES
 _CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
 _CIFAR10_TEST = "test_batch"
 
@@ -168,6 +177,49 @@ def _cifar10_archive(cache_dir: Path, allow_download: bool) -> Path:
                         f"{CIFAR10_MD5}: delete it and re-run to download it again, "
                         f"or place the official archive there.")
     return path
+
+
+def cifar10_batches(cache_dir: Path, allow_download: bool) -> Path:
+    """The verified archive's batches, extracted once into cache_dir for torchvision.datasets.CIFAR10,
+    which checks each file's md5 itself and never downloads (the as-posted PyTorch reader)."""
+    folder = Path(cache_dir) / _CIFAR10_DIR
+    if not folder.is_dir():
+        archive = _cifar10_archive(Path(cache_dir), allow_download)
+        scratch = Path(cache_dir) / f".{_CIFAR10_DIR}.partial"
+        shutil.rmtree(scratch, ignore_errors=True)
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(scratch, members=[m for m in tar if m.name.startswith(f"{_CIFAR10_DIR}/")],
+                           filter="data")
+        (scratch / _CIFAR10_DIR).rename(folder)       # whole or not at all
+        shutil.rmtree(scratch)
+    return folder
+
+
+def tfds_prepared(cache_dir: Path) -> dict | None:
+    """TFDS's cifar10 in cache_dir, as a spec names it (its folder and the sha256 of its files), or None
+    where the data step has not prepared it."""
+    folder = Path(cache_dir) / kitdata.TFDS_CIFAR10
+    if not (folder / "dataset_info.json").exists():
+        return None
+    return {"dir": kitdata.TFDS_CIFAR10, "sha256": kitdata.tree_sha256(folder)}
+
+
+def prepare_tfds(cache_dir: Path, python: Path) -> dict:
+    """The separate data step for the posted TensorFlow input: TFDS's own cifar10 builder, run with the
+    TensorFlow environment's interpreter, fetches and checks its archive (the binary version, or
+    cifar-10-binary.tar.gz placed in cache_dir) and writes its dataset under cache_dir/tfds. It may use
+    the network; no timed run does."""
+    from reprokit.provenance import REPO
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([str(python), "-m", "kits.tensorflow_kit.tfds_data", "--data-dir", str(cache_dir)],
+                          cwd=REPO, capture_output=True, text=True)
+    found = tfds_prepared(cache_dir)
+    if proc.returncode != 0 or found is None:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"preparing TFDS's cifar10 in {Path(cache_dir) / kitdata.TFDS_ROOT} failed ({tail}); "
+                        f"reach the network, or place the official cifar-10-binary.tar.gz in {cache_dir}, "
+                        f"and re-run")
+    return found
 
 
 def _download(url: str, path: Path, log=print) -> None:

@@ -210,6 +210,24 @@ def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
         raise UserError(" ".join(dict.fromkeys(problems)))
 
 
+# bfloat16 arithmetic needs Ampere's tensor cores: compute capability 8.0 or newer (CUDA C++ Programming
+# Guide, "Compute Capabilities"; both frameworks emulate it slowly, or fail, on older GPUs).
+BF16_MIN_CC = (8, 0)
+
+
+def check_precision(precisions: Iterable[str], gpus: str | list[str] = "all", *,
+                    host_gpus: list[dict] | None = None) -> None:
+    """Refuse bf16_mixed on a GPU below compute capability 8.0, in one sentence, before any run."""
+    if "bf16_mixed" not in set(precisions) or parse_gpus(gpus) == "none":
+        return
+    old = [r for r in resolve_gpus(gpus, host_gpus)
+           if r.get("compute_capability") and version(r["compute_capability"]) < BF16_MIN_CC]
+    if old:
+        names = ", ".join(f"GPU {r['index']} ({r['name']}, compute capability {r['compute_capability']})" for r in old)
+        raise UserError(f"precision bf16_mixed needs compute capability 8.0 or newer, and {names} is older; "
+                        f"set numerics.precision = \"fp32\" for this GPU, or choose a newer one with --gpus.")
+
+
 def host_has_gpu() -> bool:
     """Whether nvidia-smi answers here and lists a GPU: the default --gpus is all where it does."""
     try:

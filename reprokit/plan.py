@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kits.common.pitfalls import PITFALLS, for_framework
+from kits.common.pitfalls import PITFALLS, Pitfall, for_framework
 from kits.common.spec import RunSpec
 from reprokit import datasets
 from reprokit.errors import UserError
@@ -67,6 +67,19 @@ def _data(resolved: dict, opts: Options) -> dict:
     return data
 
 
+def _posted_readers(data: dict, pitfalls: list[str], opts: Options) -> dict:
+    """The data as the posted readers read CIFAR-10: torchvision's over the archive's batches (extracted
+    here, before any run), and tfds.load('cifar10') where the data step prepared TFDS's dataset; without
+    it the posted tf.data pipeline runs over the kit's arrays, a declared adaptation."""
+    if data["dataset"] != "cifar10":
+        return data
+    if Pitfall.PT_CPU_RESIZE_DATALOADER in pitfalls and opts.prepare_data:
+        datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)
+    if Pitfall.TF_BATCH_OF_ONE in pitfalls:
+        return {**data, "tfds": datasets.tfds_prepared(opts.data_dir)}
+    return data
+
+
 def variants_of(exp: Experiment, opts: Options) -> dict[str, list[str]]:
     """Variant name -> its pitfalls, for the variants this experiment defines among those asked for."""
     out = {"fixed": []} if "fixed" in opts.variants else {}
@@ -106,6 +119,7 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
         "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5,
                     "step_timing": True},
         "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
+        "hooks": resolved.get("hooks", {}),
     }
     out = []
     for framework in exp.frameworks:
@@ -117,8 +131,10 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
             if (pitfalls and not mine) or tuple(mine) in seen:
                 continue    # the other framework's pitfall, or the same runs under another name
             seen.add(tuple(mine))
+            data = _posted_readers(common["data"], mine, opts)
             for repeat in range(opts.repeats):
-                spec = {**copy.deepcopy(common), "framework": framework, "variant": variant, "repeat": repeat,
+                spec = {**copy.deepcopy(common), "data": data, "framework": framework, "variant": variant,
+                        "repeat": repeat,
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
                         "provenance": {**code, **describe(framework)}, "run_id": ""}
                 # Through the kits' typed loader and back: every field explicit, or the plan has a bug.

@@ -100,6 +100,25 @@ def write_spec(tmp_path: Path, spec: dict) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def posted_data(kit_python, tmp_path_factory) -> Path:
+    """A data dir holding small CIFAR-10 archives in both official formats (the same generated images),
+    the kit's .npz, the batches torchvision reads and TFDS's cifar10 made by the kit's data step."""
+    import cifar10_files
+    from reprokit import datasets
+    folder = tmp_path_factory.mktemp("posted-data")
+    batches = cifar10_files.images(per_batch=16)
+    archive = cifar10_files.write_python_archive(folder, batches)
+    cifar10_files.write_binary_archive(folder, batches)
+    with pytest.MonkeyPatch.context() as patch:        # the small archive stands in for the official one
+        patch.setattr(datasets, "CIFAR10_MD5", cifar10_files.md5(archive))
+        datasets.prepare({"dataset": "cifar10", "train_samples": None, "test_samples": None, "seed": 0}, folder,
+                         allow_download=False)
+        datasets.cifar10_batches(folder, allow_download=False)
+    cifar10_files.prepare_tfds(kit_python("tensorflow"), folder)
+    return folder
+
+
 NVIDIA_SMI_CAPTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import pickle
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from kits.common import data as kitdata
 from reprokit import datasets
 from reprokit.errors import UserError
+from reprokit.provenance import REPO
 
 PER_BATCH = 20  # images in each of the small archive's six batches
 # A pixel planted in data_batch_2, image 3: green channel, row 5, column 7.
@@ -228,3 +231,129 @@ def test_batches_cover_the_order_and_drop_last_drops_the_short_one(drop_last: bo
     got = list(kitdata.batches(order, 4, drop_last))
     assert [len(b) for b in got] == sizes
     assert np.concatenate(got).tolist() == order[:sum(sizes)].tolist()
+
+
+# --- the as-posted readers' own formats -------------------------------------------
+
+@pytest.fixture
+def posted_cifar10(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict]:
+    """A data dir with the small python archive accepted as official, converted to the kit's .npz."""
+    import cifar10_files
+    batches = cifar10_files.images(per_batch=6)
+    archive = cifar10_files.write_python_archive(tmp_path, batches)
+    monkeypatch.setattr(datasets, "CIFAR10_MD5", cifar10_files.md5(archive))
+    datasets.prepare(_cifar10(), tmp_path, allow_download=False)
+    return tmp_path, batches
+
+
+def test_cifar10_batches_are_extracted_whole_for_torchvision(posted_cifar10) -> None:
+    data_dir, batches = posted_cifar10
+    folder = datasets.cifar10_batches(data_dir, allow_download=False)
+    assert folder == data_dir / kitdata.CIFAR10_BATCHES
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*batches, "batches.meta"])
+    with open(folder / "data_batch_3", "rb") as fh:
+        rows = pickle.load(fh, encoding="bytes")[b"data"]
+    assert np.array_equal(rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), batches["data_batch_3"][0])
+    assert not list(data_dir.glob(".*partial*"))
+
+
+def test_tfds_is_not_prepared_until_the_data_step_ran(tmp_path: Path) -> None:
+    assert datasets.tfds_prepared(tmp_path) is None
+
+
+def test_a_prepared_folder_that_changed_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "prepared"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "a.bin").write_bytes(b"abc")
+    digest = kitdata.tree_sha256(folder)
+    assert kitdata.verified_folder(folder, digest) == folder
+    (folder / "sub" / "a.bin").rename(folder / "sub" / "b.bin")       # same bytes, another name
+    with pytest.raises(kitdata.DataError, match=digest):
+        kitdata.verified_folder(folder, digest)
+    with pytest.raises(kitdata.DataError, match="missing"):
+        kitdata.verified_folder(tmp_path / "absent", digest)
+
+
+_READ_TFDS = """
+import json, sys
+from pathlib import Path
+from kits.tensorflow_kit import tfds_data
+named = json.loads(sys.argv[2])
+train, test = tfds_data.load(Path(sys.argv[1]), named["dir"], named["sha256"], 25, 4)
+print(json.dumps({split: [[ex["id"].numpy().decode(), int(ex["label"]), ex["image"].numpy().tolist()] for ex in ds]
+                  for split, ds in (("train", train), ("test", test))}))
+"""
+
+
+@pytest.mark.slow
+def test_tfds_built_by_its_own_builder_holds_the_archive_images(posted_data, kit_python) -> None:
+    """The data step ran TFDS's cifar10 builder on the binary archive; the kit's tfds.load reads it back,
+    after checking the folder's sha256, and every example is the .npz's image of the same index."""
+    named = datasets.tfds_prepared(posted_data)
+    assert named == {"dir": kitdata.TFDS_CIFAR10, "sha256": kitdata.tree_sha256(posted_data / kitdata.TFDS_CIFAR10)}
+    assert (posted_data / named["dir"] / "dataset_info.json").exists()
+    proc = subprocess.run([str(kit_python("tensorflow")), "-c", _READ_TFDS, str(posted_data), json.dumps(named)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    read = json.loads(proc.stdout.strip().splitlines()[-1])
+    with np.load(posted_data / datasets.CIFAR10_FILE) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    assert (len(read["train"]), len(read["test"])) == (25, 4)       # cut to the counts asked for
+    for split, rows in read.items():
+        for example_id, label, image in rows:
+            index = int(example_id.split("_")[1])                  # TFDS shuffles; its ids keep the archive's order
+            assert example_id.startswith(split)
+            assert label == arrays[f"y_{split}"][index]
+            assert np.array_equal(np.asarray(image, dtype=np.uint8), arrays[f"x_{split}"][index])
+
+
+_READ_TORCHVISION = """
+import hashlib, json, sys
+from pathlib import Path
+import torch
+from torchvision.datasets import CIFAR10
+from kits.common import data as datalib
+from kits.pytorch_kit.posted_input import CpuResizeLoader
+
+data_dir, md5s = Path(sys.argv[1]), json.loads(sys.argv[2])
+npz = data_dir / "cifar10.npz"
+arrays = datalib.load(npz, hashlib.sha256(npz.read_bytes()).hexdigest(), 40, 10)
+from types import SimpleNamespace as Fields                 # the RunSpec fields the reader reads
+data = Fields(dataset="cifar10", input_size=48, shuffle=True, drop_last=True)
+spec = Fields(data=data, train=Fields(seed=0, batch_size=8, eval_batch_size=8))
+try:
+    CpuResizeLoader(arrays, spec, lambda x, y: (x, y))
+    refused = None
+except RuntimeError as exc:               # torchvision checks every file against the official md5s
+    refused = str(exc)
+CIFAR10.train_list = [[n, md5s[n]] for n in ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4",
+                                               "data_batch_5"]]
+CIFAR10.test_list = [["test_batch", md5s["test_batch"]]]
+CIFAR10.meta = {**CIFAR10.meta, "md5": md5s["batches.meta"]}
+posted = CpuResizeLoader(arrays, spec, lambda x, y: (x, y))
+arrays_only = CpuResizeLoader(arrays, Fields(data=Fields(**{**vars(data), "dataset": "learnable"}), train=spec.train),
+                              lambda x, y: (x, y))
+same = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+           for split in ("train", "test")
+           for a, b in zip(*(getattr(l, split)(*([1] if split == "train" else [])) for l in (posted, arrays_only))))
+batches = [len(y) for _, y in posted.train(1)]
+print(json.dumps({"refused": refused, "same": same, "batches": batches, "test": sum(len(y) for _, y in posted.test()),
+                  "shape": list(next(posted.train(2))[0].shape)}))
+"""
+
+
+@pytest.mark.slow
+def test_torchvision_reads_the_verified_archive_as_posted(posted_data, kit_python) -> None:
+    """The posted reader, torchvision.datasets.CIFAR10 with Resize and ToTensor, over the extracted batches
+    (download=False): the same tensors as the posted transforms on the kit's arrays, in the kit's order and
+    counts. torchvision checks the files' md5s itself: the small archive's are not the official ones."""
+    import cifar10_files
+    folder = posted_data / kitdata.CIFAR10_BATCHES
+    md5s = {p.name: cifar10_files.md5(p) for p in folder.iterdir()}
+    proc = subprocess.run([str(kit_python("pytorch")), "-c", _READ_TORCHVISION, str(posted_data), json.dumps(md5s)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    read = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "corrupted" in read["refused"]
+    assert read["same"] is True
+    assert read["batches"] == [8] * 5 and read["test"] == 10 and read["shape"] == [8, 3, 48, 48]

@@ -149,7 +149,7 @@ def ok_result(spec: dict) -> dict:
         "repeat": spec["repeat"], "status": "ok", "failure": None, "spec": spec,
         "effective": {"batch_size": {"configured": 1, "min": 1, "max": 1, "mean": 1.0},
                       "train_samples_per_epoch": [1], "train_steps_per_epoch": [1], "test_samples": 1},
-        "timing": {"method": "probe", "warmup_steps": 0, "wall_s": 0.01, "epochs": [{"train_s": 0.0, "eval_s": 0.0}],
+        "timing": {"method": "probe", "warmup_steps": 1, "wall_s": 0.01, "epochs": [{"train_s": 0.0, "eval_s": 0.0}],
                    "step_s": {"p50": None, "p95": None, "mean": None, "n": 0, "values": []},
                    "samples_per_s": 0.0, "data_wait_fraction": 0.0},
         "memory": {"peak_bytes": None, "source": "none", "over_steps": []},

@@ -114,3 +114,13 @@ def test_mig_uuids_are_accepted_and_resolved_to_their_gpu(nvidia_smi_replay):
     assert whole["uuid"] == whole["gpu_uuid"] == "GPU-00000000-0000-0000-0000-000000000000"
     with pytest.raises(UserError, match="GPU id MIG-00000009-0000-0000-0000-000000000009 is not on this host"):
         hc.resolve_gpus("MIG-00000009-0000-0000-0000-000000000009")
+
+
+def test_bf16_is_refused_below_compute_capability_8_in_one_sentence():
+    v100 = dict(GPU_OK[0], name="Tesla V100-SXM2-16GB", compute_capability="7.0")
+    with pytest.raises(UserError, match=r"^precision bf16_mixed needs compute capability 8\.0 or newer, and GPU 0 "
+                                        r"\(Tesla V100-SXM2-16GB, compute capability 7\.0\) is older; set "):
+        hc.check_precision({"fp32", "bf16_mixed"}, "all", host_gpus=[v100])
+    hc.check_precision({"fp32"}, "all", host_gpus=[v100])                  # fp32 runs anywhere
+    hc.check_precision({"bf16_mixed"}, "all", host_gpus=GPU_OK)            # an H100 (9.0) has bf16
+    hc.check_precision({"bf16_mixed"}, "none", host_gpus=[v100])           # no GPU asked for

@@ -102,3 +102,21 @@ def test_without_nvml_the_sampler_says_so(tmp_path):
     sampler.watch("22222222-2222-2222-2222-222222222222")
     memory = sampler.stop()
     assert memory["device_peak_bytes"] is None and memory["device_source"].startswith("NVML unavailable (")
+
+
+def test_a_phase_peak_is_read_at_its_end_and_says_why_when_nvml_cannot(nvml, monkeypatch):
+    sampler = DeviceSampler(interval_s=0.005, library=nvml())
+    sampler.watch("22222222-2222-2222-2222-222222222222")
+    phases = []
+    for _ in range(2):
+        sampler.reset()
+        time.sleep(0.02)
+        phases.append(sampler.read()["device"])
+    memory, _ = _sample(sampler, 0)
+    # the stand-in adds 1 MiB per reading, so each phase's peak is its last reading, above the one before
+    assert [p["source"] for p in phases] == [DeviceSampler.PHASE_SOURCE] * 2
+    assert 0 < phases[0]["peak_bytes"] < phases[1]["peak_bytes"] < memory["device_peak_bytes"]
+    unwatched = DeviceSampler(library=str(Path("/nonexistent/libnvidia-ml.so.1")))
+    unwatched.reset()
+    assert unwatched.read()["device"]["peak_bytes"] is None
+    assert unwatched.read()["device"]["source"].startswith("NVML unavailable (")

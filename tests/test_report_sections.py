@@ -506,6 +506,22 @@ def test_the_ablation_table_sets_each_pitfall_against_fixed(matrix, experiments)
     assert "Named variants: `as\\_posted` (PyTorch): pt\\_head\\_1000, pt\\_cpu\\_resize\\_dataloader" in ablation
 
 
+def test_the_ablation_notes_name_the_phase_peaks_source_and_the_posted_readers(matrix, experiments):
+    phases = [{"epoch": 1, "phase": "train", "steps": 8, "peak_bytes": 800 << 20, "source": "VmHWM of the phase",
+               "readings": {"process": {"peak_bytes": 800 << 20, "source": "VmHWM of the phase"}}}]
+    edited = []
+    for r in matrix:
+        r = copy.deepcopy(r)
+        r["memory"]["phases"] = phases
+        if r["experiment"] == SPEED and r["variant"] == "+pt_cpu_resize_dataloader":
+            r["effective"]["input"] = "torchvision.datasets.CIFAR10 as posted"
+        edited.append(r)
+    section = _section(report.render("t", edited, experiments), "## Seed 000")
+    assert "Phase peaks, the reported reading of each phase (warmup apart): VmHWM of the phase." in section
+    assert ("Inputs other than the kit's own batches: `+pt\\_cpu\\_resize\\_dataloader` (PyTorch): "
+            "torchvision.datasets.CIFAR10 as posted.") in section
+
+
 def test_run_time_findings_are_listed_per_variant(matrix, experiments):
     def finding(r):
         r["findings"] = [{"code": "effective-batch-size", "severity": "error",
@@ -516,6 +532,17 @@ def test_run_time_findings_are_listed_per_variant(matrix, experiments):
     found = section[section.index("### Findings at run time"):]
     line = next(line for line in found.splitlines() if "effective-batch-size" in line)
     assert "TensorFlow" in line and "as\\_posted" in line and "at most 1 sample(s) per step" in line
+    assert "Declared reproduction" not in line
+    # a finding no user hook can cause says so where it is listed
+    pt = pick(matrix, MEMORY, "pytorch", "as_posted")
+    declared = derive(pt, "as_posted", pt["spec"]["pitfalls"], lambda r: r.update(findings=[
+        {"code": "eval-mode-in-train", "severity": "error", "message": "the model was in evaluation mode",
+         "declared": "only the kit's reproduction of a post's model.eval() called once can cause it"}]))
+    section = _section(report.render("t", [r for r in matrix if r is not pt] + [declared], experiments),
+                       "## Seed 004")
+    line = next(line for line in section.splitlines() if "eval-mode-in-train" in line)
+    assert line.endswith("*Declared reproduction:* only the kit's reproduction of a post's model.eval() called "
+                         "once can cause it.")
     # the pair of fixed runs: declared differences are info
     assert any(line.startswith("- both, `fixed`") and "declared" in line for line in found.splitlines())
 

@@ -3,6 +3,8 @@
 The training loop, the batch order, the clocks and the result file are
 framework-free (kits/common), so both frameworks are driven by the same code
 and can only differ where a backend is told to differ (the spec's pitfalls).
+Where the spec names the user's hooks (kits/common/custom.py), the backend runs
+them in place of its own input pipeline, evaluation forward pass and metrics.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from kits.common.data import Arrays
 
 class Backend(Protocol):
     name: str                 # "pytorch" | "tensorflow"
-    averaged_over: str        # "samples", or "batches" where the run reproduces code that divides by batches
+    input_reader: str         # how the run reads its batches, in words (its input hook, a posted reader, the kit's)
+    metrics_source: str       # where the reported figures come from (the user's metrics hook, the posted code, the kit)
+    memory_series: str        # what memory_now reads
 
     def environment(self) -> dict:
         """Framework, version, build, device and the settings it actually applied."""
@@ -36,13 +40,18 @@ class Backend(Protocol):
         """The number of samples in the tensors the model receives (read from their shape)."""
 
     def train_step(self, batch: Any) -> None:
-        """One optimizer step; adds the batch's summed loss and correct count to on-device sums."""
+        """One optimizer step; the kit counts the batch's loss and correct predictions from the outputs it
+        observed into on-device sums, and the metrics hook (if any) gets the same outputs."""
 
     def eval_step(self, batch: Any) -> None:
-        """Forward only; adds to the on-device sums."""
+        """The evaluation forward pass (the user's evaluate hook where named); counted the same way."""
 
     def set_mode(self, training: bool) -> None:
-        """Switch layers such as Dropout and BatchNorm between training and evaluation."""
+        """A phase starts: switch layers such as Dropout and BatchNorm, and start the phase's metrics."""
+
+    def reported(self) -> dict | None:
+        """The phase's reported {"loss", "accuracy"} from its metrics hook (the user's or the posted code's);
+        None where the kit's own count is the run's figure."""
 
     def end_epoch(self, train_loss_sum: float) -> None:
         """Per-epoch work such as a learning-rate scheduler (none in a fixed run)."""
@@ -57,10 +66,10 @@ class Backend(Protocol):
         """Wait until every queued device operation has finished."""
 
     def memory_now(self) -> int:
-        """Bytes in use now, from the source memory_report names (cheap; no sync)."""
+        """Bytes in use now, as memory_series names them (cheap; no sync)."""
 
-    def memory_report(self) -> dict:
-        """Peak figures, each with its source named."""
+    def memory_counters(self) -> list:
+        """The framework's per-phase peak counters on a GPU (kits/common/phases.py); [] on a CPU."""
 
     def matmul_flops_per_s(self) -> float:
         """The device's measured fp32 matmul rate with the run's thread settings."""

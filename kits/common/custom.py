@@ -1,4 +1,14 @@
-"""A user's own model builders, named in the spec as "module:function" on the kit's path."""
+"""A user's own code, named in the spec as "module:function" on the kit's path: model builders and hooks.
+
+The hooks (the experiment's [hooks]) are the user's input pipeline, evaluation step and metrics, each
+called with the model's options first:
+
+- input(options, split, x, y, batch_size, epoch): the split's batches, (inputs, labels) pairs, for the
+  uint8 NHWC arrays x and the int64 labels y ("train" each epoch, "test" with epoch 0);
+- evaluate(options, model, inputs): the evaluation step's outputs (logits) for a batch of model inputs;
+- metrics(options): a fresh object per phase with update(outputs, labels, loss) after every step and
+  result() -> {"loss", "accuracy"} at the phase's end, the figures the run reports.
+"""
 from __future__ import annotations
 
 import importlib
@@ -13,13 +23,27 @@ class BadModel(Exception):
     """A user's builder or model that cannot be run as the experiment says (its message is one sentence)."""
 
 
-def load_builder(ref: str):
+def load_builder(ref: str, what: str = "model builder"):
     module, _, function = ref.partition(":")
     try:
         return getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as exc:
-        raise RuntimeError(f"cannot load the model builder {ref!r} ({exc}); the experiment's folder must be on "
+        raise RuntimeError(f"cannot load the {what} {ref!r} ({exc}); the experiment's folder must be on "
                            f"the kit's path (reprokit adds the --experiments folders)") from None
+
+
+def hook(spec: RunSpec, name: str, framework: str):
+    """The user's hook for this framework, bound to the model's options, or None where the spec names none."""
+    ref = spec.hooks.of(name, framework)
+    if ref is None:
+        return None
+    fn = load_builder(ref, f"{name} hook")
+    options = spec.model.options
+
+    def call(*args):
+        return fn(options, *args)
+    call.ref = ref
+    return call
 
 
 def who(spec: RunSpec, framework: str) -> str:

@@ -14,6 +14,12 @@ from pathlib import Path
 import numpy as np
 
 _CHUNK = 1 << 20
+# Where the as-posted readers find their files in the prepared data's folder: the official archive's
+# batches as torchvision.datasets.CIFAR10 reads them, and TFDS's cifar10 (its data_dir, then the
+# dataset's own folder, whose files the spec hashes).
+CIFAR10_BATCHES = "cifar-10-batches-py"
+TFDS_ROOT = "tfds"
+TFDS_CIFAR10 = "tfds/cifar10/3.0.2"
 
 
 @dataclass
@@ -23,6 +29,7 @@ class Arrays:
     x_test: np.ndarray
     y_test: np.ndarray
     sha256: str          # of the file they were read from
+    folder: Path | None = None   # the prepared data's folder: the as-posted readers find their files there
 
 
 class DataError(Exception):
@@ -44,19 +51,48 @@ def load(path: str | Path, expected_sha256: str,
             x_test=_first(npz["x_test"], test_samples, "test", path),
             y_test=_first(npz["y_test"], test_samples, "test", path),
             sha256=actual,
+            folder=path.parent,
         )
 
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
+        _feed(digest, path)
     except FileNotFoundError:
         raise DataError(f"The prepared dataset {path} is missing: prepare the data on the host "
                         f"(and mount its directory into the container) before running.") from None
     return digest.hexdigest()
+
+
+def _feed(digest, path: Path) -> None:
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+
+
+def tree_sha256(folder: str | Path) -> str:
+    """One sha256 over a folder's files: each relative name, then its bytes, in sorted order.
+    The host names a prepared folder (a TFDS dataset) by it; the kit checks it before reading."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        _feed(digest, path)
+    return digest.hexdigest()
+
+
+def verified_folder(folder: str | Path, expected_sha256: str) -> Path:
+    """The folder, once its files are the ones the spec names."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"The prepared folder {folder} is missing: prepare the data on the host "
+                        f"(and mount its directory into the container) before running.")
+    actual = tree_sha256(folder)
+    if actual != expected_sha256:
+        raise DataError(f"{folder} has sha256 {actual} but the spec expects {expected_sha256}: its files changed "
+                        f"since the run was planned, so prepare the data again and re-plan.")
+    return folder
 
 
 def _first(array: np.ndarray, n: int | None, split: str, path: Path) -> np.ndarray:

@@ -1,6 +1,14 @@
 """Run-time detectors: each judges from evidence the run produced, never from its pitfall switches.
 
-A finding is {"code", "severity", "message"}; the message carries the evidence.
+A finding is {"code", "severity", "message"}; the message carries the evidence. The evidence is
+what the kit observed around the code that ran, the user's own included (their model, input
+pipeline, evaluation step and metrics hooks): the tensors' shapes at every step, the grad mode and
+module mode at every forward pass, the memory over steps, the rows the loss received, and correct
+and samples counted by the kit itself from the outputs it saw.
+
+One detector no user hook can exercise, ``eval-mode-in-train`` (the kit's loop sets the module's
+mode; only the kit's own reproduction of a post's ``model.eval()`` changes it), marks its
+finding ``declared``: it reproduces what a post did, it has never caught a user's code doing it.
 """
 from __future__ import annotations
 
@@ -9,52 +17,84 @@ import numpy as np
 from kits.common.spec import RunSpec
 from kits.common.training import Measurements
 
-MEMORY_GROWTH_MIN_BYTES = 32 * 2**20     # below this, allocator noise
 INPUT_BOUND_FRACTION = 0.3               # of training time spent waiting for the next batch
+# Memory growth: a trend over windows of the sampled memory, not one jump. The rise over the fitted
+# steps must exceed a share of the model's own training footprint (parameters, gradients and the
+# optimizer's state), and at least the allocator's noise.
+GROWTH_WINDOWS = 6
+GROWTH_SHARE_OF_FOOTPRINT = 0.5
+GROWTH_FLOOR_BYTES = 32 * 2**20         # a process's resident memory moves by this much without a leak
+GROWTH_LARGEST_STEP = 0.5                # a rise half of which is one step between windows is a jump
+GROWTH_STILL_RISING = 0.5                # a leak still rises in the last half: at half its overall slope at least
+DECLARED = {
+    "eval-mode-in-train": "no user hook sets the module's mode while training (the kit's loop does), so only the "
+                          "kit's reproduction of a post's model.eval() called once can cause it",
+}
 
 
 def _finding(code: str, severity: str, message: str) -> dict:
-    return {"code": code, "severity": severity, "message": message}
+    out = {"code": code, "severity": severity, "message": message}
+    if code in DECLARED:
+        out["declared"] = DECLARED[code]
+    return out
 
 
-def effective_batch(spec: RunSpec, m: Measurements) -> list[dict]:
-    configured = spec.train.batch_size
-    sizes = np.asarray(m.observed_batch_sizes)
-    if sizes.size and sizes.max() < configured:
-        return [_finding("effective-batch-size", "error",
-                         f"configured batch size {configured}, but the model received at most {int(sizes.max())} "
-                         f"sample(s) per step over {sizes.size} steps ({int(sizes.sum())} samples in all)")]
-    return []
-
-
-def memory_growth(spec: RunSpec, m: Measurements, source: str) -> list[dict]:
-    """A steady rise over the second half of training: something keeps every step's tensors alive."""
-    points = [(s, b) for s, b in m.memory_over_steps if s > spec.train.warmup_steps]
-    half = points[len(points) // 2:]
-    if len(half) < 4:
+def effective_batch(configured: int, sizes: list[int], expected_short: int) -> list[dict]:
+    """Every training step's batch, as the model received it: the share of steps short of the configured size.
+    ``expected_short`` steps may be short by design (each epoch's last batch where drop_last is off)."""
+    sizes = np.asarray(sizes)
+    short = sizes < configured
+    if not sizes.size or short.sum() <= expected_short:
         return []
-    steps, mem = (np.asarray(v, dtype=np.float64) for v in zip(*half))
-    slope = np.polyfit(steps, mem, 1)[0]
-    growth = slope * (steps[-1] - steps[0])
-    if growth > MEMORY_GROWTH_MIN_BYTES and mem[-1] > mem[0]:
-        return [_finding("memory-growth", "error",
-                         f"{source} grew by {growth / 2**20:,.0f} MiB between steps {int(steps[0])} and "
-                         f"{int(steps[-1])} ({slope / 2**10:,.0f} KiB per step): tensors from every step are being "
-                         f"kept alive (e.g. a loss or metric accumulated with its autograd graph)")]
-    return []
+    n = int(short.sum())
+    return [_finding("effective-batch-size", "error" if n * 2 >= sizes.size else "warning",
+                     f"configured batch size {configured}, but {n} of {sizes.size} training steps "
+                     f"({n / sizes.size:.0%}) received fewer samples (as few as {int(sizes.min())}; {int(sizes.sum())} samples in all, "
+                     f"{sizes.mean():.1f} per step)")]
+
+
+def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footprint_bytes: int) -> list[dict]:
+    """A steady rise: the medians of consecutive windows of the memory sampled after warmup rise (all steps
+    between windows but one), no single step makes half the rise and the last half of the windows still rises
+    (else it is a jump: something allocated once, or kept from one phase to the next), and the trend through
+    them adds more than the threshold over the fitted steps."""
+    pts = np.asarray([p for p in points if p[0] > warmup], dtype=np.float64)
+    if len(pts) < GROWTH_WINDOWS:
+        return []
+    windows = np.array_split(pts, GROWTH_WINDOWS)
+    steps = np.array([np.median(w[:, 0]) for w in windows])
+    level = np.array([np.median(w[:, 1]) for w in windows])
+    between = np.diff(level)
+    rises = int((between > 0).sum())
+    slope = np.polyfit(steps, level, 1)[0]
+    growth = slope * (pts[-1, 0] - pts[0, 0])
+    threshold = max(GROWTH_FLOOR_BYTES, GROWTH_SHARE_OF_FOOTPRINT * footprint_bytes)
+    late = GROWTH_WINDOWS // 2
+    jump = (between.max() > GROWTH_LARGEST_STEP * (level[-1] - level[0])
+            or np.polyfit(steps[late:], level[late:], 1)[0] < GROWTH_STILL_RISING * slope)
+    if rises < GROWTH_WINDOWS - 2 or jump or growth <= threshold:
+        return []
+    return [_finding("memory-growth", "error",
+                     f"{series} rose steadily by {growth / 2**20:,.0f} MiB between steps {int(pts[0, 0])} and "
+                     f"{int(pts[-1, 0])} ({slope / 2**10:,.0f} KiB per step; {rises} of {GROWTH_WINDOWS - 1} windows "
+                     f"higher than the one before), more than {threshold / 2**20:,.0f} MiB (half the model's training "
+                     f"footprint of {footprint_bytes / 2**20:,.2f} MiB, at least {GROWTH_FLOOR_BYTES >> 20} MiB): "
+                     f"tensors from every step are being kept alive (e.g. activations, outputs or losses collected "
+                     f"in a list, or graphs that no backward pass frees)")]
 
 
 def modes(observed: dict) -> list[dict]:
     out = []
     if observed.get("grad_enabled_in_eval"):
         out.append(_finding("grad-in-eval", "warning",
-                            f"gradient tracking was on during evaluation ({observed['grad_enabled_in_eval']} "
-                            f"of {observed['eval_steps']} evaluation steps): every forward pass builds a graph"))
+                            f"gradient tracking was on in {observed['grad_enabled_in_eval']} of "
+                            f"{observed['eval_forwards']} forward passes of the model during evaluation: each builds "
+                            f"a graph that holds its activations"))
     if observed.get("eval_mode_in_train"):
         out.append(_finding("eval-mode-in-train", "error",
-                            f"the model was in evaluation mode during {observed['eval_mode_in_train']} of "
-                            f"{observed['train_steps']} training steps: Dropout off, BatchNorm frozen on its "
-                            f"running statistics"))
+                            f"the model was in evaluation mode in {observed['eval_mode_in_train']} of "
+                            f"{observed['train_forwards']} forward passes during training: Dropout off, BatchNorm "
+                            f"frozen on its running statistics"))
     return out
 
 
@@ -68,18 +108,21 @@ def loss_inputs(observed: dict) -> list[dict]:
     return []
 
 
-def metric_averaging(m: Measurements, reported: list[dict], sums: list[dict]) -> list[dict]:
-    """Compare the accuracy the code reported with correct / samples from the same sums."""
-    for epoch, (rep, raw) in enumerate(zip(reported, sums), 1):
-        if not raw["train_samples"] or rep["train_accuracy"] is None:
-            continue
-        per_sample = raw["train_correct"] / raw["train_samples"]
-        if abs(rep["train_accuracy"] - per_sample) > 1e-9:
+def metric_averaging(reported: list[dict], counted: list[dict]) -> list[dict]:
+    """The accuracy the run reported against correct / samples the kit counted in the outputs it observed."""
+    for rep, seen in zip(reported, counted):
+        for split in ("train", "test"):
+            acc, correct, samples = rep.get(f"{split}_accuracy"), seen[f"{split}_correct"], seen[f"{split}_samples"]
+            if acc is None or not samples or abs(acc - correct / samples) <= 1e-6:
+                continue
+            divisor = correct / acc if acc else float("nan")
+            steps = seen[f"{split}_steps"]
+            why = (f"the number of batches ({steps})" if abs(divisor - steps) < 0.5
+                   else f"{divisor:,.1f}, not the number of samples")
             return [_finding("metrics-not-per-sample", "error",
-                             f"epoch {epoch} train accuracy reported as {rep['train_accuracy']:.4f}, but "
-                             f"{raw['train_correct']:.0f} correct of {raw['train_samples']} samples is "
-                             f"{per_sample:.4f}: the sums were divided by {raw['train_correct'] / rep['train_accuracy']:.0f} "
-                             f"(the number of batches), not by the number of samples")]
+                             f"epoch {rep['epoch']} {split} accuracy was reported as {acc:.4f}, but the kit counted "
+                             f"{correct:.0f} correct of {samples} samples in the outputs it observed "
+                             f"({correct / samples:.4f}): the count was divided by {why}")]
     return []
 
 
@@ -92,6 +135,17 @@ def input_bound(m: Measurements) -> list[dict]:
     return []
 
 
-def all_findings(spec: RunSpec, m: Measurements, observed: dict, source: str) -> list[dict]:
-    return (effective_batch(spec, m) + memory_growth(spec, m, source) + modes(observed) +
-            loss_inputs(observed) + metric_averaging(m, m.epoch_metrics, m.epoch_sums) + input_bound(m))
+def training_footprint(spec: RunSpec, parameters: int) -> int:
+    """The model's own training memory in fp32: its parameters, their gradients and the optimizer's state
+    (Adam keeps two moments, SGD with momentum one velocity)."""
+    opt = spec.train.optimizer
+    slots = 2 if opt.name == "adam" else (1 if opt.momentum else 0)
+    return 4 * parameters * (2 + slots)
+
+
+def all_findings(spec: RunSpec, m: Measurements, observed: dict, series: str, footprint_bytes: int) -> list[dict]:
+    batch = spec.train.batch_size
+    short_by_design = 0 if spec.data.drop_last else len(m.steps_per_epoch)
+    return (effective_batch(batch, m.observed_batch_sizes, short_by_design) +
+            memory_growth(m.memory_over_steps, spec.train.warmup_steps, series, footprint_bytes) + modes(observed) +
+            loss_inputs(observed) + metric_averaging(m.epoch_metrics, m.counted) + input_bound(m))

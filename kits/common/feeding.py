@@ -12,10 +12,14 @@ from kits.common.spec import RunSpec
 class NumpyFeeder:
     """Slices uint8 batches with numpy and hands each to the backend's to_device.
 
+    READER is how a result names this input (``effective.input``).
+
     ``shuffle=False`` and ``resume=True`` exist for the as-posted TensorFlow
     pipelines: a dataset that is never shuffled, and one iterator that runs on
     across epochs instead of starting again.
     """
+
+    READER = "the kit's batches of the prepared arrays, resized and scaled on the device"
 
     def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device: Callable,
                  shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None) -> None:
@@ -46,6 +50,24 @@ class NumpyFeeder:
         x, y = self.arrays.x_test, self.arrays.y_test
         order = np.arange(len(x))
         return (self.to_device(x[idx], y[idx]) for idx in datalib.batches(order, self.eval_batch_size, False))
+
+
+class HookFeeder:
+    """The user's own input pipeline (their ``input`` hook) over the prepared arrays; each batch it yields
+    goes to the backend's to_device, which takes numpy arrays and the framework's own tensors."""
+
+    def __init__(self, fn, arrays: datalib.Arrays, spec: RunSpec, to_device: Callable) -> None:
+        self.fn, self.arrays, self.spec, self.to_device = fn, arrays, spec, to_device
+
+    def train(self, epoch: int) -> Iterator:
+        a = self.arrays
+        return (self.to_device(x, y) for x, y in self.fn("train", a.x_train, a.y_train, self.spec.train.batch_size,
+                                                         epoch))
+
+    def test(self) -> Iterator:
+        a = self.arrays
+        return (self.to_device(x, y) for x, y in self.fn("test", a.x_test, a.y_test,
+                                                         self.spec.train.eval_batch_size, 0))
 
 
 class FeederMixin:

@@ -11,6 +11,9 @@ bus id), MIG devices included. While the run trains it also samples the
 clock-event ("throttle") reasons, so a slowdown during the run is seen, not
 only one before or after it. An NVML error marks the sampler unavailable with
 its reason; it never fails the run.
+
+It is also one of the per-phase memory counters (kits/common/phases.py): ``reset()`` starts a
+phase's peak from the memory used now, ``read()`` gives the highest used since.
 """
 from __future__ import annotations
 
@@ -37,11 +40,14 @@ class DeviceSampler:
     """Create before the framework creates its CUDA context; watch() its device; stop() after training."""
 
     SOURCE = "NVML device memory used, peak minus the idle baseline (CUDA context included)"
+    PHASE_SOURCE = ("NVML device memory used, the phase's peak (sampled every 20 ms and at its edges) minus the idle "
+                    "baseline (CUDA context included)")
 
     def __init__(self, interval_s: float = 0.02, library: str = LIBRARY) -> None:
         self.unavailable: str | None = None
         self.uuid = self.name = self.found_by = None
-        self.baseline = self.peak = 0
+        self.baseline = self.peak = self._phase_peak = 0
+        self._lock = threading.Lock()      # the sampling thread and a phase's reset both move the peaks
         self.samples = 0
         self.slowdowns = dict.fromkeys(SLOWDOWNS.values(), 0)
         self._interval = interval_s
@@ -162,7 +168,10 @@ class DeviceSampler:
         return self._handle("nvmlDeviceGetHandleByUUID", names[-1].encode())
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, self._used(self._device))
+        used = self._used(self._device)
+        with self._lock:
+            self.peak = max(self.peak, used)
+            self._phase_peak = max(self._phase_peak, used)
         active = self._reasons(self._clocks)
         self.samples += 1
         for bit, text in SLOWDOWNS.items():
@@ -175,6 +184,31 @@ class DeviceSampler:
             except (OSError, AttributeError) as exc:
                 self._fail(f"NVML failed during the run ({exc})")
                 return
+
+    def reset(self, _phase: str = "") -> None:
+        """A new phase: its peak starts from the device memory used now."""
+        if self._thread is None or self.unavailable is not None:
+            return
+        try:
+            used = self._used(self._device)
+        except (OSError, AttributeError) as exc:
+            self._fail(f"NVML failed during the run ({exc})")
+            return
+        with self._lock:
+            self._phase_peak = used
+
+    def read(self) -> dict:
+        """The device-level peak of the phase that ends now (None with the reason where NVML cannot say)."""
+        if self._thread is not None and self.unavailable is None:
+            try:
+                self._sample()
+            except (OSError, AttributeError) as exc:
+                self._fail(f"NVML failed during the run ({exc})")
+        if self._thread is None or self.unavailable is not None:
+            return {"device": {"peak_bytes": None, "source": self.unavailable or "NVML watches no device"}}
+        with self._lock:
+            peak = self._phase_peak
+        return {"device": {"peak_bytes": peak - self.baseline, "source": self.PHASE_SOURCE}}
 
     def _fail(self, reason: str) -> None:
         self.unavailable = self.unavailable or reason

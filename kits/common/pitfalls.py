@@ -6,7 +6,8 @@ Detectors never read this list: they judge from what they observe at run time.
 Each pitfall names the part of a run it changes. The equivalence certificate
 exercises the model, the training step and the on-device preprocessing, so
 pitfalls of those parts change what it certifies; the others (the input
-pipeline, evaluation, metrics, the schedule) it cannot see.
+pipeline, evaluation, metrics, the schedule, what the loop keeps alive) it
+cannot see.
 """
 from __future__ import annotations
 
@@ -34,9 +35,12 @@ class Pitfall(enum.StrEnum):
     PT_SHARED_BATCHNORM = "pt_shared_batchnorm"
     PT_DROPOUT2D = "pt_dropout2d"
     PT_PLATEAU_ON_SUM = "pt_plateau_on_sum"
-    PT_LOSS_SUM_TENSOR = "pt_loss_sum_tensor"
-    PT_SLOW_INPUT = "pt_slow_input"
     TF_POSTED_MODEL = "tf_posted_model"
+    TF_POSTED_VGG16 = "tf_posted_vgg16"
+    PT_ITEM_PER_STEP = "pt_item_per_step"
+    PT_BLOCKING_COPY = "pt_blocking_copy"
+    PT_OUTPUTS_KEPT_ALIVE = "pt_outputs_kept_alive"
+    PT_EMPTY_CACHE_BEFORE_EVAL = "pt_empty_cache_before_eval"
 
     @property
     def framework(self) -> str:
@@ -135,22 +139,41 @@ PITFALLS: dict[str, dict] = {
         "framework": "pytorch",
         "summary": "ReduceLROnPlateau(patience=3, factor=0.9817) stepped on the summed epoch loss",
     },
-    # Planted for the detectors' tests; no seed post has it.
-    Pitfall.PT_LOSS_SUM_TENSOR: {
+    # Both PyTorch posts' loops.
+    Pitfall.PT_ITEM_PER_STEP: {
         "part": "metrics",
         "framework": "pytorch",
-        "summary": "planted: running_loss += loss (no .item()), which keeps every step's graph alive",
+        "summary": "running_loss += loss.item() every step: the host waits for the device at each step",
     },
-    Pitfall.PT_SLOW_INPUT: {
+    Pitfall.PT_BLOCKING_COPY: {
         "part": "pipeline",
         "framework": "pytorch",
-        "summary": "planted: an input source that takes 50 ms per batch (a slow disk or decoder)",
+        "summary": "inputs.to(device) and labels.to(device) without non_blocking: each copy blocks the host",
+    },
+    Pitfall.PT_OUTPUTS_KEPT_ALIVE: {
+        "part": "loop",
+        "framework": "pytorch",
+        "summary": "the last outputs and loss stay referenced until the next step replaces them, in training and in "
+                   "validation, and the last validation graph into the next epoch",
+    },
+    Pitfall.PT_EMPTY_CACHE_BEFORE_EVAL: {
+        "part": "loop",
+        "framework": "pytorch",
+        "summary": "torch.cuda.empty_cache() after each epoch's training: the allocator's cached blocks go back to "
+                   "the device before validation (nothing to do on a CPU)",
     },
     # Seed 004 (memory), TensorFlow side.
     Pitfall.TF_POSTED_MODEL: {
         "part": "model",
         "framework": "tensorflow",
         "summary": "the posted Keras model: an extra Dense(10, relu) and softmax into categorical cross-entropy",
+    },
+    # Seed 000 (speed), TensorFlow side, its model.
+    Pitfall.TF_POSTED_VGG16: {
+        "part": "model",
+        "framework": "tensorflow",
+        "summary": "keras.applications.vgg16.VGG16(weights=None, classes=10): no dropout, a softmax head, "
+                   "Keras's default initializers",
     },
 }
 

@@ -26,13 +26,15 @@ def header(spec: dict, status: str, failure: dict | None) -> dict:
     }
 
 
-def sections(spec: RunSpec, m: Measurements, wall_s: float, averaged_over: str) -> dict:
+def sections(spec: RunSpec, m: Measurements, wall_s: float, input_reader: str, metrics_source: str) -> dict:
     sizes = np.asarray(m.observed_batch_sizes or [0])
     train_s = m.measured_train_s
     return {
         "effective": {
+            "input": input_reader,
             "batch_size": {"configured": spec.train.batch_size, "min": int(sizes.min()),
-                           "max": int(sizes.max()), "mean": float(sizes.mean())},
+                           "max": int(sizes.max()), "mean": float(sizes.mean()),
+                           "short_steps": int((sizes < spec.train.batch_size).sum()) if m.observed_batch_sizes else 0},
             "train_samples_per_epoch": m.samples_per_epoch,
             "train_steps_per_epoch": m.steps_per_epoch,
             "test_samples": m.test_samples,
@@ -50,7 +52,9 @@ def sections(spec: RunSpec, m: Measurements, wall_s: float, averaged_over: str) 
             "data_wait_fraction": min(1.0, m.data_wait_s / train_s) if train_s > 0 else 0.0,
             **_time_to_target(spec, m),
         },
-        "metrics": {"averaged_over": averaged_over, "epochs": m.epoch_metrics},
+        # The reported figures, and the kit's own count from the outputs it observed, which judges them.
+        "metrics": {"averaged_over": m.averaged_over, "reported_by": metrics_source, "epochs": m.epoch_metrics,
+                    "counted": m.counted},
     }
 
 

@@ -53,6 +53,13 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Tfds:
+    """A TFDS dataset the data step prepared (the posted TensorFlow input): its folder and files' sha256."""
+    dir: str                                 # relative to the data folder
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Data:
     dataset: str
     input_size: int
@@ -64,6 +71,7 @@ class Data:
     test_samples: int
     file: str | None = None                  # the prepared .npz in the data folder
     sha256: str | None = None
+    tfds: Tfds | None = None                 # where the posted tf.data pipeline reads tfds.load('cifar10')
 
     @property
     def resize_to(self) -> int | None:
@@ -121,6 +129,24 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class Hook:
+    """One of the user's own functions, "module:function" in the experiment's folder, per framework."""
+    pytorch: str | None = None
+    tensorflow: str | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    input: Hook | None = None                # options, split, x, y, batch_size, epoch -> batches
+    evaluate: Hook | None = None             # options, model, inputs -> outputs
+    metrics: Hook | None = None              # options -> an object with update(outputs, labels, loss), result()
+
+    def of(self, name: str, framework: str) -> str | None:
+        hook = getattr(self, name)
+        return getattr(hook, framework) if hook else None
+
+
+@dataclass(frozen=True)
 class Limits:
     timeout_s: float
 
@@ -145,6 +171,7 @@ class RunSpec:
     pitfall_summaries: dict
     differences: list
     provenance: dict
+    hooks: Hooks = field(default_factory=Hooks)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:

@@ -1,25 +1,32 @@
-"""The training loop both frameworks run: same batches, same clocks, same bookkeeping."""
+"""The training loop both frameworks run: same batches, same clocks, same bookkeeping.
+
+Besides the figures the run reports (its metrics hook's, the posted bookkeeping's, or else the
+kit's), the loop keeps the kit's own count of correct predictions and samples, taken by the
+backend from the outputs it observed; the detectors hold the one against the other. Memory is
+read by phase (kits/common/phases.py): counters reset when the warmup steps end and at each
+training and evaluation phase's start, read at its end.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from kits.common.backend import Backend
 from kits.common.measure import NoStepTimer, now
+from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import RunSpec
 
 
 @dataclass
 class Measurements:
-    observed_batch_sizes: list[int] = field(default_factory=list)
+    observed_batch_sizes: list[int] = field(default_factory=list)     # every training step's, from the tensors
     samples_per_epoch: list[int] = field(default_factory=list)
     steps_per_epoch: list[int] = field(default_factory=list)
     epoch_times: list[dict] = field(default_factory=list)
-    epoch_metrics: list[dict] = field(default_factory=list)
-    epoch_sums: list[dict] = field(default_factory=list)      # the raw sums behind epoch_metrics
+    epoch_metrics: list[dict] = field(default_factory=list)   # the figures the run reported
+    counted: list[dict] = field(default_factory=list)         # the kit's own count, per epoch and split
+    averaged_over: str = "samples"     # what the reported figures were divided by, judged from the count
     memory_over_steps: list[tuple[int, int]] = field(default_factory=list)
-    train_memory_peak: int = 0        # max of the sampled current memory while training
-    eval_memory_peak: int = 0         # ... and while evaluating
     data_wait_s: float = 0.0
     measured_train_s: float = 0.0      # training time after warmup, synchronised at its edges
     measured_samples: int = 0          # samples trained after warmup
@@ -38,7 +45,7 @@ def steps_per_epoch(spec: RunSpec, n_train: int) -> int:
     return min(steps, cap) if cap else steps
 
 
-def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress) -> Measurements:
+def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, phases: PhaseMemory) -> Measurements:
     warmup = spec.train.warmup_steps
     memory_every = spec.measure.memory_every_steps
     epochs = spec.train.epochs
@@ -48,10 +55,11 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress) -> 
     planned = steps_per_epoch(spec, n_train)
 
     global_step = 0
+    phases.start(WARMUP)               # the build and the FLOP count are behind us
     for epoch in range(1, epochs + 1):
         backend.set_mode(training=True)
         batches = backend.train_batches(epoch)
-        samples = steps = 0
+        samples = steps = in_phase = 0
         backend.sync()
         t_epoch = now()
         t_measured = t_epoch if global_step >= warmup else None
@@ -69,24 +77,31 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress) -> 
             m.observed_batch_sizes.append(n)
             samples += n
             steps += 1
+            in_phase += 1
             global_step += 1
             if t_measured is not None:
                 timer.tick()
                 m.measured_samples += n
             elif global_step == warmup:
                 backend.sync()
+                # Autotuning and one-off workspaces belong to the warmup's peak, not to training's.
+                phases.end(WARMUP, epoch, in_phase, then=TRAIN)
+                in_phase = 0
                 t_measured = now()
                 timer.start()
             if global_step % memory_every == 0:
-                current = backend.memory_now()
-                m.memory_over_steps.append((global_step, current))
-                m.train_memory_peak = max(m.train_memory_peak, current)
+                m.memory_over_steps.append((global_step, backend.memory_now()))
             progress.emit(phase="train", epoch=epoch, epochs=epochs, step=steps, steps=planned)
         backend.sync()
         t_end = now()
         if t_measured is not None:
             m.measured_train_s += t_end - t_measured
+        if in_phase:
+            phases.end(TRAIN if t_measured is not None else WARMUP, epoch, in_phase, then=EVAL)
+        else:
+            phases.start(EVAL)
         train_loss, train_correct = backend.take_sums()
+        train_reported = backend.reported()
 
         backend.set_mode(training=False)
         t_eval = now()
@@ -95,27 +110,51 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress) -> 
             test_n += backend.batch_size_of(batch)
             backend.eval_step(batch)
             eval_steps += 1
-            m.eval_memory_peak = max(m.eval_memory_peak, backend.memory_now())
         test_loss, test_correct = backend.take_sums()
         t_eval_end = now()
+        phases.end(EVAL, epoch, eval_steps, then=TRAIN if global_step >= warmup else WARMUP)
+        test_reported = backend.reported()
 
-        # Averaged over samples, unless the run reproduces code that divides by the number of batches.
-        per_batch = backend.averaged_over == "batches"
-        train_div, test_div = (steps, eval_steps) if per_batch else (samples, test_n)
         m.samples_per_epoch.append(samples)
         m.steps_per_epoch.append(steps)
         m.test_samples, m.test_steps = test_n, eval_steps
-        m.epoch_sums.append({"train_correct": train_correct, "train_samples": samples})
+        m.counted.append({"epoch": epoch, "train_correct": train_correct, "train_samples": samples,
+                          "train_steps": steps, "test_correct": test_correct, "test_samples": test_n,
+                          "test_steps": eval_steps})
         m.epoch_times.append({"train_s": t_end - t_epoch, "eval_s": t_eval_end - t_eval})
-        m.epoch_metrics.append({
-            "epoch": epoch,
-            "train_loss": train_loss / train_div if train_div else None,
-            "train_accuracy": train_correct / train_div if train_div else None,
-            "test_loss": test_loss / test_div if test_div else None,
-            "test_accuracy": test_correct / test_div if test_div else None,
-        })
+        m.epoch_metrics.append({"epoch": epoch,
+                                **_figures("train", train_reported, train_loss, train_correct, samples),
+                                **_figures("test", test_reported, test_loss, test_correct, test_n)})
         backend.end_epoch(train_loss)
         progress.emit(force=True, phase="epoch", epoch=epoch, epochs=epochs,
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
     m.step_s = timer.per_step()
+    m.averaged_over = averaged_over(m.epoch_metrics, m.counted)
     return m
+
+
+def _figures(split: str, reported: dict | None, loss_sum: float, correct: float, samples: int) -> dict:
+    """The split's reported loss and accuracy: the run's own (its metrics hook's), else the kit's per sample."""
+    if reported is not None:
+        return {f"{split}_loss": reported["loss"], f"{split}_accuracy": reported["accuracy"]}
+    return {f"{split}_loss": loss_sum / samples if samples else None,
+            f"{split}_accuracy": correct / samples if samples else None}
+
+
+def averaged_over(reported: list[dict], counted: list[dict]) -> str:
+    """What the reported accuracies were divided by: samples or batches, judged from the kit's own count
+    (correct predictions, samples and steps); "unknown" where they match neither."""
+    kinds = set()
+    for rep, seen in zip(reported, counted):
+        for split in ("train", "test"):
+            acc, correct = rep[f"{split}_accuracy"], seen[f"{split}_correct"]
+            if acc is None:
+                continue
+            samples, steps = seen[f"{split}_samples"], seen[f"{split}_steps"]
+            if abs(acc * samples - correct) <= 1e-6 * max(1.0, correct):
+                kinds.add("samples")
+            elif abs(acc * steps - correct) <= 1e-6 * max(1.0, correct):
+                kinds.add("batches")
+            else:
+                kinds.add("unknown")
+    return kinds.pop() if len(kinds) == 1 else ("samples" if not kinds else "unknown")

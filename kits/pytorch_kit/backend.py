@@ -2,20 +2,19 @@
 from __future__ import annotations
 
 import platform
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
 
+from kits.common import custom
 from kits.common import data as datalib
 from kits.common.environment import cpu_name, nvidia_smi
-from kits.common.feeding import FeederMixin, NumpyFeeder
-from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes
+from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
+from kits.common.measure import WindowTimer, now, rss_bytes
 from kits.common.pitfalls import Pitfall
 from kits.common.spec import RunSpec
-from kits.pytorch_kit import models, trace
+from kits.pytorch_kit import models, posted_input, trace
 
 
 class Backend(FeederMixin):
@@ -37,14 +36,29 @@ class Backend(FeederMixin):
         data = spec.data
         self.resize = data.input_size if data.resize == "bilinear" else None
         self.scale = 1.0 / 255.0 if data.scale == "unit" else 1.0
-        self.averaged_over = "batches" if self.pitfalls.has(Pitfall.PT_METRICS_PER_BATCH) else "samples"
         self.bf16 = numerics.precision == "bf16_mixed"
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
         self.scheduler = None
-        self._seen = {"train_steps": 0, "eval_steps": 0, "eval_mode_in_train": 0, "grad_enabled_in_eval": 0,
+        # The user's own code where the spec names it; else the posts' code where a pitfall reproduces it.
+        self.input_hook = custom.hook(spec, "input", "pytorch")
+        self.evaluate_hook = custom.hook(spec, "evaluate", "pytorch")
+        self.metrics_hook = custom.hook(spec, "metrics", "pytorch")
+        self._posted = [p for p in (Pitfall.PT_ITEM_PER_STEP, Pitfall.PT_METRICS_PER_BATCH,
+                                    Pitfall.PT_RUNNING_ACC_TENSOR) if self.pitfalls.has(p)]
+        if self.metrics_hook:
+            self.metrics_source = f"the user's metrics hook {self.metrics_hook.ref}"
+        elif self._posted:
+            self.metrics_source = f"the posted bookkeeping ({', '.join(self._posted)})"
+        else:
+            self.metrics_source = "the kit's own count, per sample"
+        self._metrics = None
+        self._kept: dict = {}            # what the posted loop keeps alive between steps (pt_outputs_kept_alive)
+        self._training: bool | None = None
+        self.memory_series = ("torch.cuda.memory_allocated" if self.device.type == "cuda"
+                              else "process resident memory (VmRSS)")
+        self._seen = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0, "grad_enabled_in_eval": 0,
                       "loss_input_probe": None}
-        self._planted_total = 0.0
 
     def environment(self) -> dict:
         cuda = self.device.type == "cuda"
@@ -73,6 +87,8 @@ class Backend(FeederMixin):
     def build(self, arrays: datalib.Arrays) -> dict:
         cfg, train = self.spec.model, self.spec.train
         self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls).to(self.device)
+        # Every forward pass of the model, the user's own evaluation included, shows its grad and module mode.
+        self.model.register_forward_pre_hook(self._observe_forward)
         opt = train.optimizer
         if opt.name == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=opt.lr,
@@ -86,31 +102,28 @@ class Backend(FeederMixin):
                 self.optimizer, "min", patience=3, factor=0.9817)
         if self.pitfalls.has(Pitfall.PT_EVAL_ONCE):
             self.model.eval()        # CNN.eval() before trainNet; nothing switches it back
-        self.feeder = (_CpuResizeLoader(arrays, self.spec, self._to_device)
-                       if self.pitfalls.has(Pitfall.PT_CPU_RESIZE_DATALOADER)
-                       else NumpyFeeder(arrays, self.spec, self._to_device))
-        if self.pitfalls.has(Pitfall.PT_SLOW_INPUT):
-            self.feeder = _SlowSource(self.feeder)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
+        if self.input_hook:
+            self.feeder = HookFeeder(self.input_hook, arrays, self.spec, self._to_device)
+            self.input_reader = f"the user's input hook {self.input_hook.ref}"
+        elif self.pitfalls.has(Pitfall.PT_CPU_RESIZE_DATALOADER):
+            self.feeder = posted_input.CpuResizeLoader(arrays, self.spec, self._to_device)
+            self.input_reader = posted_input.reader(self.spec)
+        else:
+            self.feeder = NumpyFeeder(arrays, self.spec, self._to_device)
+            self.input_reader = NumpyFeeder.READER
         return {"parameters": models.parameter_counts(self.model)}
 
     def training_flops(self) -> dict:
-        """Training FLOPs per sample of the model built, counted once before training; the device's
-        memory peak is reset afterwards, so that it is training's alone."""
-        flops = trace.training_flops(self.model, self.spec.data.input_size, self.device)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        return flops
+        """Training FLOPs per sample of the model built, counted once before training (the memory phases
+        start after it, so its tensors are in no phase's peak)."""
+        return trace.training_flops(self.model, self.spec.data.input_size, self.device)
 
     def _to_device(self, x, y):
         x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
         y = torch.from_numpy(y) if isinstance(y, np.ndarray) else y
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model(self._inputs(x))
+        # As posted, inputs.to(device): each copy waits; the kit's own copies do not.
+        non_blocking = not self.pitfalls.has(Pitfall.PT_BLOCKING_COPY)
+        return x.to(self.device, non_blocking=non_blocking), y.to(self.device, non_blocking=non_blocking)
 
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.uint8:
@@ -122,50 +135,76 @@ class Backend(FeederMixin):
                               align_corners=False, antialias=False)
         return x
 
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def _loss(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # In fp32 whatever the compute precision, as the TensorFlow kit casts its logits first.
+        return F.cross_entropy(outputs.float(), y)
+
+    def _observe_forward(self, module: torch.nn.Module, _args) -> None:
+        if self._training is True:
+            self._seen["train_forwards"] += 1
+            self._seen["eval_mode_in_train"] += not module.training
+        elif self._training is False:
+            self._seen["eval_forwards"] += 1
+            self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
+
     def train_step(self, batch) -> None:
         x, y = batch
-        self._seen["train_steps"] += 1
-        self._seen["eval_mode_in_train"] += not self.model.training
         # Free the last step's gradients before the forward pass, as Keras keeps none between steps.
         self.optimizer.zero_grad(set_to_none=True)
-        outputs = self._forward(x)
+        with self._autocast():
+            outputs = self.model(self._inputs(x))
+        loss = self._loss(outputs, y)
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
-            self._seen["loss_input_probe"] = _probe(outputs.detach())
-        loss = F.cross_entropy(outputs, y)
-        if self.pitfalls.has(Pitfall.PT_LOSS_SUM_TENSOR):
-            self._planted_total = self._planted_total + loss
+            self._seen.update(loss_input_probe=_probe(outputs.detach()), loss_dtype=str(loss.dtype).split(".")[-1])
         loss.backward()
         self.optimizer.step()
-        self._accumulate(outputs, y, loss)
+        self._count(outputs, y, loss)
+        if self.pitfalls.has(Pitfall.PT_OUTPUTS_KEPT_ALIVE):
+            self._kept["train"] = (outputs, loss)     # outputs = model(inputs): replaced by the next step's, not freed
 
     def eval_step(self, batch) -> None:
         x, y = batch
-        self._seen["eval_steps"] += 1
-        if self.pitfalls.has(Pitfall.PT_VAL_GRAD):
-            self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
-            outputs = self._forward(x)       # no torch.no_grad(): a graph per batch
-            self._accumulate(outputs, y, F.cross_entropy(outputs, y))
-            return
-        with torch.no_grad():
-            self._seen["grad_enabled_in_eval"] += torch.is_grad_enabled()
-            outputs = self._forward(x)
-            self._accumulate(outputs, y, F.cross_entropy(outputs, y))
+        inputs = self._inputs(x)
+        with self._autocast():
+            if self.evaluate_hook:
+                outputs = self.evaluate_hook(self.model, inputs)
+            elif self.pitfalls.has(Pitfall.PT_VAL_GRAD):
+                outputs = self.model(inputs)          # as posted: no torch.no_grad(), a graph per batch
+            else:
+                with torch.no_grad():
+                    outputs = self.model(inputs)
+        loss = self._loss(outputs, y)                 # carries the graph wherever the outputs do
+        self._count(outputs, y, loss)
+        if self.pitfalls.has(Pitfall.PT_OUTPUTS_KEPT_ALIVE):
+            # val_outputs, val_loss_size: alive through the next batch's forward pass, and the last ones
+            # (graph included) through the next epoch's training
+            self._kept["eval"] = (outputs, loss)
 
-    def _accumulate(self, outputs: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
-        # On-device sums: no .item() here, so the step adds no synchronisation.
-        if self.pitfalls.has(Pitfall.PT_RUNNING_ACC_TENSOR):
-            # As posted: torch.max(outputs.data, 1), then total_train_acc += acc (a tensor).
-            _, predictions = torch.max(outputs.data, 1)
-            self._correct = self._correct + (y == predictions).sum()
-        else:
-            with torch.no_grad():
-                self._correct += (outputs.argmax(1) == y).sum()
+    def _count(self, outputs: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
+        """The kit's own count from the outputs it saw, in on-device sums (no synchronisation); then the
+        run's metrics, the user's hook or the posted bookkeeping, see the same outputs."""
         with torch.no_grad():
+            self._correct += (outputs.argmax(1) == y).sum()
             self._loss_sum += loss.detach() * y.shape[0]
+        if self._metrics is not None:
+            self._metrics.update(outputs, y, loss)
 
     def set_mode(self, training: bool) -> None:
+        self._training = training
+        if not training and self.device.type == "cuda" and self.pitfalls.has(Pitfall.PT_EMPTY_CACHE_BEFORE_EVAL):
+            torch.cuda.empty_cache()      # as posted, between the epoch's training and its validation
         if not self.pitfalls.has(Pitfall.PT_EVAL_ONCE):
             self.model.train(training)
+        if self.metrics_hook:
+            self._metrics = self.metrics_hook()
+        elif self._posted:
+            self._metrics = _PostedMetrics(self.pitfalls, self.device)
+
+    def reported(self) -> dict | None:
+        return self._metrics.result() if self._metrics is not None else None
 
     def end_epoch(self, train_loss_sum: float) -> None:
         if self.scheduler is not None:
@@ -175,11 +214,12 @@ class Backend(FeederMixin):
     def take_sums(self) -> tuple[float, float]:
         loss, correct = float(self._loss_sum), float(self._correct)
         self._loss_sum.zero_()
-        self._correct = torch.zeros_like(self._correct)
+        self._correct.zero_()
         return loss, correct
 
-    def step_timer(self, k: int):
-        return _CudaEventTimer() if self.device.type == "cuda" else WindowTimer(k, self.sync)
+    def step_timer(self, k: int) -> WindowTimer:
+        # Taken as the TensorFlow kit takes them: windows of k steps, the device synchronised at their edges.
+        return WindowTimer(k, self.sync)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -189,6 +229,9 @@ class Backend(FeederMixin):
         if self.device.type == "cuda":
             return torch.cuda.memory_allocated()
         return rss_bytes()
+
+    def memory_counters(self) -> list:
+        return [_AllocatorPeaks()] if self.device.type == "cuda" else []
 
     def matmul_flops_per_s(self, n: int = 1024, seconds: float = 0.3) -> float:
         """The device's measured fp32 matmul rate with the run's thread settings: a peak to hold throughput against."""
@@ -205,101 +248,55 @@ class Backend(FeederMixin):
     def observed(self) -> dict:
         return dict(self._seen)
 
-    def memory_report(self) -> dict:
-        if self.device.type == "cuda":
-            return {"peak_bytes": torch.cuda.max_memory_allocated(), "source": "torch.cuda.max_memory_allocated",
-                    "framework": {"peak_allocated": torch.cuda.max_memory_allocated(),
-                                  "peak_reserved": torch.cuda.max_memory_reserved()}}
-        return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
-                "framework": {}}
+
+class _AllocatorPeaks:
+    """The caching allocator's peaks of a phase: reset at its start, read at its end."""
+
+    def reset(self, _phase: str) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def read(self) -> dict:
+        why = "reset at the phase's start, read at its end"
+        return {"allocated": {"peak_bytes": torch.cuda.max_memory_allocated(),
+                              "source": f"torch.cuda.max_memory_allocated, {why}"},
+                "reserved": {"peak_bytes": torch.cuda.max_memory_reserved(),
+                             "source": f"torch.cuda.max_memory_reserved, {why}"}}
 
 
-class _CudaEventTimer:
-    """Per-step device time from CUDA events recorded between steps; read once, at the end,
-    so the timed loop adds no host-device synchronisation of its own."""
+class _PostedMetrics:
+    """The posts' own bookkeeping, behind the metrics hook's interface.
 
-    method = "CUDA events recorded between consecutive steps (read after training)"
+    Seed 000: ``running_loss += loss.item() * inputs.size(0)`` (pt_item_per_step: the host waits for the
+    device every step) and ``running_corrects += torch.sum(preds == labels.data)``, both divided by
+    ``len(dataloader)`` (pt_metrics_per_batch). Seed 004: ``total_train_acc += acc`` with ``acc`` from
+    ``torch.max(outputs.data, 1)`` (pt_running_acc_tensor), its loss summed with ``.item()`` per step.
+    Without pt_item_per_step the loss stays an on-device sum, as the kit's own.
+    """
 
-    def __init__(self) -> None:
-        self._pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-        self._last: torch.cuda.Event | None = None
+    def __init__(self, pitfalls, device: torch.device) -> None:
+        self.item = pitfalls.has(Pitfall.PT_ITEM_PER_STEP)
+        self.per_batch = pitfalls.has(Pitfall.PT_METRICS_PER_BATCH)
+        self.data = pitfalls.has(Pitfall.PT_RUNNING_ACC_TENSOR)
+        self.loss = 0.0 if self.item else torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device, dtype=torch.int64)
+        self.samples = self.batches = 0
 
-    def _event(self) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+    def update(self, outputs: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor) -> None:
+        n = labels.shape[0]
+        if self.item:
+            self.loss += loss.item() * n
+        else:
+            self.loss = self.loss + loss.detach() * n
+        _, predictions = torch.max(outputs.data if self.data else outputs, 1)
+        self.correct = self.correct + torch.sum(predictions == labels.data)
+        self.samples, self.batches = self.samples + n, self.batches + 1
 
-    def start(self) -> None:
-        self._last = self._event()
-
-    def tick(self) -> None:
-        event = self._event()
-        self._pairs.append((self._last, event))
-        self._last = event
-
-    def per_step(self) -> list[float]:
-        torch.cuda.synchronize()
-        return [a.elapsed_time(b) / 1e3 for a, b in self._pairs]
+    def result(self) -> dict:
+        divisor = self.batches if self.per_batch else self.samples
+        return {"loss": float(self.loss) / divisor, "accuracy": float(self.correct) / divisor}
 
 
 def _probe(outputs: torch.Tensor) -> dict:
     """Do the rows the loss receives look like probabilities? (cross_entropy expects logits)"""
     return {"expects_logits": True, "rows": int(outputs.shape[0]), "nonnegative": bool((outputs >= 0).all()),
             "max_row_sum_error": float((outputs.sum(1) - 1).abs().max())}
-
-
-class _SlowSource:
-    """Planted for the input-bound detector's test: every batch arrives 50 ms late."""
-
-    def __init__(self, feeder) -> None:
-        self.feeder = feeder
-
-    def _slow(self, batches):
-        for batch in batches:
-            time.sleep(0.05)
-            yield batch
-
-    def train(self, epoch: int):
-        return self._slow(self.feeder.train(epoch))
-
-    def test(self):
-        return self.feeder.test()
-
-
-class _ResizedImages(Dataset):
-    def __init__(self, x: np.ndarray, y: np.ndarray, transform) -> None:
-        self.x, self.y, self.transform = x, y, transform
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int):
-        from PIL import (
-            Image,  # only this pitfall needs PIL and torchvision: keep them off every other run
-        )
-        return self.transform(Image.fromarray(self.x[i])), int(self.y[i])
-
-
-class _CpuResizeLoader:
-    """The post's pipeline: transforms.Resize((S, S)) + ToTensor per PIL image, in a
-    single-process DataLoader, in the same batch order as every other run."""
-
-    def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device) -> None:
-        from torchvision import transforms
-        size = spec.data.input_size
-        self.transform = transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor()])
-        self.arrays, self.spec, self.to_device = arrays, spec, to_device
-
-    def _load(self, x: np.ndarray, y: np.ndarray, batches):
-        loader = DataLoader(_ResizedImages(x, y, self.transform), batch_sampler=list(batches), num_workers=0)
-        return (self.to_device(xb, yb) for xb, yb in loader)
-
-    def train(self, epoch: int):
-        a, t = self.arrays, self.spec.train
-        order = datalib.epoch_order(len(a.x_train), t.seed, epoch, self.spec.data.shuffle)
-        return self._load(a.x_train, a.y_train, datalib.batches(order, t.batch_size, True))
-
-    def test(self):
-        a = self.arrays
-        order = np.arange(len(a.x_test))
-        return self._load(a.x_test, a.y_test, datalib.batches(order, self.spec.train.eval_batch_size, False))

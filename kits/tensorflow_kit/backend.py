@@ -11,19 +11,18 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from kits.common import custom  # noqa: E402
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
-from kits.common.feeding import FeederMixin, NumpyFeeder  # noqa: E402
-from kits.common.measure import WindowTimer, now, peak_rss_bytes, rss_bytes  # noqa: E402
-from kits.common.pitfalls import Pitfall
-from kits.common.spec import RunSpec
+from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
+from kits.common.measure import WindowTimer, now, rss_bytes  # noqa: E402
+from kits.common.pitfalls import Pitfall  # noqa: E402
+from kits.common.spec import RunSpec  # noqa: E402
 from kits.tensorflow_kit import models, trace  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
 
 class Backend(FeederMixin):
     name = "tensorflow"
-
-    averaged_over = "samples"
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -54,6 +53,16 @@ class Backend(FeederMixin):
         self._loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
         self._correct = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._probe = None
+        self._loss_dtype = None
+        # The user's own code where the spec names it (Keras has no posted bookkeeping to reproduce).
+        self.input_hook = custom.hook(spec, "input", "tensorflow")
+        self.evaluate_hook = custom.hook(spec, "evaluate", "tensorflow")
+        self.metrics_hook = custom.hook(spec, "metrics", "tensorflow")
+        self.metrics_source = (f"the user's metrics hook {self.metrics_hook.ref}" if self.metrics_hook
+                               else "the kit's own count, per sample")
+        self._metrics = None
+        self.memory_series = ("tf.config.experimental.get_memory_info('GPU:0')['current']" if self.gpus
+                              else "process resident memory (VmRSS)")
 
     def environment(self) -> dict:
         build = tf.sysconfig.get_build_info()
@@ -94,9 +103,10 @@ class Backend(FeederMixin):
             self.optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum,
                                                   nesterov=opt.nesterov)
         self.optimizer.build(self.model.trainable_variables)
-        # The posted model ends in softmax and uses categorical cross-entropy on its probabilities;
+        # The posted models end in softmax and use categorical cross-entropy on their probabilities;
         # integer labels with the sparse form of the same loss are a declared adaptation.
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not self.pitfalls.has(Pitfall.TF_POSTED_MODEL))
+        posted = self.pitfalls.has(Pitfall.TF_POSTED_MODEL) or self.pitfalls.has(Pitfall.TF_POSTED_VGG16)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not posted)
         # One trace per input dtype and shape: uint8 batches here, float batches of one from the posted pipeline.
         self._train = tf.function(self._train_step, reduce_retracing=True)
         self._eval = tf.function(self._eval_step, reduce_retracing=True)
@@ -105,19 +115,21 @@ class Backend(FeederMixin):
         single = self.pitfalls.has(Pitfall.TF_VALIDATION_SINGLE_EXAMPLES)
         numpy_feeder = NumpyFeeder(arrays, self.spec, self._to_device, shuffle=shuffle, resume=resume,
                                    eval_batch_size=1 if single else None)
-        self.feeder = (PostedFeeder(arrays, self.spec, self.scale, shuffle, resume, single, numpy_feeder.test)
-                       if self.pitfalls.has(Pitfall.TF_BATCH_OF_ONE) else numpy_feeder)
-        if self.gpus:
-            tf.config.experimental.reset_memory_stats("GPU:0")
+        if self.input_hook:
+            self.feeder = HookFeeder(self.input_hook, arrays, self.spec, self._to_device)
+            self.input_reader = f"the user's input hook {self.input_hook.ref}"
+        elif self.pitfalls.has(Pitfall.TF_BATCH_OF_ONE):
+            self.feeder = PostedFeeder(arrays, self.spec, self.scale, shuffle, resume, single, numpy_feeder.test)
+            self.input_reader = self.feeder.reader
+        else:
+            self.feeder = numpy_feeder
+            self.input_reader = NumpyFeeder.READER
         return {"parameters": models.parameter_counts(self.model)}
 
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training (a traced graph:
-        nothing runs); the device's memory peak is reset afterwards all the same."""
-        flops = trace.training_flops(self.model, self.spec.data.input_size)
-        if self.gpus:
-            tf.config.experimental.reset_memory_stats("GPU:0")
-        return flops
+        nothing runs; the memory phases start after it)."""
+        return trace.training_flops(self.model, self.spec.data.input_size)
 
     def _to_device(self, x: np.ndarray, y: np.ndarray):
         return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
@@ -136,13 +148,19 @@ class Backend(FeederMixin):
             loss = self.loss_fn(y, logits)
         grads = tape.gradient(loss, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self._accumulate(logits, y, loss)
+        self._count(logits, y, loss)
+        return logits, loss
 
     def _eval_step(self, x, y):
-        logits = tf.cast(self.model(self._inputs(x), training=False), tf.float32)
-        self._accumulate(logits, y, self.loss_fn(y, logits))
+        inputs = self._inputs(x)
+        outputs = self.evaluate_hook(self.model, inputs) if self.evaluate_hook else self.model(inputs, training=False)
+        logits = tf.cast(outputs, tf.float32)
+        loss = self.loss_fn(y, logits)
+        self._count(logits, y, loss)
+        return logits, loss
 
-    def _accumulate(self, logits, y, loss) -> None:
+    def _count(self, logits, y, loss) -> None:
+        """The kit's own count from the outputs it saw, in on-device sums."""
         n = tf.cast(tf.shape(y)[0], tf.float32)
         self._loss_sum.assign_add(loss * n)
         self._correct.assign_add(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == y, tf.int64)))
@@ -153,13 +171,23 @@ class Backend(FeederMixin):
             self._probe = {"expects_logits": bool(self.loss_fn.from_logits), "rows": int(out.shape[0]),
                            "nonnegative": bool(tf.reduce_all(out >= 0)),
                            "max_row_sum_error": float(tf.reduce_max(tf.abs(tf.reduce_sum(out, 1) - 1)))}
-        self._train(*batch)
+        logits, loss = self._train(*batch)
+        self._loss_dtype = self._loss_dtype or loss.dtype.name
+        if self._metrics is not None:
+            self._metrics.update(logits, batch[1], loss)
 
     def eval_step(self, batch) -> None:
-        self._eval(*batch)
+        logits, loss = self._eval(*batch)
+        if self._metrics is not None:
+            self._metrics.update(logits, batch[1], loss)
 
     def set_mode(self, training: bool) -> None:
-        """Keras has no global mode: each step passes training=True or False to the model."""
+        """Keras has no global mode (each step passes training=True or False to the model): a phase
+        starts only the user's metrics."""
+        self._metrics = self.metrics_hook() if self.metrics_hook else None
+
+    def reported(self) -> dict | None:
+        return self._metrics.result() if self._metrics is not None else None
 
     def end_epoch(self, train_loss_sum: float) -> None:
         """No scheduler on the TensorFlow side (the post had none)."""
@@ -193,20 +221,27 @@ class Backend(FeederMixin):
     def observed(self) -> dict:
         # Keras takes the mode per call and the eval step has no tape: the kit passes training=True
         # to every train step and training=False, without a tape, to every eval step.
-        return {"loss_input_probe": self._probe}
+        return {"loss_input_probe": self._probe, "loss_dtype": self._loss_dtype}
 
     def memory_now(self) -> int:
         if self.gpus:
             return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
         return rss_bytes()
 
-    def memory_report(self) -> dict:
-        if self.gpus:
-            peak = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
-            return {"peak_bytes": peak, "source": "tf.config.experimental.get_memory_info (memory growth on)",
-                    "framework": {"peak_allocated": peak}}
-        return {"peak_bytes": peak_rss_bytes(), "source": "process peak resident memory (getrusage)",
-                "framework": {}}
+    def memory_counters(self) -> list:
+        return [_AllocatorPeak()] if self.gpus else []
+
+
+class _AllocatorPeak:
+    """TensorFlow's allocator peak on the GPU (memory growth on) for a phase: reset at its start, read at its end."""
+
+    def reset(self, _phase: str) -> None:
+        tf.config.experimental.reset_memory_stats("GPU:0")
+
+    def read(self) -> dict:
+        return {"allocated": {"peak_bytes": int(tf.config.experimental.get_memory_info("GPU:0")["peak"]),
+                              "source": "tf.config.experimental.get_memory_info('GPU:0')['peak'] (memory growth "
+                                        "on), reset at the phase's start by reset_memory_stats, read at its end"}}
 
 
 def _pci_bus_id() -> str | None:

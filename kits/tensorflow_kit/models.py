@@ -34,6 +34,35 @@ def vgg16(cfg: Model, input_size: int) -> keras.Model:
     return keras.Model(inputs, _dense(cfg.num_classes, init)(x), name="vgg16")
 
 
+def posted_vgg16(cfg: Model, input_size: int) -> keras.Model:
+    """Seed 000's Keras model, ``applications.vgg16.VGG16(input_shape=..., weights=None, classes=10)``.
+
+    At the seed's size (full width, 4096-wide classifier) it is that very call. At a profile's smaller
+    width it is the same structure, layer for layer and name for name: Conv2D with its ReLU inside and
+    Keras's default initializers (glorot_uniform, zero bias), Flatten, two ReLU Dense layers without
+    Dropout, and a softmax Dense head.
+    """
+    if cfg.width_multiplier == 1.0 and cfg.classifier_width == 4096:
+        return keras.applications.vgg16.VGG16(input_shape=(input_size, input_size, 3), weights=None,
+                                              classes=cfg.num_classes)
+    return posted_vgg16_structure(cfg, input_size)
+
+
+def posted_vgg16_structure(cfg: Model, input_size: int) -> keras.Model:
+    """keras.applications' VGG16 (include_top, no weights) rebuilt at any width, layer for layer."""
+    x = inputs = keras.Input((input_size, input_size, 3))
+    for b, block in enumerate(VGG16_BLOCKS, 1):
+        for c, width in enumerate(block, 1):
+            x = layers.Conv2D(scaled_width(width, cfg.width_multiplier), 3, padding="same", activation="relu",
+                              name=f"block{b}_conv{c}")(x)
+        x = layers.MaxPooling2D(2, 2, name=f"block{b}_pool")(x)
+    x = layers.Flatten(name="flatten")(x)
+    x = layers.Dense(cfg.classifier_width, activation="relu", name="fc1")(x)
+    x = layers.Dense(cfg.classifier_width, activation="relu", name="fc2")(x)
+    return keras.Model(inputs, layers.Dense(cfg.num_classes, activation="softmax", name="predictions")(x),
+                       name="vgg16")
+
+
 def simplecnn(cfg: Model, input_size: int, pitfalls: Pitfalls) -> keras.Model:
     """Conv-ReLU-Dropout-BatchNorm blocks as posted, one BatchNorm per conv, logits out."""
     init, bn = cfg.init, cfg.batchnorm
@@ -62,7 +91,9 @@ def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras
         # The user's builder owns its layers and initialisation.
         return custom.build(cfg.tensorflow, cfg.options, input_size, cfg.num_classes, keras.Model,
                             "keras.Model", "TensorFlow")
-    return vgg16(cfg, input_size) if cfg.name == "vgg16" else simplecnn(cfg, input_size, pitfalls)
+    if cfg.name == "vgg16":
+        return posted_vgg16(cfg, input_size) if pitfalls.has(Pitfall.TF_POSTED_VGG16) else vgg16(cfg, input_size)
+    return simplecnn(cfg, input_size, pitfalls)
 
 
 def parameter_counts(model: keras.Model) -> dict:

@@ -1,8 +1,11 @@
-"""The seed post's tf.data pipeline, over the kit's arrays instead of tensorflow_datasets.
+"""The seed post's tf.data pipeline, over ``tfds.load('cifar10')`` as posted where the data step prepared it.
 
 Structure as posted: a dataset of {'image', 'label'} examples, each mapped on
 its own (resized on the CPU, then expand_dims to a batch of ONE), never
-batched; model.fit's steps_per_epoch = len(train) // 32 hides it.
+batched; model.fit's steps_per_epoch = len(train) // 32 hides it. Without a
+prepared TFDS dataset (the quick profile's generated data, or CIFAR-10 before
+``reprokit data``), the same structure runs over the kit's arrays: a declared
+adaptation, which the result's ``effective.input`` states.
 """
 from __future__ import annotations
 
@@ -11,10 +14,9 @@ import tensorflow as tf
 from kits.common.spec import RunSpec
 
 
-def examples(x, y, size: int, scale: float, shuffle: bool, seed: int) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices({"image": x, "label": y})
+def examples(ds: tf.data.Dataset, size: int, scale: float, shuffle: bool, seed: int) -> tf.data.Dataset:
     if shuffle:
-        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(ds.cardinality(), seed=seed, reshuffle_each_iteration=True)
 
     def one(example):
         image = tf.image.resize(example["image"], (size, size))   # float32, still in [0, 255]
@@ -25,15 +27,29 @@ def examples(x, y, size: int, scale: float, shuffle: bool, seed: int) -> tf.data
     return ds.map(one)
 
 
+def sources(arrays, spec: RunSpec) -> tuple[tf.data.Dataset, tf.data.Dataset, str]:
+    """The posted input's (train, test) examples, and how they were read, in words."""
+    n_train, n_test = len(arrays.x_train), len(arrays.x_test)
+    if spec.data.tfds is not None:
+        from kits.tensorflow_kit import tfds_data
+        train, test = tfds_data.load(arrays.folder, spec.data.tfds.dir, spec.data.tfds.sha256, n_train, n_test)
+        return train, test, "tfds.load('cifar10') from the TFDS dataset the data step prepared, as posted"
+    slices = tf.data.Dataset.from_tensor_slices
+    return (slices({"image": arrays.x_train, "label": arrays.y_train}),
+            slices({"image": arrays.x_test, "label": arrays.y_test}),
+            f"the posted tf.data structure over the kit's {spec.data.dataset} arrays (declared adaptation: no TFDS "
+            f"dataset prepared for it, so not tfds.load('cifar10'))")
+
+
 class PostedFeeder:
     """Batches of one from the posted pipeline; with ``resume`` one iterator runs across epochs."""
 
     def __init__(self, arrays, spec: RunSpec, scale: float, shuffle: bool, resume: bool,
                  single_example_validation: bool, fallback_test) -> None:
-        size = spec.data.input_size
-        seed = spec.train.seed
-        self.train_ds = examples(arrays.x_train, arrays.y_train, size, scale, shuffle, seed)
-        self.test_ds = examples(arrays.x_test, arrays.y_test, size, scale, False, seed)
+        size, seed = spec.data.input_size, spec.train.seed
+        train, test, self.reader = sources(arrays, spec)
+        self.train_ds = examples(train, size, scale, shuffle, seed)
+        self.test_ds = examples(test, size, scale, False, seed)
         self.resume = resume
         self.single = single_example_validation
         self.fallback_test = fallback_test

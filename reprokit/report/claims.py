@@ -47,6 +47,8 @@ CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"
 QUANTITIES: dict[str, tuple[str, str]] = {name: (q.dimension, q.what) for name, q in metrics.QUANTITIES.items()}
 ACCURACIES = ("final_test_accuracy", "final_train_accuracy")
 READINGS = metrics.READINGS
+# The quantities that have several readings: a claim on one of them names the reading that judges it.
+MEMORY_PEAKS = ("peak_memory_bytes", "warmup_peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes")
 KINDS = ("value", "ratio", "accuracy_vs_chance", "effect_disappears_with_fix")
 BOUNDS = ("range", "at_least", "at_most")
 AROUND = ("relative", "absolute")
@@ -244,9 +246,10 @@ def _operand(key: str, base: dict, extra: dict, kind: str, bad) -> Operand:
                       f"(at metric level or in {'numerator/denominator' if key != 'value' else 'the metric'})")
     op = Operand(**{"reading": "reported", **stated})
     where = "metric" if key == "value" else f"metric.{key}"
-    if op.reading != "reported" and op.quantity != "peak_memory_bytes":
-        raise bad(f"{where}.reading", f"a reading applies to peak_memory_bytes only, not {op.quantity}")
-    if op.quantity == "peak_memory_bytes" and "reading" not in stated:
+    if op.reading != "reported" and op.quantity not in MEMORY_PEAKS:
+        raise bad(f"{where}.reading", f"a reading applies to the memory peaks ({', '.join(MEMORY_PEAKS)}) only, "
+                                      f"not {op.quantity}")
+    if op.quantity in MEMORY_PEAKS and "reading" not in stated:
         raise bad(f"{where}.reading", "missing; a peak-memory claim names in advance the one reading that "
                                       f"judges it: {', '.join(READINGS)}")
     if op.variant.startswith("+"):

@@ -6,11 +6,16 @@ run without GPU readings) raises ``NotMeasured`` with the reason; nothing here r
 or swallows a KeyError, so a drift between the result schema and this module shows as an
 explicit "not measured", and an older result file still renders.
 
-Per-phase memory peaks are read from ``memory.phases``: a list of records
-``{"epoch": int, "phase": "train" | "eval", "peak_bytes": int, "source": str}``, one per phase
-and epoch, each the peak of a counter reset at the phase's start (issue 10). Results without
-them have only ``memory.train_peak_bytes``/``eval_peak_bytes``, current memory sampled after
-steps returned: not a peak of the phase, so not read as one.
+Per-phase memory peaks are read from ``memory.phases``: a list of records, one per phase and
+epoch, ``{"epoch": int, "phase": "warmup" | "train" | "eval", "steps": int, "peak_bytes": int,
+"source": str, "readings": {reading: {"peak_bytes": int | None, "source": str, ...}}}``, each the
+peak of counters reset at the phase's start and read at its end (issue 10). ``peak_bytes`` and
+``source`` are the phase's reported reading (the framework allocator's peak allocated on a GPU,
+the process's resident high-water mark on a CPU); ``readings`` holds every counter's: ``allocated``
+and ``reserved`` (the framework's allocator), ``device`` (NVML), ``process`` (VmHWM). Warmup has
+phases of its own, so autotuning stays out of the training peak. Results without ``memory.phases``
+have only ``memory.train_peak_bytes``/``eval_peak_bytes``, current memory sampled after steps
+returned: not a peak of the phase, so not read as one.
 """
 from __future__ import annotations
 
@@ -23,9 +28,15 @@ from reprokit import utilisation
 from reprokit.report import units
 
 # Memory readings a claim or a table may name: the result's own peak (its source says what it
-# is), the framework allocator's peak allocated and reserved, and the device-level (NVML) peak.
-READINGS = ("reported", "allocated", "reserved", "device")
-PHASES = ("train", "eval")
+# is), the framework allocator's peak allocated and reserved, the device-level (NVML) peak, and
+# the process's resident high-water mark (a CPU run's).
+READINGS = ("reported", "allocated", "reserved", "device", "process")
+PHASES = ("warmup", "train", "eval")
+# Why a result has no such reading: what each exists on.
+_READING_EXISTS = {"allocated": "an allocator reading exists only on a GPU",
+                   "reserved": "a reserved-memory reading exists only for PyTorch's caching allocator on a GPU",
+                   "device": "a device-level (NVML) reading exists only on a GPU",
+                   "process": "the process's resident high-water mark is read on a CPU run"}
 
 
 class NotMeasured(Exception):
@@ -139,6 +150,9 @@ def memory_readings(r: dict) -> dict[str, Reading]:
         out["allocated"] = Reading(fw["peak_allocated"], "the framework allocator's peak allocated")
     if fw.get("peak_reserved") is not None:
         out["reserved"] = Reading(fw["peak_reserved"], "the framework allocator's peak reserved")
+    if mem.get("process_peak_bytes") is not None:
+        out["process"] = Reading(mem["process_peak_bytes"], "the process's resident high-water mark (VmHWM) "
+                                                            "over the training and evaluation phases")
     device = fw.get("device_peak_bytes", mem.get("device_peak_bytes"))
     if device is not None:
         out["device"] = Reading(device, fw.get("device_source") or "device-level peak (NVML)")
@@ -150,9 +164,9 @@ def _peak(r: dict, reading: str) -> Reading:
     if reading in readings:
         return readings[reading]
     on_gpu = field(r, "spec.device") == "gpu"
-    why = {"allocated": "an allocator reading exists only on a GPU",
-           "reserved": "a reserved-memory reading exists only for PyTorch's caching allocator on a GPU",
-           "device": "a device-level (NVML) reading exists only on a GPU"}.get(reading, "no peak memory recorded")
+    why = _READING_EXISTS.get(reading, "no peak memory recorded")
+    if reading == "process" and not on_gpu:
+        raise NotMeasured(f"this result records no process reading ({why})")
     if on_gpu:
         why = f"this result records no {reading!r} memory reading ({why})"
         device_source = (r["memory"].get("framework") or {}).get("device_source")
@@ -161,22 +175,36 @@ def _peak(r: dict, reading: str) -> Reading:
     raise NotMeasured(why, hardware=not on_gpu, short="GPU only" if not on_gpu else "not measured")
 
 
-def phase_peaks(r: dict, phase: str) -> list[tuple[int, int, str]]:
-    """(epoch, peak bytes, source) of every recorded phase of that kind, in epoch order."""
+def phase_peaks(r: dict, phase: str, reading: str = "reported") -> list[tuple[int, int, str]]:
+    """(epoch, peak bytes, source) of every recorded phase of that kind, by reading, in epoch order."""
     phases = field(r, "memory").get("phases")
     if not phases:
         raise NotMeasured("this result has no per-phase memory peaks (memory.phases); its sampled "
                           "memory.train/eval_peak_bytes were read after steps returned, not as a phase's peak")
-    found = sorted((p["epoch"], p["peak_bytes"], p.get("source") or "source not stated")
-                   for p in phases if p.get("phase") == phase and p.get("peak_bytes") is not None)
-    if not found:
+    found, why_not = [], ""
+    for p in phases:
+        if p.get("phase") != phase:
+            continue
+        got = p if reading == "reported" else (p.get("readings") or {}).get(reading)
+        if got and got.get("peak_bytes") is not None:
+            found.append((p["epoch"], got["peak_bytes"], got.get("source") or "source not stated"))
+        elif got:
+            why_not = got.get("source") or ""
+    if found:
+        return sorted(found)
+    if reading == "reported" or not any(p.get("phase") == phase for p in phases):
         raise NotMeasured(f"this result records no {phase} phase peak")
-    return found
+    on_gpu = field(r, "spec.device") == "gpu"
+    if why_not:
+        raise NotMeasured(f"this result records no {reading} reading of its {phase} phases: {why_not}")
+    hardware = (reading == "process") == on_gpu
+    raise NotMeasured(f"this result records no {reading} reading of its {phase} phases ({_READING_EXISTS[reading]})",
+                      hardware=hardware, short=("CPU only" if on_gpu else "GPU only") if hardware else "not measured")
 
 
 def _phase_peak(phase: str) -> Callable[[dict, str], Reading]:
-    def read(r: dict, _: str) -> Reading:
-        epoch, peak, source = max(phase_peaks(r, phase), key=lambda p: p[1])
+    def read(r: dict, reading: str) -> Reading:
+        epoch, peak, source = max(phase_peaks(r, phase, reading), key=lambda p: p[1])
         return Reading(peak, f"{source}, highest in epoch {epoch}")
     return read
 
@@ -257,6 +285,8 @@ _ALL = (
     Quantity("final_train_loss", "loss", "final train loss", "training loss of the last epoch", "lower",
              _loss("train")),
     Quantity("peak_memory_bytes", "bytes", "peak memory", "peak memory, by reading", "lower", _peak),
+    Quantity("warmup_peak_memory_bytes", "bytes", "warmup memory peak",
+             "peak memory of the warmup steps (autotuning and one-off workspaces)", "lower", _phase_peak("warmup")),
     Quantity("train_peak_memory_bytes", "bytes", "training memory peak",
              "peak memory of the training phase (counter reset at its start)", "lower", _phase_peak("train")),
     Quantity("eval_peak_memory_bytes", "bytes", "evaluation memory peak",

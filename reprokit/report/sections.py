@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS
 from reprokit import certify_plan
 from reprokit.report import metrics, pair_findings, parameter_counts, runs, stats, units
@@ -160,10 +161,26 @@ def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
              "training, leaving out the first quarter, over the fitted steps, relative to its level."]
     if named:
         notes.append("Named variants: " + "; ".join(named) + ".")
+    sources = sorted({src for fws in by_variant.values() for rs in fws.values() for r in rs[:1]
+                      for src in [_phase_source(r)] if src})
+    if sources:
+        notes.append("Phase peaks, the reported reading of each phase (warmup apart): " + "; ".join(sources) + ".")
+    readers = [f"`{md(v)}` ({LABELS[fw]}): {md(rs[0]['effective']['input'])}" for v in variants
+               for fw, rs in sorted(by_variant[v].items())
+               if rs[0].get("effective", {}).get("input", NumpyFeeder.READER) != NumpyFeeder.READER]
+    if readers:
+        notes.append("Inputs other than the kit's own batches: " + "; ".join(readers) + ".")
     if any(metrics.field(r, "metrics.averaged_over") == "batches"
            for fws in by_variant.values() for rs in fws.values() for r in rs[:1]):
         notes.append("† The run reported accuracy per batch, as the posted code did; shown here per sample.")
     return out + "\n\n" + " ".join(notes)
+
+
+def _phase_source(r: dict) -> str | None:
+    try:
+        return metrics.phase_peaks(r, "train")[0][2]
+    except NotMeasured:
+        return None
 
 
 def _phases(rs: list[dict]) -> str:
@@ -214,16 +231,21 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
                 for f in r.get("findings", []):
                     if (f["code"], f["message"]) not in seen:
                         seen.add((f["code"], f["message"]))
+                        declared = f" *Declared reproduction:* {md(f['declared'])}." if f.get("declared") else ""
                         lines.append(f"- {LABELS[fw]}, `{md(variant)}`: **{md(f['code'])}** ({f['severity']}): "
-                                     f"{md(f['message'])}")
+                                     f"{md(f['message'])}{declared}")
         if "pytorch" in fws and "tensorflow" in fws:
             pair = fws["pytorch"], fws["tensorflow"]
             for f in pair_findings.findings(pair[0][0], pair[1][0]) + pair_findings.co_load(*pair):
                 lines.append(f"- both, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
     if not lines:
         return None
-    return ("Detectors judge from what each run showed, never from its variant or pitfall switches "
-            "(`kits/common/detectors.py`; pairs: `reprokit/report/pair_findings.py`).\n\n" + "\n".join(lines))
+    return ("Detectors judge from what each run showed, never from its variant or pitfall switches: the tensors' "
+            "shapes at every step, the modes of every forward pass, memory over steps and by phase, the rows the "
+            "loss received, and the reported metrics against the kit's own count of the outputs "
+            "(`kits/common/detectors.py`; pairs: `reprokit/report/pair_findings.py`). A *declared reproduction* "
+            "is a finding no user code can cause through a hook: only the kit's own reproduction of a post's code "
+            "shows it.\n\n" + "\n".join(lines))
 
 
 def differences(by_fw: dict[str, list[dict]]) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kits.common.names import LABELS
 from reprokit.report import metrics, stats
-from reprokit.report.claims import QUANTITIES, Claim, Operand, reference
+from reprokit.report.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
 from reprokit.report.metrics import NotMeasured
 from reprokit.report.units import UNITS, fmt
 
@@ -84,7 +84,7 @@ def measure(results: list[dict], experiment: str, op: Operand, context: tuple[st
     got = metrics.collect(runs, op.quantity, op.reading)
     median = got.median()
     detail = got.sources[0]
-    if op.quantity == "peak_memory_bytes":
+    if op.quantity in MEMORY_PEAKS:
         detail = f"{op.reading}: {detail}"
     if len(got.values) > 1 and op.quantity in ("memory_growth", "memory_growth_bytes_per_step"):
         detail += f"; median of {len(got.values)} runs"
