@@ -105,6 +105,7 @@ def posted_data(kit_python, tmp_path_factory) -> Path:
     """A data dir holding small CIFAR-10 archives in both official formats (the same generated images),
     the kit's .npz, the batches torchvision reads and TFDS's cifar10 made by the kit's data step."""
     import cifar10_files
+
     from reprokit import datasets
     folder = tmp_path_factory.mktemp("posted-data")
     batches = cifar10_files.images(per_batch=16)

@@ -226,6 +226,7 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
     """The as-posted pipeline on CIFAR-10 (small archives in the official formats): the plan names TFDS's
     dataset, prepared by the data step, and the kit reads it with tfds.load('cifar10'), batches of one."""
     from conftest import TINY
+
     from reprokit.experiments import load
     from reprokit.plan import Options, specs_for
     from reprokit.provenance import code
