@@ -150,85 +150,97 @@ def _read_side(fw: str, path: Path, code: int | None, tail: str) -> tuple[dict |
         return None, f"the {cert.label(fw)} certificate exited with {code} and wrote no readable {path.name}:\n{tail}"
 
 
+# Differences every pair of kit runs has, whatever the experiment's settings.
+_LAYOUT = {"field": "data layout", "pytorch": "NCHW", "tensorflow": "NHWC",
+           "why": "each framework's native layout for convolutions",
+           "handled": "weights move between OIHW/(out, in) and HWIO/(in, out); the PyTorch kit transposes its "
+                      "NHWC batches once on the device"}
+_EXECUTION = {"field": "execution", "pytorch": "eager", "tensorflow": "tf.function graph (no XLA)",
+              "why": "the idiomatic fast path of each framework",
+              "handled": "the certificate's steps run the same way; no effect beyond rounding"}
+_PADDING = {"field": "padding rules",
+            "pytorch": "Conv2d(3, padding=1), MaxPool2d(2, 2) (floor)",
+            "tensorflow": "Conv2D(3, padding='same'), MaxPooling2D(2, 2) ('valid')",
+            "why": "identical for 3x3 stride-1 convolutions and 2x2 stride-2 pooling; 'same' pads more at the "
+                   "bottom and right for even kernels or strides above 1, which these models do not use",
+            "handled": "checked: the padding each convolution and pooling applied is compared (layers without "
+                       "parameters), and the logits of the same weights"}
+_FLATTEN = {"field": "flatten order",
+            "pytorch": "NCHW feature map flattened as (c, h, w)",
+            "tensorflow": "NHWC feature map flattened as (h, w, c)",
+            "why": "the first dense layer sees the same numbers in another order",
+            "handled": "each kit follows its own flatten in its trace; the rows are permuted when weights move "
+                       "between the frameworks"}
+_DROPOUT_MASKS = {"field": "dropout masks",
+                  "pytorch": "torch's random stream", "tensorflow": "Keras's seed generator",
+                  "why": "the timed runs drop different units",
+                  "handled": "dropout is off in the logits and the trajectories; the dropout check compares "
+                             "training-mode outputs over many masks in each framework, and the trace compares "
+                             "rates and masks"}
+_BN_VARIANCE = {"field": "BatchNorm running variance",
+                "pytorch": "updated with the unbiased batch variance (times n / (n - 1))",
+                "tensorflow": "updated with the biased batch variance",
+                "why": "both normalise with the biased variance in training; only the running statistics "
+                       "used in evaluation differ, by n / (n - 1) per update (n = batch x height x width)",
+                "handled": "not removable; shows in the moving variance after the steps (informational)"}
+
+
 def _known_differences(spec: dict) -> list[dict]:
     """Semantic differences between the frameworks that this experiment's settings touch."""
-    model, opt = spec["model"], spec["train"]["optimizer"]
-    out = [{"field": "data layout", "pytorch": "NCHW", "tensorflow": "NHWC",
-            "why": "each framework's native layout for convolutions",
-            "handled": "weights move between OIHW/(out, in) and HWIO/(in, out); the PyTorch kit transposes its "
-                       "NHWC batches once on the device"},
-           {"field": "execution", "pytorch": "eager", "tensorflow": "tf.function graph (no XLA)",
-            "why": "the idiomatic fast path of each framework",
-            "handled": "the certificate's steps run the same way; no effect beyond rounding"}]
+    model = spec["model"]
+    return [_LAYOUT, _EXECUTION, *_optimizer_differences(spec["train"]["optimizer"]),
+            *(_batchnorm_differences(model["batchnorm"]) if model["name"] == "simplecnn" else ()),
+            _initializers(model.get("init")), _PADDING, *((_FLATTEN,) if model["name"] == "vgg16" else ()),
+            _DROPOUT_MASKS]
+
+
+def _optimizer_differences(opt: dict) -> list[dict]:
     if opt["name"] == "adam":
-        out.append({"field": "Adam epsilon placement",
-                    "pytorch": "lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)",
-                    "tensorflow": "lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)",
-                    "why": f"Keras's eps acts as eps / sqrt(1 - beta2^t) in PyTorch's formula: "
-                           f"{1 / math.sqrt(1 - opt['beta2']):.1f}x at step 1, fading with t; the same eps "
-                           f"({opt['epsilon']:g}) is declared for both",
-                    "handled": "removed from both certified trajectories, fp64 and fp32 (PyTorch's eps set step by "
-                               "step); in effect in the timed runs"})
-    elif opt.get("momentum"):
-        out.append({"field": "SGD momentum form",
-                    "pytorch": "v = m*v + g; p -= lr*v",
-                    "tensorflow": "v = m*v - lr*g; p += v",
-                    "why": "identical while the learning rate is constant, as it is in the certificate's steps; "
-                           "they part when a scheduler changes lr (the PyTorch side's ReduceLROnPlateau pitfall)",
-                    "handled": "checked: the fp64 trajectory compares the two forms (PyTorch given Keras's "
-                               "float32-rounded momentum, see neutralised)"})
-    if model["name"] == "simplecnn":
-        bn = model["batchnorm"]
-        out.append({"field": "BatchNorm momentum convention",
-                    "pytorch": f"running = (1 - momentum) * running + momentum * batch, momentum = {1 - bn['momentum_keep']:g}",
-                    "tensorflow": f"moving = momentum * moving + (1 - momentum) * batch, momentum = {bn['momentum_keep']:g}",
-                    "why": "opposite conventions for the same update",
-                    "handled": "mapped by both kits from one spec value, model.batchnorm.momentum_keep"})
-        out.append({"field": "BatchNorm running variance",
-                    "pytorch": "updated with the unbiased batch variance (times n / (n - 1))",
-                    "tensorflow": "updated with the biased batch variance",
-                    "why": "both normalise with the biased variance in training; only the running statistics "
-                           "used in evaluation differ, by n / (n - 1) per update (n = batch x height x width)",
-                    "handled": "not removable; shows in the moving variance after the steps (informational)"})
-        out.append({"field": "BatchNorm epsilon default",
-                    "pytorch": "1e-5", "tensorflow": "1e-3",
-                    "why": "different defaults",
-                    "handled": f"both set from the spec, model.batchnorm.epsilon = {bn['epsilon']:g}"})
-    init = model.get("init")
+        return [{"field": "Adam epsilon placement",
+                 "pytorch": "lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)",
+                 "tensorflow": "lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)",
+                 "why": f"Keras's eps acts as eps / sqrt(1 - beta2^t) in PyTorch's formula: "
+                        f"{1 / math.sqrt(1 - opt['beta2']):.1f}x at step 1, fading with t; the same eps "
+                        f"({opt['epsilon']:g}) is declared for both",
+                 "handled": "removed from both certified trajectories, fp64 and fp32 (PyTorch's eps set step by "
+                            "step); in effect in the timed runs"}]
+    if opt.get("momentum"):
+        return [{"field": "SGD momentum form",
+                 "pytorch": "v = m*v + g; p -= lr*v",
+                 "tensorflow": "v = m*v - lr*g; p += v",
+                 "why": "identical while the learning rate is constant, as it is in the certificate's steps; "
+                        "they part when a scheduler changes lr (the PyTorch side's ReduceLROnPlateau pitfall)",
+                 "handled": "checked: the fp64 trajectory compares the two forms (PyTorch given Keras's "
+                            "float32-rounded momentum, see neutralised)"}]
+    return []
+
+
+def _batchnorm_differences(bn: dict) -> list[dict]:
+    keep = bn["momentum_keep"]
+    return [{"field": "BatchNorm momentum convention",
+             "pytorch": f"running = (1 - momentum) * running + momentum * batch, momentum = {1 - keep:g}",
+             "tensorflow": f"moving = momentum * moving + (1 - momentum) * batch, momentum = {keep:g}",
+             "why": "opposite conventions for the same update",
+             "handled": "mapped by both kits from one spec value, model.batchnorm.momentum_keep"},
+            _BN_VARIANCE,
+            {"field": "BatchNorm epsilon default", "pytorch": "1e-5", "tensorflow": "1e-3",
+             "why": "different defaults",
+             "handled": f"both set from the spec, model.batchnorm.epsilon = {bn['epsilon']:g}"}]
+
+
+def _initializers(init: dict | None) -> dict:
     if init is None:
-        out.append({"field": "initializers", "pytorch": "the user's builder", "tensorflow": "the user's builder",
-                    "why": "a custom model initialises itself",
-                    "handled": "the certificate loads PyTorch's initial weights into TensorFlow"})
-    else:
-        out.append({"field": "initializers",
-                    "pytorch": f"{init['conv']} / {init['dense']} via nn.init (kaiming_uniform_(relu) = he_uniform, "
-                               f"xavier_uniform_ = glorot_uniform), bias zeros; not PyTorch's default "
-                               f"kaiming_uniform_(a=sqrt(5))",
-                    "tensorflow": f"{init['conv']} / {init['dense']}, bias {init['bias']}",
-                    "why": "the same distributions from different random streams: the timed runs start from "
-                           "different draws",
-                    "handled": "the certificate loads PyTorch's initial weights into TensorFlow"})
-    out.append({"field": "padding rules",
-                "pytorch": "Conv2d(3, padding=1), MaxPool2d(2, 2) (floor)",
-                "tensorflow": "Conv2D(3, padding='same'), MaxPooling2D(2, 2) ('valid')",
-                "why": "identical for 3x3 stride-1 convolutions and 2x2 stride-2 pooling; 'same' pads more at the "
-                       "bottom and right for even kernels or strides above 1, which these models do not use",
-                "handled": "checked: the padding each convolution and pooling applied is compared (layers without "
-                           "parameters), and the logits of the same weights"})
-    if model["name"] == "vgg16":
-        out.append({"field": "flatten order",
-                    "pytorch": "NCHW feature map flattened as (c, h, w)",
-                    "tensorflow": "NHWC feature map flattened as (h, w, c)",
-                    "why": "the first dense layer sees the same numbers in another order",
-                    "handled": "each kit follows its own flatten in its trace; the rows are permuted when weights move "
-                               "between the frameworks"})
-    out.append({"field": "dropout masks",
-                "pytorch": "torch's random stream", "tensorflow": "Keras's seed generator",
-                "why": "the timed runs drop different units",
-                "handled": "dropout is off in the logits and the trajectories; the dropout check compares "
-                           "training-mode outputs over many masks in each framework, and the trace compares rates "
-                           "and masks"})
-    return out
+        return {"field": "initializers", "pytorch": "the user's builder", "tensorflow": "the user's builder",
+                "why": "a custom model initialises itself",
+                "handled": "the certificate loads PyTorch's initial weights into TensorFlow"}
+    return {"field": "initializers",
+            "pytorch": f"{init['conv']} / {init['dense']} via nn.init (kaiming_uniform_(relu) = he_uniform, "
+                       f"xavier_uniform_ = glorot_uniform), bias zeros; not PyTorch's default "
+                       f"kaiming_uniform_(a=sqrt(5))",
+            "tensorflow": f"{init['conv']} / {init['dense']}, bias {init['bias']}",
+            "why": "the same distributions from different random streams: the timed runs start from "
+                   "different draws",
+            "handled": "the certificate loads PyTorch's initial weights into TensorFlow"}
 
 
 def _declared(specs: dict[str, dict]) -> list[dict]:

@@ -103,34 +103,53 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         train_loss, train_correct = backend.take_sums()
         train_reported = backend.reported()
 
-        backend.set_mode(training=False)
-        t_eval = now()
-        test_n = eval_steps = 0
-        for batch in backend.test_batches():
-            test_n += backend.batch_size_of(batch)
-            backend.eval_step(batch)
-            eval_steps += 1
-        test_loss, test_correct = backend.take_sums()
-        t_eval_end = now()
-        phases.end(EVAL, epoch, eval_steps, then=TRAIN if global_step >= warmup else WARMUP)
-        test_reported = backend.reported()
-
-        m.samples_per_epoch.append(samples)
-        m.steps_per_epoch.append(steps)
-        m.test_samples, m.test_steps = test_n, eval_steps
-        m.counted.append({"epoch": epoch, "train_correct": train_correct, "train_samples": samples,
-                          "train_steps": steps, "test_correct": test_correct, "test_samples": test_n,
-                          "test_steps": eval_steps})
-        m.epoch_times.append({"train_s": t_end - t_epoch, "eval_s": t_eval_end - t_eval})
-        m.epoch_metrics.append({"epoch": epoch,
-                                **_figures("train", train_reported, train_loss, train_correct, samples),
-                                **_figures("test", test_reported, test_loss, test_correct, test_n)})
+        test = _evaluate(backend)
+        phases.end(EVAL, epoch, test.steps, then=TRAIN if global_step >= warmup else WARMUP)
+        train_part = _Split(samples, steps, train_loss, train_correct, t_end - t_epoch, train_reported)
+        _record_epoch(m, epoch, train_part, test)
         backend.end_epoch(train_loss)
         progress.emit(force=True, phase="epoch", epoch=epoch, epochs=epochs,
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
     m.step_s = timer.per_step()
     m.averaged_over = averaged_over(m.epoch_metrics, m.counted)
     return m
+
+
+@dataclass
+class _Split:
+    """What one pass over a split gave: its counts, the kit's own sums, its seconds and the run's own metrics."""
+    samples: int
+    steps: int
+    loss_sum: float
+    correct: float
+    seconds: float
+    reported: dict | None
+
+
+def _evaluate(backend: Backend) -> _Split:
+    backend.set_mode(training=False)
+    t_eval = now()
+    n = steps = 0
+    for batch in backend.test_batches():
+        n += backend.batch_size_of(batch)
+        backend.eval_step(batch)
+        steps += 1
+    loss_sum, correct = backend.take_sums()
+    seconds = now() - t_eval
+    return _Split(n, steps, loss_sum, correct, seconds, backend.reported())
+
+
+def _record_epoch(m: Measurements, epoch: int, train: _Split, test: _Split) -> None:
+    m.samples_per_epoch.append(train.samples)
+    m.steps_per_epoch.append(train.steps)
+    m.test_samples, m.test_steps = test.samples, test.steps
+    m.counted.append({"epoch": epoch, "train_correct": train.correct, "train_samples": train.samples,
+                      "train_steps": train.steps, "test_correct": test.correct, "test_samples": test.samples,
+                      "test_steps": test.steps})
+    m.epoch_times.append({"train_s": train.seconds, "eval_s": test.seconds})
+    m.epoch_metrics.append({"epoch": epoch, **_figures("train", train.reported, train.loss_sum, train.correct,
+                                                      train.samples),
+                            **_figures("test", test.reported, test.loss_sum, test.correct, test.samples)})
 
 
 def _figures(split: str, reported: dict | None, loss_sum: float, correct: float, samples: int) -> dict:
