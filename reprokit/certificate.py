@@ -314,7 +314,8 @@ def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, toleranc
 
 
 def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
-                 timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None) -> list[dict]:
+                 timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None,
+                 log=lambda line: None) -> list[dict]:
     """``certify`` for several experiments, with one process per framework for all of them that share
     their thread settings (``timeout_s`` per experiment). Each result is written to its own work dir;
     the processes' files are under the first one (``batch-<n>/<framework>/<job>/``).
@@ -322,7 +323,8 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
     A pair whose dropout passes and trajectories would exceed the budget (certify_plan.reduced) is
     certified twice in the same processes: its layers, arithmetic, layers without parameters, outputs
     and fp32 logits at the timed size, and those costly checks again at a declared reduced width
-    (``trajectory_budget`` in FLOPs replaces the device's default budget)."""
+    (``trajectory_budget`` in FLOPs replaces the device's default budget). ``log`` gets a line as each
+    framework process starts and ends, so minutes of certificates are not silent."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
     for specs in pairs:
@@ -336,7 +338,7 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
     jobs += [_Job(i, plan[0], "all") for i, plan in enumerate(plans) if plan]
     for job in jobs:
         job.result = _new(job.specs, tol, runner)
-    _run_jobs(jobs, runner, works, timeout_s)
+    _run_jobs(jobs, runner, works, timeout_s, log)
     for job in jobs:
         if set(job.sides) == set(FRAMEWORKS):
             _compare(job.result, job.sides, job.specs, job.folders, tol)
@@ -361,7 +363,7 @@ class _Job:
     folders: dict[str, Path] = field(default_factory=dict)
 
 
-def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float) -> None:
+def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float, log) -> None:
     """One process per framework and thread setting (a process sets its thread pools once)."""
     groups: dict[str, list[_Job]] = {}
     for job in jobs:
@@ -380,8 +382,12 @@ def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float) -> 
                 (jobs_dir / f"spec-{name}.json").write_text(json.dumps(job.specs[fw]))
             (jobs_dir / "jobs.json").write_text(json.dumps(
                 [{"name": name, "spec": f"spec-{name}.json", "parts": job.parts} for name, job in zip(names, todo)]))
+            log(f"certificate: the {cert.label(fw)} side of {len(todo)} job(s) running ...")
+            t0 = time.perf_counter()
             code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
                                              batch / "pytorch" if fw == "tensorflow" else None)
+            log(f"certificate: the {cert.label(fw)} side ended in {time.perf_counter() - t0:.0f} s "
+                f"({'timed out' if code is None else f'exit {code}'})")
             for name, job in zip(names, todo):
                 job.folders[fw] = batch / fw / name
                 job.result["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")

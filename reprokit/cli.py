@@ -323,7 +323,8 @@ def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict
         print(f"certificates: {len(todo)} variant pair(s) to certify (same initial weights, logits, steps, "
               f"arithmetic); {len(entries) - len(todo)} cached or not run", flush=True)
         keys = [certify_plan.cache_key(entries[i][1]) for i in todo]
-        made = certify_many([entries[i][1] for i in todo], runner, [state / "work" / f"cert-{k}" for k in keys])
+        made = certify_many([entries[i][1] for i in todo], runner, [state / "work" / f"cert-{k}" for k in keys],
+                            log=lambda line: print(line, flush=True))
         for i, key, cert in zip(todo, keys, made):
             write_json_atomic(state / "certificates" / f"{key}.json", cert)
             entries[i] = (entries[i][0], entries[i][1], cert)
