@@ -72,6 +72,15 @@ def cache_key(pair: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def by_key(pairs: list[dict]) -> dict[str, list[int]]:
+    """The pairs' indices grouped by what the certificate looks at: pairs that differ only in a pitfall of
+    the loop (a sync, a metric, a copy) share one certificate."""
+    out: dict[str, list[int]] = {}
+    for i, pair in enumerate(pairs):
+        out.setdefault(cache_key(pair), []).append(i)
+    return out
+
+
 # What the dropout passes and the trajectories may cost, in FLOPs, before they run at a reduced width:
 # about a minute of a 2-core CPU's fp32 and fp64 matmul rate, seconds on a datacenter GPU's fp64
 # units (minutes on a consumer GPU's 1/64-rate fp64).

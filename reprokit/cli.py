@@ -318,17 +318,21 @@ def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict
                 continue
             cached = state / "certificates" / f"{certify_plan.cache_key(pair)}.json"
             entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
-    todo = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
+    missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
+    todo = {key: [missing[j] for j in ids]
+            for key, ids in certify_plan.by_key([entries[i][1] for i in missing]).items()}
     if todo:
-        print(f"certificates: {len(todo)} variant pair(s) to certify (same initial weights, logits, steps, "
-              f"arithmetic); {len(entries) - len(todo)} cached or not run", flush=True)
-        keys = [certify_plan.cache_key(entries[i][1]) for i in todo]
-        made = certify_many([entries[i][1] for i in todo], runner, [state / "work" / f"cert-{k}" for k in keys],
-                            log=lambda line: print(line, flush=True))
-        for i, key, cert in zip(todo, keys, made):
+        print(f"certificates: {len(todo)} to make for {sum(map(len, todo.values()))} variant pair(s) (same initial "
+              f"weights, logits, steps, arithmetic); {len(entries) - sum(map(len, todo.values()))} cached or not run",
+              flush=True)
+        made = certify_many([entries[ids[0]][1] for ids in todo.values()], runner,
+                            [state / "work" / f"cert-{k}" for k in todo], log=lambda line: print(line, flush=True))
+        for (key, ids), cert in zip(todo.items(), made):
             write_json_atomic(state / "certificates" / f"{key}.json", cert)
-            entries[i] = (entries[i][0], entries[i][1], cert)
-            print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}: {cert['status']}: "
+            for i in ids:
+                entries[i] = (entries[i][0], entries[i][1], cert)
+            print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}"
+                  f"{f' (and {len(ids) - 1} pair(s) it stands for)' if len(ids) > 1 else ''}: {cert['status']}: "
                   f"{cert['summary']}", flush=True)
     out: dict[str, list[dict]] = {}
     for experiment, pair, cert in entries:
