@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from kits.common.names import FRAMEWORKS
 from reprokit import plan, report
-from reprokit.cli import ENVS, STATE
+from reprokit.envs import ENVS, STATE
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, discover
 from reprokit.provenance import code

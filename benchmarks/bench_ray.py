@@ -39,8 +39,8 @@ import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 
 from reprokit import cluster, schedule  # noqa: E402
-from reprokit.cli import ENVS  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
+from reprokit.envs import ENVS  # noqa: E402
 from reprokit.experiments import load  # noqa: E402
 from reprokit.plan import Options, specs_for  # noqa: E402
 from reprokit.provenance import code  # noqa: E402

@@ -10,6 +10,9 @@ from pathlib import Path
 from reprokit.errors import UserError
 from reprokit.provenance import REPO, sha256_file
 
+STATE = REPO / ".reprokit"     # the kit's local state: environments, data, finished results
+ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
+
 LOCKS = REPO / "locks"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from conftest import TINY, tiny_specs
 
 from reprokit import certificate
-from reprokit.cli import ENVS
+from reprokit.envs import ENVS
 from reprokit.experiments import BUILTIN_DIR, load
 from reprokit.plan import Options, specs_for
 from reprokit.runners.local import LocalRunner

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reprokit import envs
-from reprokit.cli import ENVS
+from reprokit.envs import ENVS
 from reprokit.experiments import load
 from reprokit.plan import Options, specs_for
 from reprokit.provenance import code

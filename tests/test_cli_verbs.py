@@ -11,9 +11,9 @@ import pytest
 
 from kits.common.spec import RunSpec
 from reprokit import datasets, publish, report
-from reprokit.cli import _specs_from
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, discover
+from reprokit.matrix import specs_from
 from reprokit.provenance import REPO, code
 from reprokit.store import Store
 
@@ -98,7 +98,7 @@ def test_from_reruns_a_reports_exact_specs_with_this_machines_environment(tmp_pa
                              "test_samples": first["test_samples"], "seed": results[0]["spec"]["train"]["seed"]}, data)
     for r in results:                      # as if the report had been made on another machine with this data
         r["spec"]["data"]["sha256"] = here.sha256
-    specs = _specs_from(_report_from(tmp_path, results), _Runner(), "cpu", data, code(), offline=True)
+    specs = specs_from(_report_from(tmp_path, results), _Runner(), "cpu", data, code(), offline=True)
     assert len(specs) == len(results)
     for spec, r in zip(specs, results):
         drop = ("provenance", "run_id")
@@ -111,13 +111,13 @@ def test_from_refuses_other_data_and_a_gpu_report_on_a_cpu(tmp_path):
     results = copy.deepcopy(_reference_results())
     results[0]["spec"]["data"]["sha256"] = "f" * 64
     with pytest.raises(UserError, match="is not the data the report ran on"):
-        _specs_from(_report_from(tmp_path / "a", results[:1]), _Runner(), "cpu", tmp_path / "data", code(), True)
+        specs_from(_report_from(tmp_path / "a", results[:1]), _Runner(), "cpu", tmp_path / "data", code(), True)
     results[0]["spec"]["device"] = "gpu"
     with pytest.raises(UserError, match="the report ran on a GPU"):
-        _specs_from(_report_from(tmp_path / "b", results[:1]), _Runner(), "cpu", tmp_path / "data", code(), True)
+        specs_from(_report_from(tmp_path / "b", results[:1]), _Runner(), "cpu", tmp_path / "data", code(), True)
     with pytest.raises(UserError, match="no result files"):
         (tmp_path / "empty" / "results").mkdir(parents=True)
-        _specs_from(tmp_path / "empty", _Runner(), "cpu", tmp_path / "data", code(), True)
+        specs_from(tmp_path / "empty", _Runner(), "cpu", tmp_path / "data", code(), True)
 
 
 def test_compare_holds_one_result_set_against_another(tmp_path):

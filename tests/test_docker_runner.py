@@ -31,7 +31,7 @@ import pytest
 
 from kits.common import report as kit_report
 from reprokit import host_checks, images, results
-from reprokit.cli import ENVS
+from reprokit.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.runners import base, choose
 from reprokit.runners import docker as dr
