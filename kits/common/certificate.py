@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common import arithmetic, stochastic
+from kits.common import arithmetic, custom, stochastic
 from kits.common import data as datalib
 from kits.common.files import atomic_file
 from kits.common.names import label
@@ -53,6 +53,24 @@ class WeightsMismatch(Exception):
 
 class InputError(ValueError):
     """The spec's data cannot give the certificate its fixed batch or its steps (one sentence)."""
+
+
+class Side:
+    """What each framework's certificate side starts from: the kit's own Backend for the spec, built (and
+    traced) once, and the optimizer read back from what was built. Subclasses give framework, backend_class,
+    _build and _read_optimizer."""
+    framework: str
+    backend_class: type
+
+    def __init__(self, spec: RunSpec, arrays: datalib.Arrays, x_trace: np.ndarray) -> None:
+        self.spec = spec
+        self.arrays = arrays
+        self.who = custom.who(spec, self.framework)
+        self.x_trace = x_trace
+        self.backend = self.backend_class(spec)
+        self.trace = None
+        self._build()
+        self.optimizer = self._read_optimizer()
 
 
 def canonical_name(kind: str, index: int, role: str) -> str:

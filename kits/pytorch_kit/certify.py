@@ -20,8 +20,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kits.common import arithmetic, custom
 from kits.common import certificate as cert
-from kits.common.data import Arrays
-from kits.common.spec import RunSpec
 from kits.pytorch_kit import trace
 from kits.pytorch_kit.backend import Backend
 
@@ -65,18 +63,9 @@ class _NoDropout(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class Certifier:
+class Certifier(cert.Side):
     framework = "pytorch"
-
-    def __init__(self, spec: RunSpec, arrays: Arrays, x_trace: np.ndarray) -> None:
-        self.spec = spec
-        self.arrays = arrays
-        self.who = custom.who(spec, "pytorch")
-        self.x_trace = x_trace
-        self.backend = Backend(spec)
-        self.trace = None
-        self._build()
-        self.optimizer = self._read_optimizer()
+    backend_class = Backend
 
     def _build(self) -> None:
         """Build the kit's model and optimizer (again); the first build is traced, later ones (the same

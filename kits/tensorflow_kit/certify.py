@@ -22,8 +22,6 @@ from kits.common import (
     custom,  # noqa: E402
 )
 from kits.common import certificate as cert  # noqa: E402
-from kits.common.data import Arrays  # noqa: E402
-from kits.common.spec import RunSpec  # noqa: E402
 from kits.tensorflow_kit import trace  # noqa: E402
 from kits.tensorflow_kit.backend import Backend  # noqa: E402
 
@@ -36,18 +34,9 @@ def _layers(model: keras.Model):
             yield layer
 
 
-class Certifier:
+class Certifier(cert.Side):
     framework = "tensorflow"
-
-    def __init__(self, spec: RunSpec, arrays: Arrays, x_trace: np.ndarray) -> None:
-        self.spec = spec
-        self.arrays = arrays
-        self.who = custom.who(spec, "tensorflow")
-        self.x_trace = x_trace
-        self.backend = Backend(spec)
-        self.trace = None
-        self._build()
-        self.optimizer = self._read_optimizer()
+    backend_class = Backend
 
     def _build(self) -> None:
         """Build the kit's model and optimizer (again); the first build is traced, later ones (the same
