@@ -131,25 +131,40 @@ def run_all(runner, todo: list[dict], slots: list[Placement | None], work: Path,
 
     progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts.
     """
-    ledger = Ledger(ledger_root)
-    failures = 0
+    tally = _Tally(store)
+    if len(slots) == 1:
+        interrupted = _one_at_a_time(runner, todo, work, Ledger(ledger_root), slots[0], progress_for, tally.finished)
+    else:
+        interrupted = _side_by_side(runner, todo, slots, work, ledger_root, progress_for, tally.finished)
+    return tally.failures, interrupted
 
-    def finished(result: dict, progress: RunProgress) -> None:
-        nonlocal failures
-        store.put(result)
-        failures += result["status"] != "ok"
+
+class _Tally:
+    """Stores each result as it comes and counts the failed ones."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.failures = 0
+
+    def finished(self, result: dict, progress: RunProgress) -> None:
+        self.store.put(result)
+        self.failures += result["status"] != "ok"
         progress.done(result["status"] if result["status"] == "ok"
                       else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
 
-    if len(slots) == 1:
-        for i, spec in enumerate(todo):
-            progress = progress_for(i, spec)
-            result = run_placed(runner, spec, work, ledger, slots[0], progress)
-            if result is None:
-                return failures, True
-            finished(result, progress)
-        return failures, False
 
+def _one_at_a_time(runner, todo, work, ledger, slot, progress_for, finished) -> bool:
+    for i, spec in enumerate(todo):
+        progress = progress_for(i, spec)
+        result = run_placed(runner, spec, work, ledger, slot, progress)
+        if result is None:
+            return True
+        finished(result, progress)
+    return False
+
+
+def _side_by_side(runner, todo, slots, work, ledger_root, progress_for, finished) -> bool:
+    """One child process per slot, each running one spec at a time; True when interrupted."""
     ctx = multiprocessing.get_context("spawn")
     free = list(slots)
     queue = list(enumerate(todo))
@@ -184,12 +199,12 @@ def run_all(runner, todo: list[dict], slots: list[Placement | None], work: Path,
                 free.append(slot)
                 if payload is None:          # that run was interrupted: so are the others
                     _stop(running, finished)
-                    return failures, True
+                    return True
                 finished(payload, progress)
     except KeyboardInterrupt:
         _stop(running, finished)
-        return failures, True
-    return failures, False
+        return True
+    return False
 
 
 def _stop(running: dict, finished) -> None:
