@@ -598,3 +598,22 @@ def test_a_failed_run_is_listed_and_the_rest_still_reported(real, experiments, s
     assert "## Failed runs" in text and "**oom**" in text and "1 failed" in text
     v = {v.claim.id: v for v in verdicts.evaluate(list(seeds.values()), [*real, failed])}
     assert v["s000-answer-batch-of-one"].status == verdicts.NOT_MEASURED
+
+
+def test_a_report_off_the_published_setting_says_how_from_its_results(real, experiments):
+    """Not only quick: a standard run on a CPU with bounded steps on generated data says each of those;
+    a full-length CIFAR-10 run on a GPU gets no such banner."""
+    def setting(r, profile, device, dataset, max_steps):
+        r = copy.deepcopy(r)
+        r["profile"], r["spec"]["profile"], r["spec"]["device"] = profile, profile, device
+        r["spec"]["data"]["dataset"] = dataset
+        r["spec"]["train"]["max_steps_per_epoch"] = max_steps
+        return r
+
+    bounded = [setting(r, "standard", "cpu", "learnable", 10) for r in real]
+    text = report.render("b", bounded, experiments)
+    assert "Quick profile on CPU" not in text
+    assert ("> **Not the published setting:** it ran on a CPU; at most 10 training steps per epoch; on generated "
+            "`learnable` data, not CIFAR-10; the standard profile's length, not the posts' epochs.") in text
+    published = [setting(r, "full", "gpu", "cifar10", None) for r in real]
+    assert "published setting" not in report.render("p", published, experiments).split("## ")[0]

@@ -40,7 +40,28 @@ def _banner(name: str, results: list[dict]) -> str:
         lines.append("> **Quick profile on CPU: not the published setting.** Small models on generated data, to "
                      "check the code path and the size of effects. No figure here stands in for the full "
                      "experiment on a GPU.")
+    elif why := _not_published(results, profiles):
+        lines.append(f"> **Not the published setting:** {'; '.join(why)}. The figures measure what ran here; "
+                     f"each claim says on which setting it can be compared.")
     return "\n\n".join(lines)
+
+
+def _not_published(results: list[dict], profiles: list[str]) -> list[str]:
+    """How the runs differ from the posts' setting, as far as the result files tell (a CPU, bounded steps,
+    generated data, a shorter profile)."""
+    specs = [r["spec"] for r in results]
+    why = []
+    if any(s.get("device", "cpu") == "cpu" for s in specs):
+        why.append("it ran on a CPU")
+    bounded = sorted({s["train"].get("max_steps_per_epoch") for s in specs} - {None})
+    if bounded:
+        why.append(f"at most {', '.join(f'{n:,}' for n in bounded)} training steps per epoch")
+    generated = sorted({s["data"]["dataset"] for s in specs} - {"cifar10"})
+    if generated:
+        why.append(f"on generated `{'`, `'.join(generated)}` data, not CIFAR-10")
+    if "full" not in profiles:
+        why.append(f"the {', '.join(profiles)} profile's length, not the posts' epochs")
+    return why
 
 
 def _experiment_order(grouped: runs.Grouped, experiments: dict[str, Experiment]) -> list[str]:
