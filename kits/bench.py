@@ -1,31 +1,37 @@
-"""Bare training loops, and the kit and the bare loop alternating in one process.
+"""Bare training loops, and the kit and the bare loop taking turns in one process.
 
 A kit entry point, started by benchmarks/bench_kit_overhead.py through a
 runner (reprokit/runners), like every kit process:
 
-    python -m kits.bench --specs specs.json --data-dir DIR --rounds 7 --warmup 5 --steps 40 --out out.json
+    python -m kits.bench --specs specs.json --data-dir DIR [--min-rounds 6] [--max-rounds 15] [--target 0.02]
+        [--warmup 5] [--steps 40] --out out.json
 
 For every RunSpec in specs.json (one per seed model) it runs, round after
 round, the kit with all its instrumentation (``kits.run.run``: progress lines,
-memory readings, per-window clocks, on-device loss sums, evaluation) and a
-bare loop of the same model, data, optimizer and batch size with nothing else:
+memory readings, per-window clocks, on-device loss sums, evaluation), the kit
+with its per-step timing off, and the fastest idiomatic bare loop of the same
+model, data, optimizer, batch size and threads with nothing else:
 
 - PyTorch: eager; zero_grad(set_to_none=True), forward, cross_entropy, backward,
   step; no .item() per step.
-- TensorFlow: one ``tf.function`` train step with a GradientTape (the fastest
-  idiomatic loop, and the kit's own execution model); traced once per shape.
+- TensorFlow: one ``tf.function`` train step with a GradientTape (the kit's own
+  execution model); traced once per shape.
 
-Both take the same uint8 NHWC batches of the same .npz in the same order and
-scale and resize them on the device in the same way. Each side builds a fresh
-model per round, runs ``warmup`` untimed steps, then ``steps`` timed steps
-between two synchronisations; samples/s = steps * batch / seconds. The kit's
-figure is the one it reports (``timing.samples_per_s``); an outer clock around
-the same steps, taken by a thin wrapper of its Backend, checks it. Each side
-goes first in turn, so drift cancels in the pairwise ratios.
-The process CPU time over the same steps is kept as well: where other work
-shares the CPU, samples per CPU second is the steadier figure (the gate
-still uses the wall-clock one the kit reports). Standard library, numpy,
-the framework and kits/ only.
+Both bare loops take the same uint8 NHWC batches of the same .npz in the same
+order, staged as tensors on the device before their clock starts (no numpy
+slicing or conversion in their timed steps, which the kit does inside its
+own), and scale and resize them on the device as the kit does. Each side
+builds a fresh model per round, runs ``warmup`` untimed steps, then ``steps``
+timed steps between two synchronisations; samples/s = steps * batch / seconds.
+The kit's figure is the one it reports (``timing.samples_per_s``); an outer
+clock around the same steps, taken by a thin wrapper of its Backend, checks it.
+Each side goes first in turn, so drift cancels in the pairwise ratios. After a
+dropped warm-up round, rounds go on until the order-statistic intervals of the
+median ratios kit/bare and timing on/off are within +-target of their medians,
+or max-rounds ran. The process CPU time over the same steps is kept as well:
+where other work shares the CPU, samples per CPU second is the steadier figure
+(the gate still uses the wall-clock one the kit reports). Standard library,
+numpy, the framework and kits/ only.
 """
 from __future__ import annotations
 
