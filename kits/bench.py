@@ -156,6 +156,7 @@ def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int)
     else:
         optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
                                          nesterov=opt["nesterov"])
+    optimizer.build(model.trainable_variables)       # its slots before the trace, as the kit builds them
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function
