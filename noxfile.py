@@ -73,13 +73,17 @@ def lock(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Measure what the kit costs on this CPU: kit vs bare loop (gate 0.97), runner overhead, report time (gate 2 s).
+    """Measure what the kit costs on this CPU, each gate per model and framework.
 
-    benchmarks/bench_kit_overhead.py: per framework, the kit and a bare loop of
-    the same quick-profile models alternate in one process (about 5-10 minutes
-    on 2 cores); then the local runner's per-run overhead and the time to
-    write a report from 1,000 result files. Options after --, e.g.
-    `nox -s bench -- --rounds 9 --frameworks pytorch`. Where a Docker engine
+    benchmarks/bench_kit_overhead.py: per framework, in one process, the kit,
+    the kit without step timing and the fastest bare loop of the same
+    quick-profile model take turns, round after round, until the interval of
+    each median ratio is within +-2% (15 rounds at most; 10-40 minutes on 2
+    cores). Gates: kit/bare >= 0.97 (goal 0.99), the kit not ahead of its
+    bare loop beyond the interval, step timing on/off within 2%. Then the local
+    runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
+    (< 2 s). Options after --, e.g.
+    `nox -s bench -- --max-rounds 9 --frameworks pytorch`. Where a Docker engine
     answers it also runs benchmarks/bench_docker_overhead.py (its options in
     $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`).
 

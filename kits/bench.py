@@ -1,31 +1,37 @@
-"""Bare training loops, and the kit and the bare loop alternating in one process.
+"""Bare training loops, and the kit and the bare loop taking turns in one process.
 
 A kit entry point, started by benchmarks/bench_kit_overhead.py through a
 runner (reprokit/runners), like every kit process:
 
-    python -m kits.bench --specs specs.json --data-dir DIR --rounds 7 --warmup 5 --steps 40 --out out.json
+    python -m kits.bench --specs specs.json --data-dir DIR [--min-rounds 6] [--max-rounds 15] [--target 0.02]
+        [--warmup 5] [--steps 40] --out out.json
 
 For every RunSpec in specs.json (one per seed model) it runs, round after
 round, the kit with all its instrumentation (``kits.run.run``: progress lines,
-memory readings, per-window clocks, on-device loss sums, evaluation) and a
-bare loop of the same model, data, optimizer and batch size with nothing else:
+memory readings, per-window clocks, on-device loss sums, evaluation), the kit
+with its per-step timing off, and the fastest idiomatic bare loop of the same
+model, data, optimizer, batch size and threads with nothing else:
 
 - PyTorch: eager; zero_grad(set_to_none=True), forward, cross_entropy, backward,
   step; no .item() per step.
-- TensorFlow: one ``tf.function`` train step with a GradientTape (the fastest
-  idiomatic loop, and the kit's own execution model); traced once per shape.
+- TensorFlow: one ``tf.function`` train step with a GradientTape (the kit's own
+  execution model); traced once per shape.
 
-Both take the same uint8 NHWC batches of the same .npz in the same order and
-scale and resize them on the device in the same way. Each side builds a fresh
-model per round, runs ``warmup`` untimed steps, then ``steps`` timed steps
-between two synchronisations; samples/s = steps * batch / seconds. The kit's
-figure is the one it reports (``timing.samples_per_s``); an outer clock around
-the same steps, taken by a thin wrapper of its Backend, checks it. Each side
-goes first in turn, so drift cancels in the pairwise ratios.
-The process CPU time over the same steps is kept as well: where other work
-shares the CPU, samples per CPU second is the steadier figure (the gate
-still uses the wall-clock one the kit reports). Standard library, numpy,
-the framework and kits/ only.
+Both bare loops take the same uint8 NHWC batches of the same .npz in the same
+order, staged as tensors on the device before their clock starts (no numpy
+slicing or conversion in their timed steps, which the kit does inside its
+own), and scale and resize them on the device as the kit does. Each side
+builds a fresh model per round, runs ``warmup`` untimed steps, then ``steps``
+timed steps between two synchronisations; samples/s = steps * batch / seconds.
+The kit's figure is the one it reports (``timing.samples_per_s``); an outer
+clock around the same steps, taken by a thin wrapper of its Backend, checks it.
+Each side goes first in turn, so drift cancels in the pairwise ratios. After a
+dropped warm-up round, rounds go on until the order-statistic intervals of the
+median ratios kit/bare and timing on/off are within +-target of their medians,
+or max-rounds ran. The process CPU time over the same steps is kept as well:
+where other work shares the CPU, samples per CPU second is the steadier figure
+(the gate still uses the wall-clock one the kit reports). Standard library,
+numpy, the framework and kits/ only.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ import argparse
 import copy
 import gc
 import json
+import math
 import os
 import statistics
 import sys
@@ -88,13 +95,16 @@ def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) ->
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    # Every batch this loop takes, as tensors on the device before the clock starts: no numpy slicing or
+    # conversion inside the timed steps (the kit slices and converts each batch inside its own).
+    staged = [(torch.from_numpy(arrays.x_train[idx]).to(device), torch.from_numpy(arrays.y_train[idx]).to(device))
+              for idx in _sched(spec, arrays, warmup, steps)]
+    sync()
     t0 = c0 = 0.0
-    for i, idx in enumerate(_sched(spec, arrays, warmup, steps)):
+    for i, (x, y) in enumerate(staged):
         if i == warmup:
             sync()
             t0, c0 = time.perf_counter(), time.process_time()
-        x = torch.from_numpy(arrays.x_train[idx]).to(device, non_blocking=True)
-        y = torch.from_numpy(arrays.y_train[idx]).to(device, non_blocking=True)
         x = x.permute(0, 3, 1, 2).float().mul_(scale).contiguous()
         if resize:
             x = F.interpolate(x, size=(resize, resize), mode="bilinear", align_corners=False, antialias=False)
@@ -146,6 +156,7 @@ def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int)
     else:
         optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
                                          nesterov=opt["nesterov"])
+    optimizer.build(model.trainable_variables)       # its slots before the trace, as the kit builds them
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function
@@ -159,14 +170,16 @@ def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    staged = [(tf.constant(arrays.x_train[idx]), tf.constant(arrays.y_train[idx]))     # as for PyTorch above
+              for idx in _sched(spec, arrays, warmup, steps)]
     t0 = c0 = 0.0
     loss = None
-    for i, idx in enumerate(_sched(spec, arrays, warmup, steps)):
+    for i, (x, y) in enumerate(staged):
         if i == warmup:
             if loss is not None:
                 loss.numpy()              # the warmup's last step has finished
             t0, c0 = time.perf_counter(), time.process_time()
-        loss = train_step(arrays.x_train[idx], arrays.y_train[idx])
+        loss = train_step(x, y)
     loss.numpy()                          # steps chain through the variables: the last one done means all
     return time.perf_counter() - t0, time.process_time() - c0
 
@@ -263,7 +276,41 @@ def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int, step_timing: 
 
 # --- alternation ------------------------------------------------------------------------------
 
-def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, log=print) -> dict:
+CONFIDENCE = 0.95
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:
+    """A distribution-free interval of the median from order statistics, and its exact coverage.
+
+    [x_(k), x_(n+1-k)] of the sorted values holds the median with probability 1 - 2 P(B <= k-1),
+    B ~ Binomial(n, 1/2), whatever the distribution; k is the largest for which that is at least
+    ``confidence``. None below 6 values (5 cannot reach 95%).
+    """
+    xs, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n // 2:
+        below = tail + math.comb(n, k) / 2 ** n            # P(B <= k)
+        if below > (1 - confidence) / 2:
+            break
+        tail, k = below, k + 1
+    if k == 0:
+        return None
+    return xs[k - 1], xs[n - k], 1 - 2 * tail
+
+
+def half_width(values: list[float]) -> float:
+    """The interval's larger distance from the median, relative to it (inf while there is no interval)."""
+    found = median_interval(values)
+    if found is None:
+        return math.inf
+    med = statistics.median(values)
+    return max(med - found[0], found[1] - med) / med
+
+
+def compare(spec: dict, data_dir: Path, min_rounds: int, max_rounds: int, target: float, warmup: int, steps: int,
+            log=print) -> dict:
+    """Rounds of the kit, the kit without step timing and the bare loop, each first in turn, until the
+    intervals of both median ratios (kit/bare, timing on/off) are within +-target, or max_rounds ran."""
     d = spec["data"]
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
     per_epoch = len(arrays.x_train) // spec["train"]["batch_size"]
@@ -272,11 +319,12 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, lo
                          f"steps of one epoch; ask for fewer steps")
     bare = BARE[spec["framework"]]
     batch = spec["train"]["batch_size"]
-    rows = []
+    rows: list[dict] = []
     sides = ("kit", "bare", "untimed")
-    for r in range(rounds + 1):          # round 0 warms the process (allocator, kernels, caches): dropped
-        row = {}
-        for side in sides[r % 3:] + sides[:r % 3]:       # each side first in turn, so drift cancels
+    r = 0
+    while True:                          # round 0 warms the process (allocator, kernels, caches): dropped
+        row = {"order": sides[r % 3:] + sides[:r % 3]}    # each side first in turn, so drift cancels
+        for side in row["order"]:
             gc.collect()
             if side == "kit":
                 row.update(kit_round(spec, data_dir, warmup, steps))
@@ -290,30 +338,40 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, lo
         row["ratio"] = row["kit_sps"] / row["bare_sps"]
         row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
         row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
-        log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}: "
-            f"kit {row['kit_sps']:8.1f} samples/s (outer clock {row['outer_sps']:8.1f}), "
-            f"bare {row['bare_sps']:8.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
-            f"step timing off {row['untimed_sps']:8.1f}, on/off {row['timing_ratio']:.3f}")
         if r:
             rows.append(row)
+        widths = [half_width([x[k] for x in rows]) for k in ("ratio", "timing_ratio")]
+        log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}"
+            f" [{', '.join(row['order'])}]: kit {row['kit_sps']:7.1f} samples/s (outer clock {row['outer_sps']:7.1f}), "
+            f"bare {row['bare_sps']:7.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
+            f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}"
+            + (f"; interval half-widths {widths[0]:.1%}, {widths[1]:.1%}" if r and max(widths) < math.inf else ""))
+        if len(rows) >= max_rounds or (len(rows) >= min_rounds and max(widths) <= target):
+            break
+        r += 1
     return {"experiment": spec["experiment"], "framework": spec["framework"], "model": spec["model"]["name"],
             "batch_size": batch, "warmup": warmup, "steps": steps, "rounds": rows,
+            "confidence": CONFIDENCE, "target_half_width": target,
             "median_ratio": statistics.median(x["ratio"] for x in rows),
+            "interval_ratio": median_interval([x["ratio"] for x in rows]),
             "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows),
             "median_cpu_ratio": statistics.median(x["cpu_ratio"] for x in rows),
             "median_timing_ratio": statistics.median(x["timing_ratio"] for x in rows),
+            "interval_timing_ratio": median_interval([x["timing_ratio"] for x in rows]),
             # Each side's fastest round: what it does when nothing else runs (robust to bursts of other work).
             "best_ratio": max(x["kit_sps"] for x in rows) / max(x["bare_sps"] for x in rows),
             # Spread of each side over rounds (stdev / mean): above a few percent, the machine was not quiet.
             "spread": {side: statistics.pstdev(v) / statistics.fmean(v)
-                       for side in ("kit", "bare") for v in [[x[f"{side}_sps"] for x in rows]]}}
+                       for side in ("kit", "untimed", "bare") for v in [[x[f"{side}_sps"] for x in rows]]}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--specs", type=Path, required=True, help="JSON list of resolved RunSpecs, one framework")
     ap.add_argument("--data-dir", type=Path, required=True)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--min-rounds", type=int, default=6, help="rounds before the intervals may stop them (>= 6)")
+    ap.add_argument("--max-rounds", type=int, default=15)
+    ap.add_argument("--target", type=float, default=0.02, help="stop once both intervals are within +-this")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
     ap.add_argument("--out", type=Path, required=True)
@@ -328,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         d = spec["data"]
         per_epoch = d["train_samples"] // spec["train"]["batch_size"]
         steps = min(args.steps, per_epoch - args.warmup)
-        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps, log=_tell))
+        out.append(compare(spec, args.data_dir, args.min_rounds, max(args.min_rounds, args.max_rounds), args.target,
+                           args.warmup, steps, log=_tell))
     args.out.write_text(json.dumps(out, indent=1))
     return 0
 

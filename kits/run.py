@@ -16,10 +16,10 @@ import time
 import traceback
 from pathlib import Path
 
+from kits.common import cpu_peak, detectors, environment, report
 from kits.common import data as datalib
-from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
-from kits.common.measure import ResidentPeak
+from kits.common.measure import ResidentPeak, process_age_s
 from kits.common.nvml import DeviceSampler
 from kits.common.phases import WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -41,9 +41,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(raw: dict, data_dir: Path) -> dict:
-    """Train as the spec says; ``raw`` is the spec's JSON, copied into the result as written."""
-    t0 = time.perf_counter()
+def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
+    """Train as the spec says; ``raw`` is the spec's JSON, copied into the result as written.
+
+    ``started``: the perf_counter reading timing.wall_s counts from (main passes the process's start,
+    so the interpreter's start and the imports are in it); by default, this call's start.
+    """
+    t0 = time.perf_counter() if started is None else started
     spec = RunSpec.from_dict(raw)
     # CUDA numbers devices fastest-first by default, NVML by PCI bus: make index 0 the same device.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
@@ -81,8 +85,9 @@ def run(raw: dict, data_dir: Path) -> dict:
     if sampler:
         result["environment"]["nvml"] = sampler.report()
     if env["device"] == "cpu":
-        # Measured after training, so it cannot disturb the run: the CPU's peak for utilisation.
-        result["environment"]["matmul_peak_flops"] = backend.matmul_flops_per_s()
+        # The CPU's peak for utilisation: measured after training, so it cannot disturb the run, once per
+        # CPU, threads and framework (kits/common/cpu_peak.py), then read from the data folder's cache.
+        result["environment"].update(cpu_peak.for_run(env, data_dir, backend.matmul_flops_per_s))
     result["provenance"] = {**spec.provenance, "data_sha256": arrays.sha256}
     footprint = detectors.training_footprint(spec, model["parameters"]["total"])
     result["findings"] = detectors.all_findings(spec, m, observed, backend.memory_series, footprint)
@@ -128,10 +133,11 @@ def _failure_kind(exc: BaseException, device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter() - process_age_s()
     args = _parse(argv)
     spec = json.loads(args.spec.read_text())
     try:
-        result = run(spec, args.data_dir)
+        result = run(spec, args.data_dir, started)
     except (Exception, SystemExit) as exc:   # a failed run must still leave a result
         tail = traceback.format_exc().splitlines()[-40:]
         failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}", "log_tail": tail}

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
 
 from reprokit import results
 from reprokit.provenance import REPO
+from reprokit.report import stats
 from reprokit.store import Store
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -13,6 +15,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_kit_overhead
 
 from kits import bench
+from kits.common import cpu_peak
 
 REFERENCE = sorted((REPO / "reports" / "quick-cpu" / "results").glob("*.json"))
 
@@ -33,3 +36,29 @@ def test_kit_spec_is_one_epoch_of_warmup_plus_steps():
     assert cut["train"]["max_steps_per_epoch"] == 25
     assert cut["data"]["test_samples"] <= 2 * cut["train"]["eval_batch_size"]
     assert spec["train"]["epochs"] != 1                 # the original is left alone
+
+
+def test_the_bench_interval_of_a_median_is_the_reports_order_statistic_interval():
+    rng = random.Random(0)
+    for n in range(1, 16):
+        values = [rng.uniform(0.9, 1.1) for _ in range(n)]
+        found = bench.median_interval(values)
+        if n < stats.MIN_INTERVAL:
+            assert found is None and bench.half_width(values) == float("inf")
+            continue
+        e = stats.estimate(values)
+        assert found == (e.low, e.high, e.coverage) and e.coverage >= 0.95
+
+
+def test_a_measured_cpu_peak_is_kept_and_read_back_by_the_next_run(tmp_path):
+    env = {"framework": "pytorch", "framework_version": "2.14.1", "cpu_threads": {"intra_op": 2, "inter_op": 1}}
+    first = cpu_peak.for_run(env, tmp_path, lambda: 1.5e11)
+    assert first["matmul_peak_flops"] == 1.5e11 and first["matmul_peak_source"] == cpu_peak.MEASURED
+    cpu_peak.remember(tmp_path, {"status": "failed", "run_id": "x", "environment": {**env, **first}})
+    assert not (tmp_path / cpu_peak.CACHE_NAME).exists()           # only a finished run's figure is kept
+    cpu_peak.remember(tmp_path, {"status": "ok", "run_id": "r1", "environment": {**env, **first}})
+    again = cpu_peak.for_run(env, tmp_path, lambda: 9.9e11)
+    assert again["matmul_peak_flops"] == 1.5e11 and "cached" in again["matmul_peak_source"]
+    assert "r1" in again["matmul_peak_source"]
+    other = cpu_peak.for_run({**env, "cpu_threads": {"intra_op": 1, "inter_op": 1}}, tmp_path, lambda: 9.9e11)
+    assert other["matmul_peak_flops"] == 9.9e11                    # other threads: measured again

@@ -131,3 +131,14 @@ class NoStepTimer:
 
     def per_step(self) -> list[float]:
         return []
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (exec included), from its start time in /proc/self/stat.
+
+    The kernel counts that start in clock ticks since boot (CLOCK_BOOTTIME, 10 ms at the usual 100 Hz).
+    """
+    with open("/proc/self/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()      # the command name may hold spaces
+    start = int(fields[19]) / os.sysconf("SC_CLK_TCK")     # field 22 of the line, 20th after the name
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start)

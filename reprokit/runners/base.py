@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from kits.common import cpu_peak
 from kits.common.names import PROGRESS_MARKER
 from reprokit import results
 from reprokit.topology import Placement
@@ -110,6 +111,7 @@ def run_spec(runner: Runner, spec: dict, work: Path, on_progress: ProgressFn,
     if outcome.interrupted:
         return None
     result = collect(spec, outcome, call.output / RESULT_NAME)
+    cpu_peak.remember(runner.data_dir, result)         # a CPU peak the run measured: the next run reads it
     if placement is not None:
         result.setdefault("launcher", {})["placement"] = placement.record()
     return result

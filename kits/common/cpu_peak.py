@@ -1,0 +1,60 @@
+"""The CPU's measured matmul peak, kept per CPU, cores, threads and framework so that one run measures it.
+
+Measuring costs about 0.35 s after every CPU run (most of the local runner's
+overhead). The figure depends on the CPU, the cores the process may use, the
+thread settings and the framework's build, so those make the key. The kit
+reads the cache in the data folder (read-only to it); the host adds what a run
+measured once its result is collected. A result says which it used
+(``environment.matmul_peak_source``). Delete the file to measure again.
+Standard library only: both sides import it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kits.common.environment import cpu_name
+from kits.common.files import write_json_atomic
+
+CACHE_NAME = "cpu-matmul-peaks.json"
+MEASURED = "measured by this run after its training"
+
+
+def key(env: dict) -> str:
+    """What the peak depends on, from a result's environment section."""
+    threads = env["cpu_threads"]
+    return (f"{env['framework']} {env['framework_version']} | {cpu_name()} | "
+            f"{len(os.sched_getaffinity(0))} usable cpus | intra_op {threads['intra_op']} inter_op {threads['inter_op']}")
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def for_run(env: dict, data_dir: Path, measure) -> dict:
+    """The environment fields of the peak: the cached figure for this key, else ``measure()``'s."""
+    k = key(env)
+    cached = _read(data_dir / CACHE_NAME).get(k)
+    if cached:
+        return {"matmul_peak_flops": cached["flops"], "matmul_peak_key": k,
+                "matmul_peak_source": f"cached: measured by run {cached['run_id']} on this CPU with the same threads "
+                                      f"and framework ({CACHE_NAME} in the data folder; delete it to measure again)"}
+    return {"matmul_peak_flops": measure(), "matmul_peak_key": k, "matmul_peak_source": MEASURED}
+
+
+def remember(data_dir: Path, result: dict) -> None:
+    """Host side: keep a peak the run measured itself. The cache only saves time: a write that fails is skipped."""
+    env = result.get("environment") or {}
+    if result.get("status") != "ok" or env.get("matmul_peak_source") != MEASURED:
+        return
+    path = data_dir / CACHE_NAME
+    peaks = _read(path)
+    peaks[env["matmul_peak_key"]] = {"flops": env["matmul_peak_flops"], "run_id": result["run_id"]}
+    try:
+        write_json_atomic(path, peaks)
+    except OSError:
+        pass
