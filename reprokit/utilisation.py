@@ -48,7 +48,8 @@ def peak(result: dict) -> tuple[float | None, str]:
     env = result["environment"]
     if env["device"] == "cpu":
         measured = env.get("matmul_peak_flops")
-        return measured, "measured fp32 matmul rate of this CPU with the run's threads"
+        how = env.get("matmul_peak_source")          # measured by this run, or cached from an earlier one
+        return measured, "measured fp32 matmul rate of this CPU with the run's threads" + (f" ({how})" if how else "")
     return device_peak(env["device_name"], applied_precision(env))
 
 

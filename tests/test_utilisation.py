@@ -32,6 +32,9 @@ def test_cpu_peak_is_the_measured_matmul_rate(result):
     flops = 1e8
     assert utilisation.mfu(result, flops) == pytest.approx(flops * result["timing"]["samples_per_s"] / top)
     assert utilisation.mfu(result, None) is None
+    cached = copy.deepcopy(result)
+    cached["environment"]["matmul_peak_source"] = "cached: measured by run abc"
+    assert utilisation.peak(cached)[1].endswith("(cached: measured by run abc)")
 
 
 # (device name as printed, table row, dense bf16 peak or None where the GPU has no bf16)
