@@ -94,6 +94,14 @@ def custom(tmp_path: Path, body: str) -> list:
     return claims_mod.load(path)
 
 
+def older(r: dict) -> dict:
+    """A result as kits wrote them before memory by phase and FLOPs in every run (such files still render)."""
+    r = copy.deepcopy(r)
+    r["memory"].pop("phases", None)
+    r["model"].pop("flops_per_sample", None)
+    return r
+
+
 def phases(train: int, evaluation: int):
     """Per-phase peaks as a kit that resets its counters at each phase records them (metrics reads these)."""
     def edit(r):
@@ -222,8 +230,8 @@ def test_validation_without_no_grad_is_judged_on_the_evaluation_phase_peak(real,
     v = verdict(claim, [fixed, derive(pt, "+pt_val_grad", None, phases(800 << 20, 800 << 20))])
     assert v.status == verdicts.NOT_REPRODUCED and "is below the threshold of 1.10x" in v.why
     assert "process's resident memory" in v.why          # on a CPU the verdict says what its reading cannot show
-    # the committed files hold only memory sampled after steps, not a phase's peak: not measured, not a verdict
-    old = verdict(claim, [pt, derive(pt, "+pt_val_grad")])
+    # files from before memory by phase hold only memory sampled after steps: not measured, not a verdict
+    old = verdict(claim, [older(pt), derive(older(pt), "+pt_val_grad")])
     assert old.status == verdicts.NOT_MEASURED and "memory.phases" in old.why
     # and a claim whose runs are absent says which run is missing
     absent = verdict(claim, [fixed])
@@ -461,8 +469,10 @@ def test_one_convention_ratios_pytorch_over_tensorflow_memory_in_mib_titles_say_
         pt, tf = (metrics.value(pick(matrix, SPEED, fw), q) for fw in ("pytorch", "tensorflow"))
         assert rows[label][2].startswith(f"{pt / tf:.2f}x") and rows[label][3] == metrics.QUANTITIES[q].better
     assert re.fullmatch(r"[\d,]+ MiB", rows["peak memory (the run's own reading)"][0])
-    assert rows["evaluation phase peak memory"][0] == "not measured"          # older results: said, not hidden
+    assert re.fullmatch(r"[\d,]+ MiB", rows["evaluation phase peak memory"][0])
     assert not re.search(r"\d (GB|MB)\b", section)
+    old = report.render("t", [older(r) for r in matrix], experiments)
+    assert "| evaluation phase peak memory | not measured" in re.sub(r" +", " ", old)   # older results: said, not hidden
 
 
 def _repeats(base: dict, n: int, spread: float, scale: float = 1.0) -> list[dict]:
@@ -568,8 +578,12 @@ def test_write_puts_plots_details_and_summary_csv_beside_the_report(matrix, expe
         r = by_id[row["run_id"]]
         assert float(row["samples_per_s"]) == pytest.approx(r["timing"]["samples_per_s"])
         assert int(row["peak_memory_bytes"]) == r["memory"]["peak_bytes"]
-        assert row["eval_peak_memory_bytes"] == "" and row["mfu"] == ""          # not measured: empty, never 0
+        assert int(row["eval_peak_memory_bytes"]) == metrics.value(r, "eval_peak_memory_bytes")
+        assert float(row["mfu"]) == pytest.approx(metrics.value(r, "mfu"))
     assert "## How the figures are computed" in (tmp_path / "details.md").read_text()
+    report.write(tmp_path / "older", "t", [older(r) for r in matrix], experiments)
+    for row in csv.DictReader((tmp_path / "older" / "summary.csv").open()):
+        assert row["eval_peak_memory_bytes"] == "" and row["mfu"] == ""          # not measured: empty, never 0
 
 
 def test_older_result_files_still_render(experiments, certificates, seeds, tmp_path):
