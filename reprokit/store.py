@@ -1,7 +1,9 @@
 """Finished results, by run id: the resume cache and the report's own copies."""
 from __future__ import annotations
 
+import gc
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 from kits.common.files import write_json_atomic
@@ -33,10 +35,27 @@ class Store:
     def all(self) -> list[dict]:
         """Every valid result here; files that fail validation are reported, not used."""
         out = []
-        for path in sorted(self.root.glob("*.json")):
-            result = json.loads(path.read_text())
-            problem = results.problems(result)
-            if problem:
-                raise ValueError(f"{path} is not a valid result file: {problem}")
-            out.append(result)
+        with _no_cyclic_gc():
+            for path in sorted(self.root.glob("*.json")):
+                result = json.loads(path.read_text())
+                problem = results.problems(result)
+                if problem:
+                    raise ValueError(f"{path} is not a valid result file: {problem}")
+                out.append(result)
         return out
+
+
+@contextmanager
+def _no_cyclic_gc():
+    """Loading many files makes millions of objects in a growing heap, which the cyclic collector scans
+    again and again (two thirds of the time for 1,000 results). Parsed JSON holds no cycles, so the
+    collector is paused while loading, and what was loaded is frozen out of later scans (the report
+    that reads it would pay the same again); reference counting still frees it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was:
+            gc.enable()
