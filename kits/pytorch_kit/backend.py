@@ -121,8 +121,13 @@ class Backend(FeederMixin):
     def _to_device(self, x, y):
         x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
         y = torch.from_numpy(y) if isinstance(y, np.ndarray) else y
-        # As posted, inputs.to(device): each copy waits; the kit's own copies do not.
+        # As posted, inputs.to(device): each copy waits. The kit's own copies do not: a copy from pageable
+        # memory would make the host wait for every kernel already queued, so they leave from pinned memory
+        # (the caching host allocator keeps each block until its copy is done), as DataLoader(pin_memory=True).
         non_blocking = not self.pitfalls.has(Pitfall.PT_BLOCKING_COPY)
+        if non_blocking and self.device.type == "cuda":
+            # a user's input hook may hand over tensors already on the GPU: only host tensors are pinned
+            x, y = (t.pin_memory() if t.device.type == "cpu" else t for t in (x, y))
         return x.to(self.device, non_blocking=non_blocking), y.to(self.device, non_blocking=non_blocking)
 
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
