@@ -75,12 +75,13 @@ def lock(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Measure what the kit costs on this CPU, each gate per model and framework.
 
-    benchmarks/bench_kit_overhead.py: per framework, in one process, the kit,
-    the kit without step timing and the fastest bare loop of the same
-    quick-profile model take turns, round after round, until the interval of
-    each median ratio is within +-2% (15 rounds at most; 10-40 minutes on 2
-    cores). Gates: kit/bare >= 0.97 (goal 0.99), the kit not ahead of its
-    bare loop beyond the interval, step timing on/off within 2%. Then the local
+    benchmarks/bench_kit_overhead.py: per framework, the kit, the kit without
+    step timing and the fastest bare loop of the same quick-profile model take
+    turns in shuffled orders, in fresh processes of 5 rounds, until the
+    interval of each median ratio over the pooled rounds is within +-2% (15
+    rounds at most; 10-40 minutes on 2 cores). Gates: kit/bare >= 0.97 (goal 0.99), the kit not ahead of its
+    bare loop beyond the interval, step timing on/off (the kit against itself)
+    with an interval that covers 1. Then the local
     runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
     (< 2 s). Options after --, e.g.
     `nox -s bench -- --max-rounds 9 --frameworks pytorch`. Where a Docker engine

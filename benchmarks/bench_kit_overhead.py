@@ -1,25 +1,36 @@
 """What the kit costs: its throughput against bare loops, the local runner's overhead, report rendering.
 
-    PYTHONPATH=. python benchmarks/bench_kit_overhead.py [--min-rounds 6] [--max-rounds 15] [--target 0.02]
-        [--warmup 5] [--steps 40] [--frameworks pytorch,tensorflow] [--skip throughput,overhead,render] [--json OUT]
+    PYTHONPATH=. python benchmarks/bench_kit_overhead.py [--min-rounds 6] [--max-rounds 15] [--per-process 5]
+        [--target 0.02] [--warmup 5] [--steps 40] [--frameworks pytorch,tensorflow]
+        [--skip throughput,overhead,render] [--json OUT]
 
 1. Throughput, judged per (experiment, framework) pair. In each framework's
-   real environment and in ONE process (``python -m kits.bench``, started
-   through the local runner like every kit process), three sides take turns on
-   the quick profile's model of each seed experiment, on this machine's CPU:
-   the kit with all its instrumentation, the kit with its per-step timing off,
-   and a bare loop (kits/bench.py: the fastest idiomatic loop of the same model,
+   real environment (``python -m kits.bench``, started through the local
+   runner like every kit process), three sides take turns on the quick
+   profile's model of each seed experiment, on this machine's CPU: the kit
+   with all its instrumentation, the kit with its per-step timing off, and a
+   bare loop (kits/bench.py: the fastest idiomatic loop of the same model,
    data, optimizer, batch size and threads; its batches are on the device
-   before its clock starts, and TensorFlow's step is a tf.function). Each side
-   goes first in turn (the order rotates every round). After one dropped
-   warm-up round, rounds go on until the 95% intervals of both median ratios
-   (kit/bare and step timing on/off) are within +-2% of their medians, or 15
-   rounds ran. The interval is the distribution-free one of a median from order
-   statistics: [x_(k), x_(n+1-k)] with the binomial coverage it has (printed).
+   before its clock starts, and TensorFlow's step is a tf.function). Rounds
+   take the six orders of the sides in shuffled blocks. They run in fresh
+   processes of 5 rounds each (after a dropped warm-up round in each), since
+   one process keeps its own bias for all its rounds; the processes' rounds
+   are pooled until the 95% intervals of both median ratios (kit/bare and
+   step timing on/off) are within +-2% of their medians, or 15 rounds ran (at
+   least 6: two processes). The interval is the distribution-free one of a
+   median from order statistics: [x_(k), x_(n+1-k)] with the binomial
+   coverage it has (printed; reprokit/report/stats.py, as in the reports).
    Gates per pair: the median kit/bare at least 0.97 (goal 0.99, printed); the
    kit not beating its bare loop beyond the interval (the interval's low end
-   above 1 means the reference is not the fastest loop); the median timing
-   on/off within 2% of 1. The spread of each side over rounds is printed.
+   above 1 means the reference is not the fastest loop); and the bench's null
+   check, step timing on/off, whose interval must cover 1. Its two sides are
+   the same kit but for the step clock (windows of steps, synchronised at
+   their edges), which costs under 0.1% of a step on the CPU, measured alone.
+   An interval without 1 means that clock costs something after all (on a
+   GPU each window edge drains the queue) or the bench made up a difference
+   (a process's bias, order, a burst of other work); either way no ratio of
+   that pair holds to its interval's width. The spread of each side over
+   rounds is printed.
 2. Local runner overhead. A run with almost no training (1 epoch of 2 steps)
    through reprokit.runners.base.run_spec, several times per framework: the time
    from just before the process is launched to the result collected, minus the
@@ -43,6 +54,7 @@ import argparse
 import copy
 import hashlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -54,26 +66,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kits.bench import CONFIDENCE
 from kits.common.names import FRAMEWORKS
 from reprokit import plan, report
 from reprokit.envs import ENVS, STATE
 from reprokit.errors import UserError
 from reprokit.experiments import BUILTIN_DIR, discover
 from reprokit.provenance import code
+from reprokit.report import stats
 from reprokit.runners.base import KitCall, run_spec
 from reprokit.runners.local import LocalRunner
 from reprokit.store import Store
 
 MIN_RATIO = 0.97          # kit throughput / bare-loop throughput, median over rounds, per model and framework
 GOAL_RATIO = 0.99         # where we want that ratio to be (printed, not gated)
-MAX_TIMING_EFFECT = 0.02  # |kit with step timing / kit without - 1|, median over rounds, per model and framework
 TARGET = 0.02             # rounds go on until both median ratios' intervals are within +-TARGET ...
-MAX_ROUNDS = 15           # ... or this many ran
+MAX_ROUNDS = 15           # ... or this many ran,
+PER_PROCESS = 5           # in fresh processes of this many rounds each
 MAX_OVERHEAD_S = 0.3      # local runner: process launch to result collected, minus the kit's timing.wall_s
 MAX_RENDER_S = 2.0        # load + validate + write a report of 1,000 result files
 RENDER_FILES = 1000
-NOISY = 0.05              # spread of one side's samples/s over rounds above which the machine was busy
+NOISY = 0.05              # spread of one side's samples/s over rounds above which the machine was noisy
 REFERENCE_RESULTS = REPO / "reports" / "quick-cpu" / "results"
 PARTS = ("throughput", "overhead", "render")
 
@@ -94,19 +106,83 @@ def quick_specs(framework: str, data_dir: Path, runner: LocalRunner) -> list[dic
 # --- 1. throughput ----------------------------------------------------------------------------
 
 def throughput(framework: str, runner: LocalRunner, specs: list[dict], work: Path, args) -> list[dict]:
-    """kits.bench in the framework's environment, through the runner; its per-round lines are shown as they come."""
-    spec_path, out = work / f"specs-{framework}.json", work / f"throughput-{framework}"
+    """kits.bench in the framework's environment, through the runner, in fresh processes of
+    ``args.per_process`` rounds each, until every model's pooled rounds are settled; each model's summary.
+
+    One process keeps what it gave a side (memory layout, thread placement) for all its rounds: the
+    same kit against itself came out 7% slower in 6 rounds of 6 in one process and not in the next.
+    Pooling the rounds of several processes puts that in the spread, where the interval sees it (pyperf
+    spawns worker processes for the same reason)."""
+    pooled: dict[str, dict] = {}
+    for p in range(math.ceil(args.max_rounds / args.per_process)):
+        todo = [s for s in specs if not _settled(pooled.get(s["experiment"]), args)]
+        if not todo:
+            break
+        done = len(pooled[todo[0]["experiment"]]["rounds"]) if pooled else 0     # the same for every unsettled model
+        rounds = min(args.per_process, args.max_rounds - done)
+        log(f"  process {p + 1}: {rounds} round(s) of {', '.join(s['experiment'] for s in todo)}")
+        for m in _bench_process(framework, runner, todo, work / f"{framework}-{p + 1}", rounds, args):
+            seed = m.pop("seed")
+            kept = pooled.setdefault(m["experiment"], {**m, "rounds": [], "seeds": []})
+            kept["rounds"] += m["rounds"]
+            kept["seeds"].append(seed)
+            widths = ", ".join(f"{name} {w:.1%}" for name, w in zip(("kit/bare", "on/off"), _widths(kept))
+                               if w < math.inf) or f"none below {stats.MIN_INTERVAL} rounds"
+            log(f"  {m['framework']:<10} {m['experiment']:<26} {len(kept['rounds'])} rounds from {p + 1} "
+                f"process(es): interval half-widths {widths}")
+    return [summary(pooled[s["experiment"]]) for s in specs]
+
+
+def _bench_process(framework: str, runner: LocalRunner, specs: list[dict], work: Path, rounds: int, args) -> list:
+    """One kits.bench process; its per-round lines are shown as they come."""
+    work.mkdir(parents=True)
+    spec_path, out = work / "specs.json", work / "out"
     spec_path.write_text(json.dumps(specs))
     call = KitCall(framework, "kits.bench", ("--specs", spec_path, "--data-dir", runner.data_dir,
-                                             "--min-rounds", str(args.min_rounds), "--max-rounds", str(args.max_rounds),
-                                             "--target", str(args.target), "--warmup", str(args.warmup),
-                                             "--steps", str(args.steps),
-                                             "--out", out / "throughput.json"),
+                                             "--rounds", str(rounds), "--warmup", str(args.warmup),
+                                             "--steps", str(args.steps), "--out", out / "throughput.json"),
                    output=out, inputs=(spec_path,), timeout_s=3600, label=f"bench-{framework}")
     outcome = runner.run(call, lambda event: "bench" in event and log(event["bench"]))
     if outcome.exit_code != 0:
         raise RuntimeError(f"{framework}: kits.bench ended with {outcome.exit_code}:\n" + "\n".join(outcome.log_tail))
     return json.loads((out / "throughput.json").read_text())
+
+
+def _widths(m: dict) -> list[float]:
+    """Each median ratio's interval (kit/bare, on/off): its larger distance from the median, relative to it
+    (inf while there is no interval)."""
+    out = []
+    for key in ("ratio", "timing_ratio"):
+        e = stats.estimate([r[key] for r in m["rounds"]])
+        out.append(max(e.median - e.low, e.high - e.median) / e.median if e.kind == "interval" else math.inf)
+    return out
+
+
+def _settled(m: dict | None, args) -> bool:
+    """Enough rounds: max_rounds, or min_rounds with both median ratios' intervals within +-target."""
+    if m is None:
+        return False
+    n = len(m["rounds"])
+    return n >= args.max_rounds or (n >= args.min_rounds and max(_widths(m)) <= args.target)
+
+
+def summary(m: dict) -> dict:
+    """One model's pooled rounds summed up: each median ratio with its interval, each side's spread."""
+    rows = m["rounds"]
+
+    def interval(key: str) -> tuple[float, float, float] | None:
+        e = stats.estimate([r[key] for r in rows])
+        return (e.low, e.high, e.coverage) if e.kind == "interval" else None
+
+    return {**m, "processes": len(m["seeds"]),
+            **{f"median_{k}": statistics.median(r[k] for r in rows)
+               for k in ("ratio", "outer_ratio", "cpu_ratio", "timing_ratio")},
+            "interval_ratio": interval("ratio"), "interval_timing_ratio": interval("timing_ratio"),
+            # Each side's fastest round: what it does when nothing else runs (robust to bursts of other work).
+            "best_ratio": max(r["kit_sps"] for r in rows) / max(r["bare_sps"] for r in rows),
+            # Spread of each side over rounds (stdev / mean): above a few percent, the machine was not quiet.
+            "spread": {side: statistics.pstdev(v) / statistics.fmean(v)
+                       for side in ("kit", "untimed", "bare") for v in [[r[f"{side}_sps"] for r in rows]]}}
 
 
 # --- 2. local runner overhead -----------------------------------------------------------------
@@ -216,20 +292,23 @@ def pair_summary(m: dict) -> list[str]:
         misses.append(f"{m['framework']} {m['experiment']} bare loop slower than the kit (interval from {lo:.3f})")
     else:
         verdict = "ok" + (f", goal {GOAL_RATIO} reached" if ratio >= GOAL_RATIO else f", goal {GOAL_RATIO} not yet")
-    log(f"  {name} kit/bare median {ratio:.3f}, {_interval(m, 'ratio')}, {len(rows)} rounds "
+    log(f"  {name} kit/bare median {ratio:.3f}, {_interval(m, 'ratio')}, {len(rows)} rounds in {m['processes']} "
+        f"processes "
         f"(range {min(rs):.3f}-{max(rs):.3f}); gate >= {MIN_RATIO} (goal {GOAL_RATIO}): {verdict}")
     log(f"  {'':<10} {'':<26}   kit {statistics.median(r['kit_sps'] for r in rows):.1f}, bare "
         f"{statistics.median(r['bare_sps'] for r in rows):.1f} samples/s (medians), {m['steps']} timed steps of "
         f"{m['batch_size']}; spread over rounds (stdev/mean) kit {m['spread']['kit']:.1%}, kit without timing "
         f"{m['spread']['untimed']:.1%}, bare {m['spread']['bare']:.1%}; outer clock {m['median_outer_ratio']:.3f}, "
         f"per CPU second {m['median_cpu_ratio']:.3f}, best round vs best round {m['best_ratio']:.3f}")
-    timing = m["median_timing_ratio"]
-    ok = abs(timing - 1) <= MAX_TIMING_EFFECT
-    log(f"  {'':<10} {'':<26}   step timing on/off median {timing:.3f}, {_interval(m, 'timing_ratio')}; "
-        f"gate within {MAX_TIMING_EFFECT:.0%} of 1: {'ok' if ok else 'MISSED'}")
+    timing, found = m["median_timing_ratio"], m["interval_timing_ratio"]
+    # The null check judges by its interval, not by a fixed band around 1: with ~4% noise per round, the median
+    # of 15 rounds is ~1.5% uncertain, and a band of 2% would fail a perfect bench one time in five.
+    ok = found is not None and found[0] <= 1 <= found[1]
+    log(f"  {'':<10} {'':<26}   step timing on/off (the bench's null check) median {timing:.3f}, "
+        f"{_interval(m, 'timing_ratio')}; gate interval covers 1: {'ok' if ok else 'MISSED'}")
     if not ok:
-        misses.append(f"{m['framework']} {m['experiment']} step timing on/off {timing:.3f}, "
-                      f"more than {MAX_TIMING_EFFECT:.0%} from 1")
+        misses.append(f"{m['framework']} {m['experiment']} step timing on/off {timing:.3f}: the same kit differs "
+                      f"from itself beyond the interval ({_interval(m, 'timing_ratio')})")
     return misses
 
 
@@ -239,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-rounds", type=int, default=6, help="rounds per model before the intervals may stop them")
     ap.add_argument("--max-rounds", type=int, default=MAX_ROUNDS, help="rounds per model at most")
+    ap.add_argument("--per-process", type=int, default=PER_PROCESS, help="rounds per kits.bench process")
     ap.add_argument("--target", type=float, default=TARGET, help="stop once the median ratios' intervals are "
                                                                     "within +-this")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per side and round")
@@ -266,10 +346,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if "throughput" not in skip:
             log(f"\n== 1. kit vs bare loop, quick-profile models on the CPU ({out['machine']['cpus']} cores): "
-                f"kit, kit without step timing and bare loop in turn, each first in turn, {args.warmup} warmup + up "
-                f"to {args.steps} timed steps per side, in one process per framework; after a dropped warm-up "
-                f"round, rounds until both median ratios' {CONFIDENCE:.0%} intervals are within "
-                f"+-{args.target:.0%} ({args.min_rounds} at least, {args.max_rounds} at most)")
+                f"kit, kit without step timing and bare loop in turn, in shuffled orders, {args.warmup} warmup + "
+                f"up to {args.steps} timed steps per side; fresh processes of {args.per_process} rounds (each after "
+                f"a dropped warm-up round), pooled until both median ratios' {stats.LEVEL:.0%} intervals are "
+                f"within +-{args.target:.0%} ({args.min_rounds} rounds at least, {args.max_rounds} at most)")
             out["throughput"] = {}
             for fw in frameworks:
                 out["throughput"][fw] = throughput(fw, runner, specs[fw], work, args)
@@ -307,10 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         if r["total_s"] > MAX_RENDER_S:
             misses.append(f"render {r['total_s']:.2f} s > {MAX_RENDER_S} s")
     load = out["machine"]
-    if noisy or max(load["load_before"][0], load["load_after"][0]) > load["cpus"]:
+    busy = max(load["load_before"][0], load["load_after"][0]) > load["cpus"]
+    if busy or noisy:
+        why = ("other work shared the CPU, so these figures are not the kit's alone; run again on a quiet machine"
+               if busy else "with no other load, that is this machine's own timing noise, carried by the intervals")
         log(f"  note: load average {load['load_before'][0]:.1f} before, {load['load_after'][0]:.1f} after on "
-            f"{load['cpus']} cores{'; rounds spread over ' + format(NOISY, '.0%') if noisy else ''}: other work "
-            f"shared the CPU, so these figures are not the kit's alone; run again on a quiet machine")
+            f"{load['cpus']} cores{'; rounds spread over ' + format(NOISY, '.0%') if noisy else ''}: {why}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     if misses:

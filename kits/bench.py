@@ -3,8 +3,8 @@
 A kit entry point, started by benchmarks/bench_kit_overhead.py through a
 runner (reprokit/runners), like every kit process:
 
-    python -m kits.bench --specs specs.json --data-dir DIR [--min-rounds 6] [--max-rounds 15] [--target 0.02]
-        [--warmup 5] [--steps 40] --out out.json
+    python -m kits.bench --specs specs.json --data-dir DIR [--rounds 5] [--warmup 5] [--steps 40] [--seed N]
+        --out out.json
 
 For every RunSpec in specs.json (one per seed model) it runs, round after
 round, the kit with all its instrumentation (``kits.run.run``: progress lines,
@@ -25,12 +25,13 @@ builds a fresh model per round, runs ``warmup`` untimed steps, then ``steps``
 timed steps between two synchronisations; samples/s = steps * batch / seconds.
 The kit's figure is the one it reports (``timing.samples_per_s``); an outer
 clock around the same steps, taken by a thin wrapper of its Backend, checks it.
-Each side goes first in turn, so drift cancels in the pairwise ratios. After a
-dropped warm-up round, rounds go on until the order-statistic intervals of the
-median ratios kit/bare and timing on/off are within +-target of their medians,
-or max-rounds ran. The process CPU time over the same steps is kept as well:
-where other work shares the CPU, samples per CPU second is the steadier figure
-(the gate still uses the wall-clock one the kit reports). Standard library,
+Rounds take the six orders of the three sides in shuffled blocks of six, so
+drift and whatever one side leaves to the next cancel in the pairwise ratios.
+After a dropped warm-up round, this process runs ``rounds`` rounds; the
+caller pools the rounds of several processes and decides when they are
+enough. The process CPU time over the same steps is kept as well: where other
+work shares the CPU, samples per CPU second is the steadier figure (the gate
+still uses the wall-clock one the kit reports). Standard library,
 numpy, the framework and kits/ only.
 """
 from __future__ import annotations
@@ -38,10 +39,10 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import itertools
 import json
-import math
 import os
-import statistics
+import random
 import sys
 import time
 from pathlib import Path
@@ -276,118 +277,86 @@ def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int, step_timing: 
 
 # --- alternation ------------------------------------------------------------------------------
 
-CONFIDENCE = 0.95
+SIDES = ("kit", "bare", "untimed")
 
 
-def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:
-    """A distribution-free interval of the median from order statistics, and its exact coverage.
-
-    [x_(k), x_(n+1-k)] of the sorted values holds the median with probability 1 - 2 P(B <= k-1),
-    B ~ Binomial(n, 1/2), whatever the distribution; k is the largest for which that is at least
-    ``confidence``. None below 6 values (5 cannot reach 95%).
-    """
-    xs, n = sorted(values), len(values)
-    k, tail = 0, 0.0
-    while k < n // 2:
-        below = tail + math.comb(n, k) / 2 ** n            # P(B <= k)
-        if below > (1 - confidence) / 2:
-            break
-        tail, k = below, k + 1
-    if k == 0:
-        return None
-    return xs[k - 1], xs[n - k], 1 - 2 * tail
+def orders(rng: random.Random):
+    """Round after round, the six orders of the three sides in shuffled blocks of six: in each block every
+    side takes every place twice and directly follows each other side twice (a cyclic rotation would always
+    put the same side before the kit)."""
+    while True:
+        block = list(itertools.permutations(SIDES))
+        rng.shuffle(block)
+        yield from block
 
 
-def half_width(values: list[float]) -> float:
-    """The interval's larger distance from the median, relative to it (inf while there is no interval)."""
-    found = median_interval(values)
-    if found is None:
-        return math.inf
-    med = statistics.median(values)
-    return max(med - found[0], found[1] - med) / med
+def _side(side: str, spec: dict, data_dir: Path, arrays: datalib.Arrays, warmup: int, steps: int) -> dict:
+    """One side's figures for a round's row."""
+    if side == "kit":
+        return kit_round(spec, data_dir, warmup, steps)
+    if side == "untimed":                 # the kit with its per-step timing off: what the timing costs
+        untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
+        return {"untimed_sps": untimed["kit_sps"], "untimed_outer_sps": untimed["outer_sps"]}
+    wall, cpu = BARE[spec["framework"]](spec, arrays, warmup, steps)
+    samples = steps * spec["train"]["batch_size"]
+    return {"bare_sps": samples / wall, "bare_cpu_sps": samples / cpu}
 
 
-def compare(spec: dict, data_dir: Path, min_rounds: int, max_rounds: int, target: float, warmup: int, steps: int,
-            log=print) -> dict:
-    """Rounds of the kit, the kit without step timing and the bare loop, each first in turn, until the
-    intervals of both median ratios (kit/bare, timing on/off) are within +-target, or max_rounds ran."""
+def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, seed: int, log=print) -> dict:
+    """A dropped warm-up round, then ``rounds`` rounds of the kit, the kit without step timing and the bare
+    loop, in orders drawn by ``seed``. How many rounds are enough is the caller's call: it pools the rounds
+    of several processes, since what one process gives a side (its memory layout) stays for all its rounds."""
     d = spec["data"]
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
     per_epoch = len(arrays.x_train) // spec["train"]["batch_size"]
     if warmup + steps > per_epoch:
         raise SystemExit(f"{spec['experiment']}: warmup {warmup} + steps {steps} exceed the {per_epoch} "
                          f"steps of one epoch; ask for fewer steps")
-    bare = BARE[spec["framework"]]
-    batch = spec["train"]["batch_size"]
+    draw = orders(random.Random(seed))
     rows: list[dict] = []
-    sides = ("kit", "bare", "untimed")
-    r = 0
-    while True:                          # round 0 warms the process (allocator, kernels, caches): dropped
-        row = {"order": sides[r % 3:] + sides[:r % 3]}    # each side first in turn, so drift cancels
+    for r in range(rounds + 1):          # round 0 warms the process (allocator, kernels, caches): dropped
+        row = {"order": next(draw) if r else SIDES}       # the dropped round takes no order from the blocks
         for side in row["order"]:
             gc.collect()
-            if side == "kit":
-                row.update(kit_round(spec, data_dir, warmup, steps))
-            elif side == "untimed":           # the kit with its per-step timing off: what the timing costs
-                untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
-                row["untimed_sps"], row["untimed_outer_sps"] = untimed["kit_sps"], untimed["outer_sps"]
-            else:
-                wall, cpu = bare(spec, arrays, warmup, steps)
-                row["bare_sps"], row["bare_cpu_sps"] = steps * batch / wall, steps * batch / cpu
+            row.update(_side(side, spec, data_dir, arrays, warmup, steps))
         row["timing_ratio"] = row["kit_sps"] / row["untimed_sps"]
         row["ratio"] = row["kit_sps"] / row["bare_sps"]
         row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
         row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
         if r:
             rows.append(row)
-        widths = [half_width([x[k] for x in rows]) for k in ("ratio", "timing_ratio")]
         log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}"
             f" [{', '.join(row['order'])}]: kit {row['kit_sps']:7.1f} samples/s (outer clock {row['outer_sps']:7.1f}), "
             f"bare {row['bare_sps']:7.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
-            f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}"
-            + (f"; interval half-widths {widths[0]:.1%}, {widths[1]:.1%}" if r and max(widths) < math.inf else ""))
-        if len(rows) >= max_rounds or (len(rows) >= min_rounds and max(widths) <= target):
-            break
-        r += 1
+            f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}")
     return {"experiment": spec["experiment"], "framework": spec["framework"], "model": spec["model"]["name"],
-            "batch_size": batch, "warmup": warmup, "steps": steps, "rounds": rows,
-            "confidence": CONFIDENCE, "target_half_width": target,
-            "median_ratio": statistics.median(x["ratio"] for x in rows),
-            "interval_ratio": median_interval([x["ratio"] for x in rows]),
-            "median_outer_ratio": statistics.median(x["outer_ratio"] for x in rows),
-            "median_cpu_ratio": statistics.median(x["cpu_ratio"] for x in rows),
-            "median_timing_ratio": statistics.median(x["timing_ratio"] for x in rows),
-            "interval_timing_ratio": median_interval([x["timing_ratio"] for x in rows]),
-            # Each side's fastest round: what it does when nothing else runs (robust to bursts of other work).
-            "best_ratio": max(x["kit_sps"] for x in rows) / max(x["bare_sps"] for x in rows),
-            # Spread of each side over rounds (stdev / mean): above a few percent, the machine was not quiet.
-            "spread": {side: statistics.pstdev(v) / statistics.fmean(v)
-                       for side in ("kit", "untimed", "bare") for v in [[x[f"{side}_sps"] for x in rows]]}}
+            "batch_size": spec["train"]["batch_size"], "warmup": warmup, "steps": steps, "seed": seed,
+            "rounds": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--specs", type=Path, required=True, help="JSON list of resolved RunSpecs, one framework")
     ap.add_argument("--data-dir", type=Path, required=True)
-    ap.add_argument("--min-rounds", type=int, default=6, help="rounds before the intervals may stop them (>= 6)")
-    ap.add_argument("--max-rounds", type=int, default=15)
-    ap.add_argument("--target", type=float, default=0.02, help="stop once both intervals are within +-this")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per model, after a dropped one")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
+    ap.add_argument("--seed", type=int, help="draws the round orders (default: a new one, printed and kept in "
+                                             "the output)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    seed = random.SystemRandom().randrange(2 ** 32) if args.seed is None else args.seed
     specs = json.loads(args.specs.read_text())
     frameworks = {s["framework"] for s in specs}
     if len(frameworks) != 1:
         raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
     SETUP[specs[0]["framework"]](specs[0])
+    _tell(f"  kits.bench seed {seed}: --seed {seed} draws the same round orders again")
     out = []
     for spec in specs:
-        d = spec["data"]
-        per_epoch = d["train_samples"] // spec["train"]["batch_size"]
+        per_epoch = spec["data"]["train_samples"] // spec["train"]["batch_size"]
         steps = min(args.steps, per_epoch - args.warmup)
-        out.append(compare(spec, args.data_dir, args.min_rounds, max(args.min_rounds, args.max_rounds), args.target,
-                           args.warmup, steps, log=_tell))
+        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps, seed, log=_tell))
     args.out.write_text(json.dumps(out, indent=1))
     return 0
 

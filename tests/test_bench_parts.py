@@ -1,13 +1,13 @@
 """Fast checks of the bench's own parts (no framework, no training)."""
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import sys
 
 from reprokit import results
 from reprokit.provenance import REPO
-from reprokit.report import stats
 from reprokit.store import Store
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -38,18 +38,6 @@ def test_kit_spec_is_one_epoch_of_warmup_plus_steps():
     assert spec["train"]["epochs"] != 1                 # the original is left alone
 
 
-def test_the_bench_interval_of_a_median_is_the_reports_order_statistic_interval():
-    rng = random.Random(0)
-    for n in range(1, 16):
-        values = [rng.uniform(0.9, 1.1) for _ in range(n)]
-        found = bench.median_interval(values)
-        if n < stats.MIN_INTERVAL:
-            assert found is None and bench.half_width(values) == float("inf")
-            continue
-        e = stats.estimate(values)
-        assert found == (e.low, e.high, e.coverage) and e.coverage >= 0.95
-
-
 def test_a_measured_cpu_peak_is_kept_and_read_back_by_the_next_run(tmp_path):
     env = {"framework": "pytorch", "framework_version": "2.14.1", "cpu_threads": {"intra_op": 2, "inter_op": 1}}
     first = cpu_peak.for_run(env, tmp_path, lambda: 1.5e11)
@@ -62,3 +50,17 @@ def test_a_measured_cpu_peak_is_kept_and_read_back_by_the_next_run(tmp_path):
     assert "r1" in again["matmul_peak_source"]
     other = cpu_peak.for_run({**env, "cpu_threads": {"intra_op": 1, "inter_op": 1}}, tmp_path, lambda: 9.9e11)
     assert other["matmul_peak_flops"] == 9.9e11                    # other threads: measured again
+
+
+def test_round_orders_come_in_balanced_shuffled_blocks():
+    draw = bench.orders(random.Random(3))
+    blocks = [[next(draw) for _ in range(6)] for _ in range(4)]
+    for block in blocks:
+        assert sorted(block) == sorted(itertools.permutations(bench.SIDES))
+        for side in bench.SIDES:           # every side in every place twice, and after each other side twice
+            assert all(sum(order[place] == side for order in block) == 2 for place in range(3))
+            for before in set(bench.SIDES) - {side}:
+                assert sum(order.index(before) + 1 == order.index(side) for order in block) == 2
+    assert len({tuple(b) for b in blocks}) > 1                       # shuffled, not one fixed sequence
+    assert next(bench.orders(random.Random(3))) == blocks[0][0]        # a seed replays its draws
+

@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 from conftest import tiny_specs, write_spec
 
 from kits.common.feeding import NumpyFeeder
 from reprokit import datasets, model_cost, results
+from reprokit.envs import ENVS
 from reprokit.provenance import REPO
 from reprokit.report.parameter_counts import parameter_counts
+from reprokit.runners.local import LocalRunner
 
 pytestmark = pytest.mark.slow
 FRAMEWORKS = ["pytorch", "tensorflow"]
@@ -246,3 +250,29 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
     assert result["effective"]["input"].startswith("tfds.load('cifar10') from the TFDS dataset the data step prepared")
     assert result["effective"]["batch_size"]["max"] == 1 and result["effective"]["train_steps_per_epoch"] == [2, 2]
     assert "effective-batch-size" in [f["code"] for f in result["findings"]]
+
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_dir, data_dir, fw, capsys):
+    """nox -s bench's throughput part for real, on the tiny model: 6 rounds from two kits.bench processes of 3,
+    each process's rounds in distinct orders of one shuffled block, every side measured, the kit's own figure
+    checked by the outer clock, the seeds kept so each process's draws can be made again."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_kit_overhead
+
+    runner = LocalRunner(ENVS, data_dir, "cpu")
+    runner.prepare({fw})
+    args = SimpleNamespace(min_rounds=6, max_rounds=6, per_process=3, target=0.02, warmup=1, steps=4)
+    (m,) = bench_kit_overhead.throughput(fw, runner, [tiny_specs(tiny_dir, data_dir)[fw]], tmp_path, args)
+    assert m["processes"] == 2 and len(m["seeds"]) == 2 and len(m["rounds"]) == 6 and m["steps"] == 4
+    for part in (m["rounds"][:3], m["rounds"][3:]):
+        assert len({tuple(r["order"]) for r in part}) == 3
+    for r in m["rounds"]:
+        assert sorted(r["order"]) == ["bare", "kit", "untimed"]
+        assert min(r["kit_sps"], r["untimed_sps"], r["bare_sps"]) > 0
+        assert abs(r["outer_sps"] / r["kit_sps"] - 1) < 0.15     # the kit's own figure is the outer clock's
+    lo, hi, coverage = m["interval_ratio"]
+    assert lo <= m["median_ratio"] <= hi and coverage >= 0.95
+    shown = capsys.readouterr().out
+    assert all(f"kits.bench seed {seed}" in shown for seed in m["seeds"]) and "6 rounds from 2 process(es)" in shown
