@@ -312,6 +312,36 @@ def pair_summary(m: dict) -> list[str]:
     return misses
 
 
+def gates(out: dict) -> list[str]:
+    """Every part's gates, printed; the misses returned."""
+    misses: list[str] = []
+    noisy = False
+    for models in out.get("throughput", {}).values():
+        for m in models:
+            misses += pair_summary(m)
+            noisy = noisy or max(m["spread"].values()) > NOISY
+    for fw, o in out.get("overhead", {}).items():
+        cost = o["median"]["overhead"]
+        log(f"  {fw:<10} local runner overhead per run {cost:.2f} s (median); gate < {MAX_OVERHEAD_S} s: "
+            f"{'ok' if cost < MAX_OVERHEAD_S else 'MISSED'}")
+        if cost >= MAX_OVERHEAD_S:
+            misses.append(f"{fw} local runner overhead {cost:.2f} s >= {MAX_OVERHEAD_S} s")
+    if "render" in out:
+        r = out["render"]
+        verdict = "ok" if r["total_s"] <= MAX_RENDER_S else "MISSED"
+        log(f"  report of {r['files']:,} results: {r['total_s']:.2f} s; gate <= {MAX_RENDER_S:.0f} s: {verdict}")
+        if r["total_s"] > MAX_RENDER_S:
+            misses.append(f"render {r['total_s']:.2f} s > {MAX_RENDER_S} s")
+    load = out["machine"]
+    busy = max(load["load_before"][0], load["load_after"][0]) > load["cpus"]
+    if busy or noisy:
+        why = ("other work shared the CPU, so these figures are not the kit's alone; run again on a quiet machine"
+               if busy else "with no other load, that is this machine's own timing noise, carried by the intervals")
+        log(f"  note: load average {load['load_before'][0]:.1f} before, {load['load_after'][0]:.1f} after on "
+            f"{load['cpus']} cores{'; rounds spread over ' + format(NOISY, '.0%') if noisy else ''}: {why}")
+    return misses
+
+
 # --- main -------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,7 +367,6 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = args.data_dir.resolve()
     work = Path(tempfile.mkdtemp(prefix="reprokit-bench-"))
     out: dict = {"machine": {"cpus": len(os.sched_getaffinity(0)), "load_before": os.getloadavg()}}
-    misses: list[str] = []
     t_start = time.perf_counter()
     try:
         runner = LocalRunner(ENVS, data_dir, "cpu")
@@ -369,30 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     out["machine"]["load_after"] = os.getloadavg()
 
     log(f"\n== summary ({time.perf_counter() - t_start:.0f} s)")
-    noisy = False
-    for models in out.get("throughput", {}).values():
-        for m in models:
-            misses += pair_summary(m)
-            noisy = noisy or max(m["spread"].values()) > NOISY
-    for fw, o in out.get("overhead", {}).items():
-        cost = o["median"]["overhead"]
-        log(f"  {fw:<10} local runner overhead per run {cost:.2f} s (median); gate < {MAX_OVERHEAD_S} s: "
-            f"{'ok' if cost < MAX_OVERHEAD_S else 'MISSED'}")
-        if cost >= MAX_OVERHEAD_S:
-            misses.append(f"{fw} local runner overhead {cost:.2f} s >= {MAX_OVERHEAD_S} s")
-    if "render" in out:
-        r = out["render"]
-        verdict = "ok" if r["total_s"] <= MAX_RENDER_S else "MISSED"
-        log(f"  report of {r['files']:,} results: {r['total_s']:.2f} s; gate <= {MAX_RENDER_S:.0f} s: {verdict}")
-        if r["total_s"] > MAX_RENDER_S:
-            misses.append(f"render {r['total_s']:.2f} s > {MAX_RENDER_S} s")
-    load = out["machine"]
-    busy = max(load["load_before"][0], load["load_after"][0]) > load["cpus"]
-    if busy or noisy:
-        why = ("other work shared the CPU, so these figures are not the kit's alone; run again on a quiet machine"
-               if busy else "with no other load, that is this machine's own timing noise, carried by the intervals")
-        log(f"  note: load average {load['load_before'][0]:.1f} before, {load['load_after'][0]:.1f} after on "
-            f"{load['cpus']} cores{'; rounds spread over ' + format(NOISY, '.0%') if noisy else ''}: {why}")
+    misses = gates(out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     if misses:
