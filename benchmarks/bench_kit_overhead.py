@@ -148,14 +148,16 @@ def _bench_process(framework: str, runner: LocalRunner, specs: list[dict], work:
     return json.loads((out / "throughput.json").read_text())
 
 
+def _estimate(m: dict, key: str) -> stats.Estimate:
+    """The median of one figure over the pooled rounds, with its interval (as the reports make it)."""
+    return stats.estimate([r[key] for r in m["rounds"]])
+
+
 def _widths(m: dict) -> list[float]:
     """Each median ratio's interval (kit/bare, on/off): its larger distance from the median, relative to it
     (inf while there is no interval)."""
-    out = []
-    for key in ("ratio", "timing_ratio"):
-        e = stats.estimate([r[key] for r in m["rounds"]])
-        out.append(max(e.median - e.low, e.high - e.median) / e.median if e.kind == "interval" else math.inf)
-    return out
+    return [max(e.median - e.low, e.high - e.median) / e.median if e.kind == "interval" else math.inf
+            for e in (_estimate(m, "ratio"), _estimate(m, "timing_ratio"))]
 
 
 def _settled(m: dict | None, args) -> bool:
@@ -171,7 +173,7 @@ def summary(m: dict) -> dict:
     rows = m["rounds"]
 
     def interval(key: str) -> tuple[float, float, float] | None:
-        e = stats.estimate([r[key] for r in rows])
+        e = _estimate(m, key)
         return (e.low, e.high, e.coverage) if e.kind == "interval" else None
 
     return {**m, "processes": len(m["seeds"]),

@@ -305,7 +305,7 @@ def _side(side: str, spec: dict, data_dir: Path, arrays: datalib.Arrays, warmup:
 def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, seed: int, log=print) -> dict:
     """A dropped warm-up round, then ``rounds`` rounds of the kit, the kit without step timing and the bare
     loop, in orders drawn by ``seed``. How many rounds are enough is the caller's call: it pools the rounds
-    of several processes, since what one process gives a side (its memory layout) stays for all its rounds."""
+    of several processes, since a bias one process gives a side stays for all its rounds."""
     d = spec["data"]
     arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
     per_epoch = len(arrays.x_train) // spec["train"]["batch_size"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -258,8 +257,7 @@ def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_di
     """nox -s bench's throughput part for real, on the tiny model: 6 rounds from two kits.bench processes of 3,
     each process's rounds in distinct orders of one shuffled block, every side measured, the kit's own figure
     checked by the outer clock, the seeds kept so each process's draws can be made again."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import bench_kit_overhead
+    from benchmarks import bench_kit_overhead
 
     runner = LocalRunner(ENVS, data_dir, "cpu")
     runner.prepare({fw})
