@@ -111,3 +111,37 @@ def bench(session: nox.Session) -> None:
             session.run("python", "benchmarks/bench_docker_overhead.py", *docker_args, env=env)
         else:
             session.log(f"docker overhead bench skipped: {str(answer).strip()}")
+
+
+@nox.session
+def wheelhouse(session: nox.Session) -> None:
+    """Wheels for an offline GPU box's host side; there: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate`.
+
+    scripts/gpu_check runs the kit with the box's own Python and PyTorch (numpy comes with it); the
+    host side (planning, result validation, the report) also imports jsonschema, fastjsonschema and
+    tabulate. This downloads them and their dependencies, within pyproject.toml's ranges, as binary
+    wheels for the box's Python and platform, so it runs on any machine with network. matplotlib and
+    scipy (about 50 MB) stay out: without them the report leaves out its plots and significance tests
+    and says so; the docker SDK is not needed there (--backend local). Options after --, e.g.
+    `nox -s wheelhouse -- --python-version 3.12 --platform manylinux2014_x86_64 --dest DIR`
+    (those are the defaults, with DIR .reprokit/wheelhouse-cp312); copy DIR to the box.
+    """
+    import argparse
+    import re
+    import tomllib
+
+    names = ("jsonschema", "fastjsonschema", "tabulate")
+    p = argparse.ArgumentParser(prog="nox -s wheelhouse --")
+    p.add_argument("--python-version", default="3.12", help="the box's Python, X.Y (default %(default)s)")
+    p.add_argument("--platform", default="manylinux2014_x86_64", help="its wheel platform (default %(default)s)")
+    p.add_argument("--dest", help="the output folder (default .reprokit/wheelhouse-cpXY)")
+    args = p.parse_args(session.posargs)
+    dest = args.dest or f".reprokit/wheelhouse-cp{args.python_version.replace('.', '')}"
+    # pyproject.toml's ranges, so the box runs the versions the host side is tested with.
+    with open("pyproject.toml", "rb") as f:
+        wanted = [d for d in tomllib.load(f)["project"]["dependencies"]
+                  if re.match(r"[A-Za-z0-9._-]+", d).group() in names]
+    if len(wanted) != len(names):
+        session.error(f"pyproject.toml should declare each of {', '.join(names)}; found {wanted}")
+    session.run("python", "-m", "pip", "download", "--only-binary=:all:", "--python-version", args.python_version,
+                "--platform", args.platform, "--implementation", "cp", "-d", dest, *wanted)

@@ -1,6 +1,8 @@
 # Image for the PyTorch kit: python:3.11-slim-bookworm + torch/torchvision from
-# PyPI (the CUDA 13 build, whose nvidia-*-cu13 wheels carry CUDA, cuDNN, NCCL);
-# the NVIDIA container toolkit injects the driver at run time.
+# PyPI, whose nvidia-* wheels carry CUDA, cuDNN, NCCL: the CUDA 13 build
+# (locks/pytorch.txt), or the CUDA 12 flavour (locks/pytorch-cuda12.txt, torch
+# 2.10.0) for hosts whose driver is older than 580; docker/bases.toml says which
+# runs where. The NVIDIA container toolkit injects the driver at run time.
 #
 # Build it with `nox -s images` (python -m reprokit.images build), which sends
 # a minimal context (this file, docker/bases.toml, the lock file, and an

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from kits.common import data as datalib
 from kits.common.names import PROGRESS_MARKER
-from kits.common.spec import Model, parse
+from kits.common.spec import Model, Threads, parse
 
 
 def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
@@ -126,9 +126,9 @@ def _pytorch_process_setup(spec: dict) -> None:
     """
     import torch
 
-    threads = spec["numerics"]["cpu_threads"]
-    torch.set_num_threads(threads["intra_op"])
-    torch.set_num_interop_threads(threads["inter_op"])
+    threads = Threads(**spec["numerics"]["cpu_threads"])
+    torch.set_num_threads(threads.intra())
+    torch.set_num_interop_threads(threads.inter_op)
     original = torch.set_num_interop_threads
 
     def same_or_fail(n: int) -> None:
@@ -190,9 +190,9 @@ def _tensorflow_process_setup(spec: dict) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    threads = spec["numerics"]["cpu_threads"]
-    tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
-    tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
+    threads = Threads(**spec["numerics"]["cpu_threads"])
+    tf.config.threading.set_intra_op_parallelism_threads(threads.intra())
+    tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
     if spec["device"] != "gpu":
         tf.config.set_visible_devices([], "GPU")
 
@@ -233,7 +233,8 @@ class _OuterClock:
             yield batch
 
     def take_sums(self):
-        if self.t1 is None:
+        # the first call after the timed steps began ends them (the warmup's evaluation steps call it before)
+        if self.t1 is None and self.t0 is not None:
             self.t1, self.c1 = time.perf_counter(), time.process_time()
         return self._b.take_sums()
 

@@ -16,10 +16,11 @@ import time
 import traceback
 from pathlib import Path
 
-from kits.common import cpu_peak, detectors, environment, report
+from kits.common import cpu_peak, detectors, environment, nvidia_smi, report
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
+from kits.common.names import label
 from kits.common.nvml import DeviceSampler
 from kits.common.phases import WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -56,8 +57,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     backend = importlib.import_module(BACKENDS[spec.framework]).Backend(spec)
     env = backend.environment()
     if spec.device == "gpu" and env["device"] != "gpu":
-        raise NoGpuError(f"the spec asks for a GPU but {spec.framework} sees none "
-                         f"({env.get('device_name')}); refusing to run on the CPU instead")
+        raise NoGpuError(_no_gpu(spec, env, backend.no_gpu_reason()))
     if sampler:
         sampler.watch(env.get("device_uuid"), env.get("device_pci_bus_id"), mig=" MIG " in env["device_name"])
     d = spec.data
@@ -92,6 +92,22 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     footprint = detectors.training_footprint(spec, model["parameters"]["total"])
     result["findings"] = detectors.all_findings(spec, m, observed, backend.memory_series, footprint)
     return result
+
+
+def _no_gpu(spec: RunSpec, env: dict, framework_says: str) -> str:
+    """Why the framework sees no GPU, as far as the kit can tell: its CUDA build and the driver it needs
+    (recorded in the spec by the host), the host's driver, the devices it was allowed to see."""
+    cuda, needs, name = env.get("build", {}).get("cuda"), spec.provenance.get("min_driver"), label(spec.framework)
+    build = (f"{name} {env['framework_version']} is a CUDA {cuda} build"
+             + (f", which needs NVIDIA driver {needs} or newer" if needs else "") if cuda else
+             f"{name} {env['framework_version']} is a build without CUDA")
+    drivers = sorted({g["driver"] for g in nvidia_smi.gpus() or [] if g.get("driver")})
+    host = (f"the host's driver is {', '.join(drivers)} (nvidia-smi)" if drivers
+            else "nvidia-smi answers with no driver here")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    shown = f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+    return (f"the spec asks for a GPU but {name} sees none; refusing to run on the CPU instead. "
+            f"{build}; {host}{shown}; {name} says: {framework_says}")
 
 
 def _memory(phases: PhaseMemory, m, series: str, device: dict | None) -> dict:

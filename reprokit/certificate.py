@@ -315,7 +315,7 @@ def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, toleranc
 
 def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
                  timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None,
-                 log=lambda line: None) -> list[dict]:
+                 trajectory_budget_why: str = "given by the caller", log=lambda line: None) -> list[dict]:
     """``certify`` for several experiments, with one process per framework for all of them that share
     their thread settings (``timeout_s`` per experiment). Each result is written to its own work dir;
     the processes' files are under the first one (``batch-<n>/<framework>/<job>/``).
@@ -323,7 +323,8 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
     A pair whose dropout passes and trajectories would exceed the budget (certify_plan.reduced) is
     certified twice in the same processes: its layers, arithmetic, layers without parameters, outputs
     and fp32 logits at the timed size, and those costly checks again at a declared reduced width
-    (``trajectory_budget`` in FLOPs replaces the device's default budget). ``log`` gets a line as each
+    (``trajectory_budget`` in FLOPs, made as ``trajectory_budget_why`` says, replaces the device's default
+    budget; certify_plan.trajectory_budget gives both for a GPU by name). ``log`` gets a line as each
     framework process starts and ends, so minutes of certificates are not silent."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
@@ -332,7 +333,7 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
     works = [Path(w) for w in work_dirs]
     for work in works:
         work.mkdir(parents=True, exist_ok=True)
-    plans = [certify_plan.reduced(specs, trajectory_budget) for specs in pairs]
+    plans = [certify_plan.reduced(specs, trajectory_budget, trajectory_budget_why) for specs in pairs]
     # Jobs: each pair at its timed size, then the reduced-width pairs: (pair index, specs, parts).
     jobs = [_Job(i, specs, "structure" if plans[i] else "all") for i, specs in enumerate(pairs)]
     jobs += [_Job(i, plan[0], "all") for i, plan in enumerate(plans) if plan]

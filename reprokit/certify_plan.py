@@ -8,8 +8,9 @@ as not run, with the reason, so the report names it instead of leaving it out.
 
 Certificates are cached by what they certify: the model, the data and its
 preprocessing, the optimizer and loss, the numerics, the pitfalls that touch
-those parts, and the environment (lock or image). An ablation of many
-variants that share a model therefore certifies it once.
+those parts, the environment (lock or image), and the trajectory budget, which
+decides the width the costly checks ran at. An ablation of many variants that
+share a model therefore certifies it once.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import json
 
 from kits.common.names import FRAMEWORKS, label
 from kits.common.pitfalls import certified
-from reprokit import model_cost
+from reprokit import model_cost, utilisation
 
 FIXED = "fixed"
 # Spec fields that do not change what the certificate checks: how long and how it is measured.
@@ -67,24 +68,31 @@ def _certified_part(spec: dict) -> dict:
             "pitfalls": certified(spec["pitfalls"]), "provenance": spec["provenance"]}
 
 
-def cache_key(pair: dict) -> str:
+def cache_key(pair: dict, budget: float) -> str:
+    """What the certificate certifies, with the trajectory budget (FLOPs) it runs under: one made on an
+    H100 is not an L4's, whose budget runs the costly checks at a smaller width."""
     body = {fw: _certified_part(pair[fw]) for fw in FRAMEWORKS}
+    body["trajectory_budget"] = budget
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def by_key(pairs: list[dict]) -> dict[str, list[int]]:
+def by_key(pairs: list[dict], budget: float) -> dict[str, list[int]]:
     """The pairs' indices grouped by what the certificate looks at: pairs that differ only in a pitfall of
     the loop (a sync, a metric, a copy) share one certificate."""
     out: dict[str, list[int]] = {}
     for i, pair in enumerate(pairs):
-        out.setdefault(cache_key(pair), []).append(i)
+        out.setdefault(cache_key(pair, budget), []).append(i)
     return out
 
 
-# What the dropout passes and the trajectories may cost, in FLOPs, before they run at a reduced width:
-# about a minute of a 2-core CPU's fp32 and fp64 matmul rate, seconds on a datacenter GPU's fp64
-# units (minutes on a consumer GPU's 1/64-rate fp64).
-TRAJECTORY_BUDGET_FLOPS = {"cpu": 1e12, "gpu": 2e14}
+# What the dropout passes and the trajectories may cost, in FLOPs, before they run at a reduced width.
+# On a CPU about a minute of a 2-core CPU's fp32 and fp64 matmul rate. On a GPU the fp64 trajectory is
+# the costly part, and fp64 runs at 1/2 of fp32 on an H100 but 1/64 on an L4 or A10: so a time at the
+# GPU's fp64 peak. 6 s keeps an H100 SXM (34 TFLOP/s) at 2.0e14, the single GPU budget this replaces,
+# under which VGG16 at 224 (1.6e14) runs at full width in seconds. Real fp64 convolutions reach a
+# fraction of the peak: the trajectories take some multiple of 6 s.
+CPU_BUDGET_FLOPS = 1e12
+GPU_BUDGET_S = 6.0
 STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # kits/common/certificate.py's defaults
 FOUR_TRAJECTORIES = 4          # fp32, fp32 perturbed, fp32 reference, fp64
 
@@ -98,13 +106,28 @@ def trajectory_cost(spec: dict) -> float | None:
     return flops * steps + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
 
 
-def reduced(pair: dict, budget: float | None = None) -> tuple[dict, str] | None:
-    """The pair at the widest width whose dropout passes and trajectories fit the budget, with why;
-    None where they fit at the timed width (or the model's cost cannot be told ahead: a custom model)."""
+def trajectory_budget(device: str, gpu_name: str | None) -> tuple[float, str]:
+    """The FLOPs the dropout passes and trajectories may cost on this device, and how that was made."""
+    if device == "cpu":
+        return CPU_BUDGET_FLOPS, "the CPU budget, about a minute of a 2-core CPU's fp32 and fp64 matmul rate"
+    peak, source = utilisation.device_peak(gpu_name, "fp64") if gpu_name else (None, "the GPU's name is not known")
+    if peak:
+        return GPU_BUDGET_S * peak, f"{GPU_BUDGET_S:g} s at the {gpu_name}'s fp64 peak of {peak:.3g} FLOP/s ({source})"
+    # Unknown, a MIG slice or unnamed (a Ray cluster's): assume the slowest, so that no GPU runs for minutes.
+    row = utilisation.slowest("fp64")
+    return GPU_BUDGET_S * row["fp64"], (f"{source}: {GPU_BUDGET_S:g} s at the fp64 peak of the slowest known fp64 "
+                                        f"GPU, the {row['names'][0]}'s {row['fp64']:.3g} FLOP/s ({row['source']})")
+
+
+def reduced(pair: dict, budget: float | None = None, why: str = "given by the caller") -> tuple[dict, str] | None:
+    """The pair at the widest width whose dropout passes and trajectories fit the budget (FLOPs, made as
+    ``why`` says; by default the device's without a GPU name), with why; None where they fit at the timed
+    width (or the model's cost cannot be told ahead: a custom model)."""
     costs = [trajectory_cost(pair[fw]) for fw in FRAMEWORKS]
     if None in costs:
         return None
-    budget = budget or TRAJECTORY_BUDGET_FLOPS[pair["pytorch"]["device"]]
+    if budget is None:
+        budget, why = trajectory_budget(pair["pytorch"]["device"], None)
     if max(costs) <= budget:
         return None
     factor = 0.5
@@ -115,8 +138,8 @@ def reduced(pair: dict, budget: float | None = None) -> tuple[dict, str] | None:
         factor /= 2
     width = small["pytorch"]["model"]["width_multiplier"]
     return small, (f"the dropout passes and the trajectories would cost {max(costs):.1e} FLOPs at the timed width, "
-                   f"over the {budget:.2g} budget on a {pair['pytorch']['device']}: they ran at width {width:g} "
-                   f"({factor:g} of the timed model's), at the timed input size and batch")
+                   f"over the {budget:.2g} budget on a {pair['pytorch']['device']} ({why}): they ran at width "
+                   f"{width:g} ({factor:g} of the timed model's), at the timed input size and batch")
 
 
 def _narrower(spec: dict, factor: float) -> dict:

@@ -103,28 +103,30 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[t
     return estimates
 
 
-def _certificates(specs: list[dict], runner, state: Path, enabled: bool) -> dict[str, list[dict]]:
+def _certificates(specs: list[dict], runner, state: Path, enabled: bool, budget: float,
+                  budget_why: str) -> dict[str, list[dict]]:
     """Each experiment's equivalence certificates, checked before any timing: one per variant pair
     that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
-    they certify, the missing ones made together (one process per framework). One that cannot run
-    is recorded with its reason, never left out."""
+    they certify and the trajectory budget (FLOPs, made as ``budget_why`` says), the missing ones made
+    together (one process per framework). One that cannot run is recorded with its reason, never left out."""
     entries: list[tuple[str, dict | None, dict | None]] = []        # (experiment, pair, certificate)
     for experiment, pairs in certify_plan.pairs(specs).items():
         for pair in pairs:
             if pair.get("status") == "not-run" or not enabled:
                 entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
                 continue
-            cached = state / "certificates" / f"{certify_plan.cache_key(pair)}.json"
+            cached = state / "certificates" / f"{certify_plan.cache_key(pair, budget)}.json"
             entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
     missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
     todo = {key: [missing[j] for j in ids]
-            for key, ids in certify_plan.by_key([entries[i][1] for i in missing]).items()}
+            for key, ids in certify_plan.by_key([entries[i][1] for i in missing], budget).items()}
     if todo:
         print(f"certificates: {len(todo)} to make for {sum(map(len, todo.values()))} variant pair(s) (same initial "
               f"weights, logits, steps, arithmetic); {len(entries) - sum(map(len, todo.values()))} cached or not run",
               flush=True)
         made = certify_many([entries[ids[0]][1] for ids in todo.values()], runner,
-                            [state / "work" / f"cert-{k}" for k in todo], log=lambda line: print(line, flush=True))
+                            [state / "work" / f"cert-{k}" for k in todo], trajectory_budget=budget,
+                            trajectory_budget_why=budget_why, log=lambda line: print(line, flush=True))
         for (key, ids), cert in zip(todo.items(), made):
             write_json_atomic(state / "certificates" / f"{key}.json", cert)
             for i in ids:
@@ -149,6 +151,8 @@ def reproduce(argv: list[str] | None = None) -> int:
             raise UserError(f"{flag} must be at least 1, got {value}")
     m = matrix.build(args)
     print(f"backend: {m.runner.name} ({m.why})")
+    for fw, flavor in sorted(m.flavors.items()):
+        print(f"GPU build: {fw} {flavor.name} (CUDA {flavor.cuda}): {flavor.why}")
     state = args.state_dir.resolve()
     store = Store(state / "results")
     done = {s["run_id"] for s in m.specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
@@ -160,7 +164,8 @@ def reproduce(argv: list[str] | None = None) -> int:
     ray_local = m.serving is not None and m.runner.name == "local"
     if todo and not ray_local:                 # Ray nodes build their own virtualenvs
         m.runner.prepare({s["framework"] for s in todo})
-    certificates = _certificates(m.specs, m.runner, state, args.certify)
+    certificates = _certificates(m.specs, m.runner, state, args.certify,
+                                 *certify_plan.trajectory_budget(m.device, m.gpu_name))
 
     def progress_for(i: int, spec: dict) -> RunProgress:
         after = [e for e, _ in estimates[i + 1:]]

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kits.common.spec import Threads
 from reprokit import provenance, results
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
@@ -183,7 +184,8 @@ def _slot_request(device: str, spec: dict) -> dict:
     if resource == "GPU":
         return {"num_gpus": 1}
     if resource == "CPU":
-        return {"num_cpus": spec["numerics"]["cpu_threads"]["intra_op"]}
+        # "auto" is resolved by the kit on its node; the task reserves what it resolved to on the head
+        return {"num_cpus": Threads(**spec["numerics"]["cpu_threads"]).intra()}
     return {"resources": {resource: 1}}
 
 

@@ -7,6 +7,7 @@ import sys
 import venv
 from pathlib import Path
 
+from reprokit import images
 from reprokit.errors import UserError
 from reprokit.provenance import REPO, sha256_file
 
@@ -16,11 +17,13 @@ ENVS = STATE / "envs"          # shared by every state dir: an env is a pure fun
 LOCKS = REPO / "locks"
 
 
-def lock_name(framework: str, device: str) -> str:
-    """The lock file a framework installs from: TensorFlow has a CPU-only and a CUDA build."""
-    if framework == "tensorflow":
-        return "tensorflow-cuda" if device == "gpu" else "tensorflow-cpu"
-    return framework
+def lock_name(framework: str, flavor: str) -> str:
+    """The lock file a framework's flavor installs from, as docker/bases.toml names it (the images use the
+    same): cpu, cuda (its default GPU build) or another GPU build such as PyTorch's cuda12."""
+    locks = images.load_bases()[framework]["locks"]
+    if flavor not in locks:
+        raise UserError(f"{framework} has no {flavor!r} build in {images.BASES_FILE}; it has {', '.join(locks)}.")
+    return Path(locks[flavor]).stem
 
 
 def lock_path(name: str) -> Path:

@@ -3,12 +3,18 @@
 Only the run's own GPU counts: the kit's NVML sampler records the UUID it watched, and
 compute processes are matched to it by their ``gpu_uuid``. A MIG device's clocks are its GPU's;
 nvidia-smi lists the processes of every MIG device under the GPU's UUID, so for a MIG run the
-processes on its GPU are reported as such.
+processes on its GPU are reported as such. Slowdowns (heat, hardware) warn; the driver's power
+management (the software power cap, routine under load) is reported as information.
 """
 from __future__ import annotations
 
 from kits.common import nvidia_smi
-from kits.common.nvml import SLOWDOWNS
+from kits.common.nvml import POWER_MANAGEMENT, SLOWDOWNS
+
+# each group of clock-event reasons: its bits, its key in the sampler's clock_events, its finding, and a note
+GROUPS = ((SLOWDOWNS, "slowdown_samples", "gpu-throttled", "warning", ""),
+          (POWER_MANAGEMENT, "power_samples", "gpu-power-capped", "info",
+           ", the driver's power management (routine under load, not a slowdown)"))
 
 
 def snapshot() -> dict | None:
@@ -42,7 +48,7 @@ def _run_gpus(state: dict, uuid: str | None) -> tuple[list[dict], bool]:
 
 
 def findings(before: dict | None, after: dict | None, result: dict | None = None) -> list[dict]:
-    """gpu-throttled and gpu-shared, about the run's own GPU only."""
+    """gpu-throttled, gpu-power-capped and gpu-shared, about the run's own GPU only."""
     uuid = watched(result)
     scope = "" if uuid else " (the run recorded no GPU UUID, so every GPU is considered)"
     out = []
@@ -50,13 +56,7 @@ def findings(before: dict | None, after: dict | None, result: dict | None = None
         if not state:
             continue
         for gpu in _run_gpus(state, uuid)[0]:
-            active = nvidia_smi.bitmask(gpu.get("event_reasons"))
-            reasons = [text for bit, text in SLOWDOWNS.items() if active and active & bit]
-            if reasons:
-                out.append({"code": "gpu-throttled", "severity": "warning",
-                            "message": f"GPU {gpu['index']} ({gpu['name']}) {when} the run: {', '.join(reasons)} "
-                                       f"(SM clock {gpu.get('clocks_sm_mhz')} of {gpu.get('clocks_max_sm_mhz')} MHz, "
-                                       f"{gpu.get('temperature_c')} C){scope}"})
+            out += _held(gpu, when, scope)
     out += _during(result)
     if before and before["processes"]:
         gpus, mig = _run_gpus(before, uuid)
@@ -72,14 +72,30 @@ def findings(before: dict | None, after: dict | None, result: dict | None = None
     return out
 
 
+def _held(gpu: dict, when: str, scope: str) -> list[dict]:
+    """gpu-throttled and gpu-power-capped from one GPU's clock-event reasons in a snapshot."""
+    active = nvidia_smi.bitmask(gpu.get("event_reasons")) or 0
+    out = []
+    for bits, _, code, severity, note in GROUPS:
+        reasons = [text for bit, text in bits.items() if active & bit]
+        if reasons:
+            out.append({"code": code, "severity": severity,
+                        "message": f"GPU {gpu['index']} ({gpu['name']}) {when} the run: {', '.join(reasons)} "
+                                   f"(SM clock {gpu.get('clocks_sm_mhz')} of {gpu.get('clocks_max_sm_mhz')} MHz, "
+                                   f"{gpu.get('temperature_c')} C){note}{scope}"})
+    return out
+
+
 def _during(result: dict | None) -> list[dict]:
-    """gpu-throttled from the clock-event reasons the kit's sampler read while the run trained."""
+    """gpu-throttled and gpu-power-capped from the clock-event reasons the kit's sampler read while the run trained."""
     nvml = ((result or {}).get("environment") or {}).get("nvml") or {}
     events = nvml.get("clock_events") or {}
     n = events.get("samples") or 0
-    seen = {text: k for text, k in (events.get("slowdown_samples") or {}).items() if k}
-    if not n or not seen:
-        return []
-    parts = ", ".join(f"{text} in {k / n:.0%}" for text, k in sorted(seen.items(), key=lambda kv: -kv[1]))
-    return [{"code": "gpu-throttled", "severity": "warning",
-             "message": f"GPU {nvml.get('name')} ({nvml.get('uuid')}) during the run: {parts} of {n} samples"}]
+    out = []
+    for _, key, code, severity, note in GROUPS:
+        seen = {text: k for text, k in (events.get(key) or {}).items() if k}
+        if n and seen:
+            parts = ", ".join(f"{text} in {k / n:.0%}" for text, k in sorted(seen.items(), key=lambda kv: -kv[1]))
+            out.append({"code": code, "severity": severity, "message": f"GPU {nvml.get('name')} ({nvml.get('uuid')}) "
+                                                                       f"during the run: {parts} of {n} samples{note}"})
+    return out

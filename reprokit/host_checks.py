@@ -177,37 +177,98 @@ def min_driver_for(need: dict, cc: str | None) -> str:
     return max(candidates, key=version)
 
 
-def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                   host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT) -> None:
-    """Check the host's driver and GPU generation against each image's CUDA build.
+def builds(entry: dict) -> dict[str, dict]:
+    """A framework's GPU builds by flavor, the default ("cuda") first: each is the framework's entry in
+    docker/bases.toml with the flavor's own requirements over it."""
+    flavors = entry.get("flavors", {})
+    return {"cuda": entry, **{name: {**entry, **need} for name, need in flavors.items()}}
 
-    Raises UserError with one sentence per mismatch (and the way out) before
-    any GPU run. ``host_gpus`` replaces the nvidia-smi query (tests).
-    """
+
+def _misfits(fw: str, need: dict, rows: list[dict]) -> list[str]:
+    """Why this build of a framework cannot run on these GPUs: one sentence per mismatch; [] where it can."""
+    problems = []
+    for r in rows:
+        cc, driver = r.get("compute_capability"), r["driver"]
+        where = f"GPU {r['index']} ({r['name']}" + (f", compute capability {cc})" if cc else ")")
+        if cc and kernels_for(need, cc) is None:
+            problems.append(f"{where} is not among the GPUs the {fw} image's CUDA {need['cuda']} build has "
+                            f"kernels for (compute capability {', '.join(need['sass'])})")
+            continue
+        floor = min_driver_for(need, cc)
+        if version(driver) < version(floor):
+            jit = cc and kernels_for(need, cc) == "ptx"
+            problems.append(f"The NVIDIA driver {driver} is older than the {floor} that the {fw} image's CUDA "
+                            f"{need['cuda']} build needs" + (f" on {where}, where it compiles the build's PTX"
+                                                              if jit else ""))
+    return list(dict.fromkeys(problems))
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """The GPU build of one framework that runs on the assigned GPUs, and why it was chosen."""
+    name: str               # a key of the framework's locks in docker/bases.toml: cuda, cuda12, ...
+    cuda: str
+    min_driver: str
+    why: str
+
+
+def gpu_flavors(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
+                host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT) -> dict[str, Flavor]:
+    """For each framework, the first of its GPU builds (the default first) whose kernels and driver fit every
+    assigned GPU. Raises UserError, one sentence per mismatch and the way out, where none fits, before any
+    GPU run; {} for --gpus none. ``host_gpus`` replaces the nvidia-smi query (tests)."""
     if parse_gpus(gpus) == "none":
-        return
+        return {}
     bases = images.load_bases(repo_root)
     rows = resolve_gpus(gpus, host_gpus)
-    problems = []
+    chosen, problems = {}, []
     for fw in sorted(set(frameworks)):
-        need = bases[fw]
-        for r in rows:
-            cc, driver = r.get("compute_capability"), r["driver"]
-            where = f"GPU {r['index']} ({r['name']}" + (f", compute capability {cc})" if cc else ")")
-            if cc and kernels_for(need, cc) is None:
-                problems.append(f"{where} is not among the GPUs the {fw} image's CUDA {need['cuda']} build has "
-                                f"kernels for (compute capability {', '.join(need['sass'])}); use another GPU "
-                                f"(choose it with --gpus), or run with --gpus none.")
-                continue
-            floor = min_driver_for(need, cc)
-            if version(driver) < version(floor):
-                jit = cc and kernels_for(need, cc) == "ptx"
-                problems.append(f"The NVIDIA driver {driver} is older than the {floor} that the {fw} image's CUDA "
-                                f"{need['cuda']} build needs" + (f" on {where}, where it compiles the build's PTX"
-                                                                  if jit else "")
-                                + "; upgrade the driver, or run with --gpus none.")
+        tried = {name: _misfits(fw, need, rows) for name, need in builds(bases[fw]).items()}
+        fits = next((name for name, misfit in tried.items() if not misfit), None)
+        if fits is None:
+            problems += [m for misfit in tried.values() for m in misfit]
+            continue
+        need = builds(bases[fw])[fits]
+        why = ("its default build runs on the assigned GPUs" if fits == "cuda" else
+               f"{tried['cuda'][0]}, so it runs its {fits} build (CUDA {need['cuda']}, driver "
+               f"{need['min_driver']} or newer)")
+        floor = max((min_driver_for(need, r.get("compute_capability")) for r in rows), key=version)
+        chosen[fw] = Flavor(fits, need["cuda"], floor, why)
+    _refuse(problems)
+    return chosen
+
+
+def build_facts(framework: str, flavor: str, chosen: Flavor | None = None) -> dict:
+    """What a run's spec records of the build it runs on (part of its id): the flavor, and for a GPU build
+    its CUDA version and the oldest driver that runs it, which the kit names when it finds no GPU."""
+    if flavor == "cpu":
+        return {"flavor": "cpu"}
+    if chosen is None:
+        need = builds(images.load_bases()[framework])[flavor]
+        return {"flavor": flavor, "cuda": need["cuda"], "min_driver": need["min_driver"]}
+    return {"flavor": chosen.name, "cuda": chosen.cuda, "min_driver": chosen.min_driver}
+
+
+def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
+                   host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT,
+                   flavors: dict[str, str] | None = None) -> None:
+    """Check the host's driver and GPU generation against each framework's CUDA build (``flavors``: the one
+    gpu_flavors chose; the default build where none is named). Raises UserError with one sentence per
+    mismatch, and the way out, before any GPU run."""
+    if parse_gpus(gpus) == "none":
+        return
+    flavors = flavors or {}
+    bases = images.load_bases(repo_root)
+    rows = resolve_gpus(gpus, host_gpus)
+    problems = [m for fw in sorted(set(frameworks))
+                for m in _misfits(fw, builds(bases[fw])[flavors.get(fw, "cuda")], rows)]
+    _refuse(problems)
+
+
+def _refuse(problems: list[str]) -> None:
     if problems:
-        raise UserError(" ".join(dict.fromkeys(problems)))
+        raise UserError("; ".join(dict.fromkeys(problems)) + "; upgrade the driver or use another GPU (choose it "
+                        "with --gpus), or run with --gpus none.")
 
 
 # bfloat16 arithmetic needs Ampere's tensor cores: compute capability 8.0 or newer (CUDA C++ Programming

@@ -5,7 +5,7 @@ Docker SDK. An image's tag is a hash of everything that goes into it (the
 Dockerfile, the lock file, the base reference and digest), so a changed lock
 file or base yields a new tag and an unchanged one is never rebuilt.
 
-    python -m reprokit.images build [--framework F ...] [--flavor cuda|cpu]
+    python -m reprokit.images build [--framework F ...] [--flavor cuda|cuda12|cpu]
                                     [--base-override IMAGE] [--extra-ca PEM]
     python -m reprokit.images tags  [--framework F ...] [--flavor ...] [--base-override ...]
     python -m reprokit.images pin   [--framework F ...] [--dry-run]
@@ -38,7 +38,6 @@ from reprokit.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BASES_FILE = "docker/bases.toml"
-FLAVORS = ("cuda", "cpu")
 IMAGE_REPO = "reprokit"
 UNRESOLVED = "sha256:UNRESOLVED"
 EXTRA_CA_ENV = "REPROKIT_EXTRA_CA"
@@ -124,9 +123,9 @@ def recipe(framework: str, flavor: str = "cuda", *, base_override: str | None = 
     if framework not in bases:
         raise UserError(f"{BASES_FILE} has no entry for framework {framework!r}; "
                         f"choose one of {', '.join(sorted(bases))}.")
-    if flavor not in FLAVORS:
-        raise UserError(f"unknown image flavor {flavor!r}; choose one of {', '.join(FLAVORS)}.")
     entry = bases[framework]
+    if flavor not in entry["locks"]:
+        raise UserError(f"{framework} has no image flavor {flavor!r}; choose one of {', '.join(entry['locks'])}.")
     dockerfile = repo_root / entry["dockerfile"]
     if not dockerfile.is_file():
         raise UserError(f"{dockerfile} is missing; restore it from the repository.")
@@ -419,8 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "pin":
             p.add_argument("--dry-run", action="store_true", help="print, do not rewrite")
             continue
-        p.add_argument("--flavor", choices=FLAVORS, default="cuda",
-                       help="cuda: the GPU images (default); cpu: CPU-only lock files (CI)")
+        p.add_argument("--flavor", default="cuda",
+                       help="cuda: the GPU images (default); cpu: CPU-only lock files (CI); cuda12: PyTorch's "
+                            "CUDA 12 build for drivers older than 580 (built on demand)")
         p.add_argument("--base-override", metavar="IMAGE", default=os.environ.get(BASE_OVERRIDE_ENV) or None,
                        help=f"build on this local image instead of the pinned base (CI stand-in; "
                             f"default ${BASE_OVERRIDE_ENV})")
@@ -431,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--rebuild", action="store_true", help="build even if the tag exists")
     args = parser.parse_args(argv)
     frameworks = args.framework or list(FRAMEWORKS)
+    if not args.framework and args.command != "pin":     # a flavor only some frameworks have: theirs
+        frameworks = [fw for fw in frameworks if args.flavor in load_bases()[fw]["locks"]] or frameworks
     try:
         if args.command == "pin":
             pin(frameworks, dry_run=args.dry_run)

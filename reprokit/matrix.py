@@ -38,6 +38,7 @@ class Matrix:
     slots: list = dataclasses.field(default_factory=lambda: [None])   # one host: a placement per run at once
     serving: list[str] | None = None   # --backend ray: the nodes that can serve a run
     at_once: int = 1
+    flavors: dict = dataclasses.field(default_factory=dict)   # framework -> the GPU build it runs, and why
 
 
 def _frameworks(args) -> tuple[str, ...]:
@@ -49,7 +50,7 @@ def _frameworks(args) -> tuple[str, ...]:
     return chosen
 
 
-def _selected(args, known: dict) -> dict:
+def selected(args, known: dict) -> dict:
     if not args.only:
         return known
     missing = set(args.only) - set(known)
@@ -158,14 +159,25 @@ def _slots(parallel: str, gpus: str, device: str) -> list:
     return slots[:n]
 
 
+def planned(args, experiments: dict, profile: str, device: str, describe) -> tuple[list[dict], list | None]:
+    """The specs a command plans for the experiments on a device, and the claims that judge them. It asks
+    nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
+    of a GPU it is not on)."""
+    claims = _claims(args, experiments)
+    per_experiment = _options(args, profile, device, _frameworks(args), claims, experiments, args.dry_run)
+    extra_dirs = tuple(d.resolve() for d in args.experiments)
+    return [s for name, o in per_experiment.items()
+            for s in planning.specs_for(experiments[name], o, describe, code(extra_dirs))], claims
+
+
 def build(args) -> Matrix:
     """The matrix a `reprokit reproduce` command asks for, checked: bad input ends here, before any run."""
     frameworks = _frameworks(args)
     extra_dirs = tuple(d.resolve() for d in args.experiments)
     known = discover([BUILTIN_DIR, *extra_dirs])
-    experiments = _selected(args, known)
+    experiments = selected(args, known)
     gpus_explicit = args.gpus is not None
-    serving, at_once, slots = None, 1, [None]
+    serving, at_once, slots, flavors = None, 1, [None], {}
     if args.backend == "ray":
         from reprokit import cluster
         if not args.ray_address:
@@ -187,10 +199,14 @@ def build(args) -> Matrix:
         gpu_name = None
     else:
         slots = _slots(args.parallel, args.gpus, device)
+        assigned = host_checks.resolve_gpus(args.gpus) if device == "gpu" else []
+        # The driver decides each framework's GPU build, before the runner describes any run.
+        flavors = host_checks.gpu_flavors(needed, args.gpus) if assigned and args.python is None else {}
         runner, why = choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
                              device=device, repo_root=REPO, envs_root=ENVS, data_dir=args.data_dir.resolve(),
-                             extra_dirs=extra_dirs, frameworks=needed)
-        gpu_name = next((g["name"] for g in host_checks.resolve_gpus(args.gpus)), None) if device == "gpu" else None
+                             extra_dirs=extra_dirs, frameworks=needed, flavors=flavors,
+                             visible_gpus=",".join(g["uuid"] for g in assigned))
+        gpu_name = assigned[0]["name"] if assigned else None
         if slots != [None]:
             at_once = len(slots)
             why += f"; {at_once} runs at once, one per {'fake (test-only) ' if slots[0].fake else ''}GPU slot"
@@ -199,11 +215,10 @@ def build(args) -> Matrix:
                             args.offline)
         experiments = {k: v for k, v in known.items() if k in {s["experiment"] for s in specs}}
         profile = specs[0]["profile"]
-    claims = _claims(args, experiments)
-    if not args.from_report:
-        per_experiment = _options(args, profile, device, frameworks, claims, experiments, args.dry_run)
-        specs = [s for name, o in per_experiment.items()
-                 for s in planning.specs_for(experiments[name], o, runner.describe, code(extra_dirs))]
+    if args.from_report:
+        claims = _claims(args, experiments)
+    else:
+        specs, claims = planned(args, experiments, profile, device, runner.describe)
     if device == "gpu":
         host_checks.check_precision({s["numerics"]["precision"] for s in specs}, args.gpus)
-    return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once)
+    return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once, flavors)

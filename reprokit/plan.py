@@ -9,12 +9,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from kits.common.pitfalls import PITFALLS, Pitfall, for_framework
-from kits.common.spec import RunSpec
+from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec
 from reprokit import datasets
 from reprokit.errors import UserError
 from reprokit.experiments import Experiment
@@ -44,10 +43,6 @@ class Options:
 def run_id(spec: dict) -> str:
     body = {k: v for k, v in spec.items() if k != "run_id"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _threads(requested: int | str) -> int:
-    return len(os.sched_getaffinity(0)) if requested == "auto" else int(requested)
 
 
 def _data(resolved: dict, opts: Options) -> dict:
@@ -80,9 +75,10 @@ def _posted_readers(data: dict, pitfalls: list[str], opts: Options) -> dict:
     return data
 
 
-def variants_of(exp: Experiment, opts: Options) -> dict[str, list[str]]:
-    """Variant name -> its pitfalls, for the variants this experiment defines among those asked for."""
-    out = {"fixed": []} if "fixed" in opts.variants else {}
+def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], dict]]:
+    """Variant name -> (its pitfalls, its numerics over the experiment's), for the variants this experiment
+    defines among those asked for; a pitfall run alone keeps the experiment's numerics."""
+    out: dict[str, tuple[list[str], dict]] = {"fixed": ([], {})} if "fixed" in opts.variants else {}
     for name in opts.variants:
         if name == "fixed":
             continue
@@ -91,18 +87,27 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, list[str]]:
                 continue    # asked for every experiment; this one has none
             raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
                             f"it has: fixed, {', '.join(exp.variants) or '(no others)'}")
-        out[name] = exp.variants[name]["pitfalls"]
+        out[name] = (exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {}))
         for pitfall in exp.variants[name]["pitfalls"]:
             if opts.ablation or pitfall in opts.alone:
-                out[f"+{pitfall}"] = [pitfall]
+                out[f"+{pitfall}"] = ([pitfall], {})
     return out
+
+
+def _declared_defaults(numerics: dict) -> list[dict]:
+    """The declared difference of each setting left at the frameworks' own defaults (pair_findings matches a
+    setting the frameworks report differently to it by its name)."""
+    return [{"field": DEFAULTABLE[key], "pytorch": "PyTorch's default, read back at run time",
+             "tensorflow": "TensorFlow's default, read back at run time",
+             "why": "as posted: each framework ran its own default, which the result records"}
+            for key, value in numerics.items() if value == FRAMEWORK_DEFAULT]
 
 
 def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict]:
     """The RunSpecs of one experiment; describe(framework) gives the runner's facts (lock, image)."""
     resolved = exp.resolved(opts.profile)
+    # CPU threads stay as written: "auto" is resolved by the kit, on the CPUs its run is pinned to.
     numerics = dict(resolved["numerics"])
-    numerics["cpu_threads"] = {k: _threads(v) for k, v in numerics["cpu_threads"].items()}
     train = {"eval_batch_size": resolved["train"]["batch_size"], "max_steps_per_epoch": None, **resolved["train"]}
     if opts.max_steps:
         train["max_steps_per_epoch"] = min(train["max_steps_per_epoch"] or opts.max_steps, opts.max_steps)
@@ -125,15 +130,18 @@ def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict
     for framework in exp.frameworks:
         if framework not in opts.frameworks:
             continue
-        seen: set[tuple[str, ...]] = set()
-        for variant, pitfalls in variants_of(exp, opts).items():
+        seen: set[str] = set()
+        for variant, (pitfalls, own_numerics) in variants_of(exp, opts).items():
             mine = for_framework(pitfalls, framework)
-            if (pitfalls and not mine) or tuple(mine) in seen:
+            key = json.dumps([mine, own_numerics], sort_keys=True)
+            if (pitfalls and not mine and not own_numerics) or key in seen:
                 continue    # the other framework's pitfall, or the same runs under another name
-            seen.add(tuple(mine))
+            seen.add(key)
             data = _posted_readers(common["data"], mine, opts)
             for repeat in range(opts.repeats):
                 spec = {**copy.deepcopy(common), "data": data, "framework": framework, "variant": variant,
+                        "numerics": {**numerics, **own_numerics},
+                        "differences": common["differences"] + _declared_defaults(own_numerics),
                         "repeat": repeat,
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
                         "provenance": {**code, **describe(framework)}, "run_id": ""}

@@ -147,3 +147,22 @@ def certified(kit_python, tmp_path_factory, data_dir):
     """Every real-kit certificate of the suite (tests/certified.py), made once, in one process per framework."""
     import certified as batch
     return batch.certify_all(kit_python, tmp_path_factory, data_dir)
+
+
+@pytest.fixture
+def stand_in_gpu_host(tmp_path, monkeypatch):
+    """stand_in_gpu_host(driver="580.95.05"): a stand-in nvidia-smi on PATH for a host with four H200s
+    (tests/gpu_host.py), fake GPU slots off."""
+    import gpu_host
+    from kits.common import nvidia_smi
+    from reprokit import topology
+
+    def use(driver: str = "580.95.05") -> None:
+        folder = tmp_path / "gpu-host"
+        folder.mkdir(exist_ok=True)
+        gpu_host.install(folder, monkeypatch, driver)
+        monkeypatch.delenv(topology.FAKE_SLOTS_ENV, raising=False)
+        nvidia_smi._known.cache_clear()          # this stand-in lists no fields: the first names are asked for
+
+    yield use
+    nvidia_smi._known.cache_clear()

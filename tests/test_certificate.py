@@ -172,6 +172,9 @@ def test_training_flops_follow_the_rule():
     macs = [16 * 16 * 9 * 3 * 8, 16 * 16 * 9 * 8 * 8, 2048 * 10]
     assert arithmetic.flops(ops) == {"forward": 2 * sum(macs), "backward": 2 * (macs[0] + 2 * macs[1] + 2 * macs[2]),
                                      "training": 2 * sum(macs) + 2 * (macs[0] + 2 * macs[1] + 2 * macs[2]),
+                                     # the same rule, by kind of op (each may run in its own precision)
+                                     "training_by_op": {"convolution": 2 * (2 * macs[0] + 3 * macs[1]),
+                                                        "matmul": 2 * 3 * macs[2]},
                                      "convolutions": 2, "matrix_products": 1}
 
 

@@ -82,3 +82,17 @@ def test_a_result_set_is_a_report_folder_or_a_folder_of_results(tmp_path):
     assert {r["run_id"] for r in compare.load(report_folder)} == {r["run_id"] for r in compare.load(REAL)}
     with pytest.raises(UserError, match=r"no result files here or in .*results; give a report folder"):
         compare.load(tmp_path)
+
+
+def test_a_pair_across_framework_builds_is_paired_and_said(real):
+    """A GPU report on PyTorch's CUDA 12 flavour against one on its CUDA 13 build: the same experiment, other
+    torch releases; paired, and the ratio says it mixes them."""
+    def build(flavor):
+        def edit(r):
+            r["provenance"] = {**r["provenance"], "flavor": flavor}
+        return edit
+    c = compare.compare(repeats(real[0], 3, edit=build("cuda")), repeats(real[0], 3, edit=build("cuda12")))
+    assert c.rows and c.across_builds == [(compare.key(real[0]), "cuda", "cuda12")]
+    assert "A ran the cuda build, B the cuda12 build" in compare.render(c)
+    same = compare.compare(repeats(real[0], 3, edit=build("cuda")), repeats(real[0], 3, edit=build("cuda")))
+    assert not same.across_builds and "Across framework builds" not in compare.render(same)

@@ -112,13 +112,18 @@ PLANTED = [
         "probabilities-into-logit-loss": "non-negative and sum to 1",
         "effective-batch-size": "received fewer samples (as few as 8",
         "input-bound": "waiting for the next batch",
-        "grad-in-eval": "gradient tracking was on in 6 of 6 forward passes of the model during evaluation",
+        # 3 epochs of 2 evaluation batches, and the warmup's one evaluation step of their one size
+        "grad-in-eval": "gradient tracking was on in 7 of 7 forward passes of the model during evaluation",
     }),
     ("pytorch", ["per-batch-metrics", "keep-activations"], {
         "metrics-not-per-sample": "the count was divided by the number of batches (8)",
         "memory-growth": "process resident memory (VmRSS) rose steadily by",
     }),
     ("pytorch", [], {}),
+    ("tensorflow", ["short-last-batch"], {
+        "shape-after-warmup": "training batch size 16 first at step 8: first met after warmup",
+        "effective-batch-size": "3 of 24 training steps (12%) received fewer samples (as few as 16",
+    }),
     ("tensorflow", ["batch-of-one", "per-batch-metrics"], {
         "effective-batch-size": "24 of 24 training steps (100%) received fewer samples (as few as 1",
         "metrics-not-per-sample": "the count was divided by the number of batches",

@@ -103,6 +103,8 @@ if probe.get("wait_for"):
         time.sleep(0.05)
 if probe.get("sleep"):
     time.sleep(probe["sleep"])
+for line in probe.get("after_sleep", []):
+    print(line, flush=True)
 if probe.get("hog"):
     hog = []
     while True:
@@ -231,9 +233,10 @@ def dirs(tmp_path) -> dict:
 def make_runner(client, test_base, probe_lock, probe_kits, dirs):
     def make(**kw) -> dr.DockerRunner:
         kw.setdefault("gpus", "none")
+        kw.setdefault("client", client)
         runner = dr.DockerRunner(REPO, dirs["data"], kits_dir=probe_kits,
                                  base_override=test_base, lock_overrides={"tensorflow": probe_lock},
-                                 extra_ca=_extra_ca_path(), client=client, log=lambda line: None, **kw)
+                                 extra_ca=_extra_ca_path(), log=lambda line: None, **kw)
         runner.prepare({"tensorflow"})
         return runner
     return make
@@ -388,6 +391,23 @@ def test_timeout_kills_and_records_a_timeout(make_runner, tmp_path, client):
     assert result["status"] == "failed" and result["failure"]["kind"] == "timeout"
     assert "started" in result["failure"]["log_tail"]
     assert results.problems(result) is None
+    assert_removed(client, spec["run_id"])
+
+
+@pytest.mark.docker
+def test_the_log_stream_outlives_a_silence_longer_than_the_clients_read_timeout(make_runner, tmp_path, client):
+    """A first PTX compile or fp64 certificate parts can be silent for minutes: the followed log stream must
+    not share the client's read timeout (here 2 s against 5 s of silence), or the progress and the tail stop."""
+    import docker
+    runner = make_runner(client=docker.from_env(timeout=2))
+    spec, _ = make_spec(tmp_path, {})
+    spec, outcome, result, events = run_probe(
+        runner, tmp_path, {"stdout": ["REPROKIT-PROGRESS {\"step\": 1}", "before the silence"], "sleep": 5,
+                           "after_sleep": ["REPROKIT-PROGRESS {\"step\": 2}", "after the silence"],
+                           "write": ok_result(spec)}, run_id=spec["run_id"])
+    assert outcome.exit_code == 0 and not outcome.timed_out and result["status"] == "ok"
+    assert events == [{"step": 1}, {"step": 2}]
+    assert outcome.log_tail[-2:] == ["before the silence", "after the silence"]
     assert_removed(client, spec["run_id"])
 
 

@@ -9,9 +9,11 @@ from reprokit import gpu_state
 H100 = "GPU-00000000-0000-0000-0000-000000000000"
 
 
-def _result(uuid=None, samples=0, thermal=0):
+def _result(uuid=None, samples=0, thermal=0, power_cap=0):
+    """A result as the kit's sampler reports it (DeviceSampler.report()), slowdowns apart from power management."""
     return {"environment": {"nvml": {"uuid": uuid, "name": "NVIDIA H100 80GB HBM3", "clock_events": {
-        "samples": samples, "slowdown_samples": {"hardware thermal slowdown": thermal, "software power cap": 0}}}}}
+        "samples": samples, "slowdown_samples": {"hardware thermal slowdown": thermal, "hardware slowdown": 0},
+        "power_samples": {"software power cap": power_cap}}}}}
 
 
 def test_other_processes_on_the_runs_gpu_are_found_by_uuid(nvidia_smi_replay):
@@ -56,6 +58,27 @@ def test_throttling_before_after_and_during_the_run(nvidia_smi_replay):
     unreadable = copy.deepcopy(state)
     unreadable["gpus"][0]["event_reasons"] = None                     # "[Not Supported]"
     assert gpu_state.findings(unreadable, unreadable, _result()) == []
+
+
+def test_a_power_cap_is_information_and_heat_still_warns(nvidia_smi_replay):
+    nvidia_smi_replay("590.48.01-h100")               # recorded under load, reasons 0x0
+    state = gpu_state.snapshot()
+    capped, hot = copy.deepcopy(state), copy.deepcopy(state)
+    capped["gpus"][0]["event_reasons"] = "0x0000000000000004"
+    hot["gpus"][0]["event_reasons"] = "0x0000000000000040"
+    run = _result(H100, samples=200, power_cap=120)
+    found = [f for f in gpu_state.findings(capped, hot, run) if f["code"] != "gpu-shared"]
+    assert [(f["code"], f["severity"]) for f in found] == [
+        ("gpu-power-capped", "info"), ("gpu-throttled", "warning"), ("gpu-power-capped", "info")]
+    assert found[0]["message"].startswith("GPU 0 (NVIDIA H100 80GB HBM3) before the run: software power cap (SM clock")
+    assert "routine under load, not a slowdown" in found[0]["message"]
+    assert found[1]["message"].startswith("GPU 0 (NVIDIA H100 80GB HBM3) after the run: hardware thermal slowdown")
+    assert "during the run: software power cap in 60% of 200 samples" in found[2]["message"]
+    # a run whose samples show only the power cap, around quiet snapshots, gets no warning
+    quiet = [f for f in gpu_state.findings(state, state, run) if f["code"] != "gpu-shared"]
+    assert [(f["code"], f["severity"]) for f in quiet] == [("gpu-power-capped", "info")]
+    during = gpu_state.findings(None, None, _result(H100, samples=200, thermal=10, power_cap=120))
+    assert [(f["code"], f["severity"]) for f in during] == [("gpu-throttled", "warning"), ("gpu-power-capped", "info")]
 
 
 def test_no_driver_means_no_state(monkeypatch, tmp_path):

@@ -274,3 +274,24 @@ def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_di
     assert lo <= m["median_ratio"] <= hi and coverage >= 0.95
     shown = capsys.readouterr().out
     assert all(f"kits.bench seed {seed}" in shown for seed in m["seeds"]) and "6 rounds from 2 process(es)" in shown
+
+
+@pytest.mark.parametrize("framework, pitfalls, sizes", [
+    ("pytorch", [], [32, 16]), ("tensorflow", [], [32, 16]),
+    ("pytorch", ["pt_cpu_resize_dataloader"], [32, 16]),
+    ("tensorflow", ["tf_batch_of_one", "tf_validation_single_examples"], [1]),
+])
+def test_the_warmup_runs_every_evaluation_shape_first(kit_python, tmp_path, tiny_dir, data_dir, framework,
+                                                       pitfalls, sizes):
+    """80 test images in batches of 32 end in a batch of 16: its shape meets the autotuner and the tracer in
+    the warmup, not in epoch 1's evaluation phase, whatever reads the batches (the kit, a posted pipeline)."""
+    (tiny_dir / "tiny.toml").write_text((tiny_dir / "tiny.toml").read_text().replace("test_samples = 64",
+                                                                                    "test_samples = 80"))
+    spec = tiny_specs(tiny_dir, data_dir)[framework]
+    spec["pitfalls"] = pitfalls
+    proc = _run_kit(kit_python(framework), write_spec(tmp_path, spec), tmp_path / "r.json", data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["timing"]["warmup_eval_batch_sizes"] == result["effective"]["eval_batch_sizes"] == sizes
+    assert result["effective"]["test_samples"] == 80
+    assert "shape-after-warmup" not in {f["code"] for f in result["findings"]}

@@ -8,47 +8,22 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 
 import pytest
+from gpu_host import TOPO
 
-from kits.common import nvidia_smi
 from reprokit import cli, host_checks, results, topology
 from reprokit.provenance import REPO
 from reprokit.report import pair_findings
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
 
-# Two GPUs on NUMA node 0 and two on node 1 (`nvidia-smi topo -m` columns are tab-separated).
-TOPO = ("\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-        "GPU0\t X \tNV12\tSYS\tSYS\t0-1\t0\t\tN/A\n"
-        "GPU1\tNV12\t X \tSYS\tSYS\t0-1\t0\t\tN/A\n"
-        "GPU2\tSYS\tSYS\t X \tNV12\t2-3\t1\t\tN/A\n"
-        "GPU3\tSYS\tSYS\tNV12\t X \t2-3\t1\t\tN/A\n\n"
-        "Legend:\n\n  X    = Self\n")
-# `--query-gpu` of the fields host_checks asks for (index, uuid, name, driver_version, compute_cap,
-# memory.total, pci.bus_id), as a driver prints them under --format=csv,noheader,nounits.
-QUERY = "\n".join(f"{i}, GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i}, NVIDIA H200, 580.95.05, 9.0, 143771, "
-                  f"00000000:{0x18 + i:02X}:00.0" for i in range(4))
-LIST = "\n".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i}aaaaaaa-0000-0000-0000-00000000000{i})" for i in range(4))
-
-
 @pytest.fixture
-def gpu_host(tmp_path, monkeypatch):
+def gpu_host(stand_in_gpu_host):
     """A stand-in nvidia-smi on PATH for a host with four GPUs, two per NUMA node."""
-    for name, text in (("topo.txt", TOPO), ("query.txt", QUERY), ("list.txt", LIST)):
-        (tmp_path / name).write_text(text + "\n")
-    exe = tmp_path / "nvidia-smi"
-    exe.write_text(f'#!/bin/sh\ncase "$1" in\n  topo) cat {tmp_path}/topo.txt ;;\n'
-                   f'  --query-gpu=*) cat {tmp_path}/query.txt ;;\n  -L) cat {tmp_path}/list.txt ;;\nesac\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv(topology.FAKE_SLOTS_ENV, raising=False)
-    nvidia_smi._known.cache_clear()          # this stand-in lists no fields: the first names are asked for
-    yield
-    nvidia_smi._known.cache_clear()
+    stand_in_gpu_host()
 
 
 def test_topology_gives_each_gpu_its_own_cores_near_it(gpu_host, monkeypatch):
@@ -102,6 +77,9 @@ def test_two_runs_at_once_each_pinned_to_its_slot_and_recorded(kit_python, tiny_
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("two slots need two CPUs")
     kit_python("pytorch"), kit_python("tensorflow")
+    # "auto" threads are resolved in the kit, on the CPUs of its slot, not on the planning host
+    toml = tiny_dir / "tiny.toml"
+    toml.write_text(toml.read_text().replace("intra_op = 1,", 'intra_op = "auto",'))
     proc = subprocess.run(
         [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
          "--backend", "local", "--parallel", "auto", "--no-certify", "--state-dir", str(tmp_path / "state"),
@@ -117,8 +95,10 @@ def test_two_runs_at_once_each_pinned_to_its_slot_and_recorded(kit_python, tiny_
         assert results.problems(me) is None and me["status"] == "ok"
         placement = me["launcher"]["placement"]
         assert placement["fake"] is True and placement["gpu"] is None
-        # the kit saw one usable CPU: the one of its slot
+        # the kit saw one usable CPU: the one of its slot; it resolved "auto" to it and recorded both
         assert me["environment"]["host"]["usable_cpus"] == len(topology.parse_cpulist(placement["cpus"])) == 1
+        assert me["spec"]["numerics"]["cpu_threads"]["intra_op"] == "auto"
+        assert me["environment"]["cpu_threads"]["intra_op"] == 1
         (beside,) = me["launcher"]["co_load"]
         assert beside["run_id"] == other["run_id"] and beside["slot"] == other["launcher"]["placement"]["gpu_uuid"]
         assert beside["overlap_s"] > 0

@@ -97,3 +97,48 @@ def test_every_row_cites_a_source_and_has_an_fp32_peak():
     for key, row in utilisation._table().items():
         assert row["source"].startswith("NVIDIA ") and row["fp32"] > 1e12 and row["names"], key
         assert all(row[p] >= row["fp32"] for p in ("tf32", "bf16", "fp16") if p in row), key
+
+
+# fp64 is the CUDA-core rate (the certificate's fp64 convolutions run there), from the datasheet
+# where it gives one, else fp32 times the architecture's documented ratio.
+DERIVED_FP64 = {"t4": 32, "a10": 64, "l4": 64, "l40": 64, "l40s": 64}
+
+
+def test_every_gpu_row_has_an_fp64_peak_and_its_source():
+    for key, row in utilisation._table().items():
+        assert "FP64" in row["source"] and 0 < row["fp64"] < row["fp32"], key
+        if key in DERIVED_FP64:
+            assert row["fp64"] == row["fp32"] / DERIVED_FP64[key], key
+            assert f"FP64 not on the datasheet: 1/{DERIVED_FP64[key]} of FP32" in row["source"], key
+    assert utilisation._table()["h100-sxm"]["fp64"] == 34e12          # not the FP64 Tensor Core 67
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("NVIDIA H100 80GB HBM3", 34e12), ("NVIDIA A100-SXM4-80GB", 9.7e12), ("Tesla V100-PCIE-16GB", 7e12),
+    ("Tesla T4", 8.1e12 / 32), ("NVIDIA L4", 30.3e12 / 64),        # T4: below compute capability 8.0, as TF32 is not
+])
+def test_the_fp64_peak_is_a_precision_like_the_others(name, expected):
+    top, source = utilisation.device_peak(name, "fp64")
+    assert top == expected and source.endswith(", fp64") and "FP64" in source
+
+
+def test_an_unknown_gpu_has_no_fp64_peak_and_the_t4_is_the_slowest():
+    assert utilisation.device_peak("NVIDIA B200", "fp64") == (None, "no peak known for NVIDIA B200")
+    assert utilisation.slowest("fp64") is utilisation._table()["t4"]
+
+
+def test_tf32_on_for_convolutions_only_blends_the_two_peaks_by_the_flops_of_each(result):
+    """PyTorch's default: cuDNN's convolutions in TF32, matmuls in fp32 (as_posted reads it back apart)."""
+    r = _on(result, "NVIDIA H100 80GB HBM3", tf32=True)
+    r["environment"]["tf32_ops"] = {"matmul": False, "convolution": True}
+    r["model"]["flops_counted"]["training_by_op"] = {"convolution": 99e9, "matmul": 1e9}
+    top, source = utilisation.peak(r)
+    assert top == pytest.approx(100e9 / (99e9 / 494.5e12 + 1e9 / 67e12))
+    assert "TF32 on for convolutions only (99.0% of the training FLOPs), fp32 for the rest" in source
+    # both on, or a result from before the kits read them apart: the TF32 peak as before
+    r["environment"]["tf32_ops"] = {"matmul": True, "convolution": True}
+    assert utilisation.peak(r)[0] == 494.5e12
+    del r["model"]["flops_counted"]["training_by_op"]
+    r["environment"]["tf32_ops"] = {"matmul": False, "convolution": True}
+    top, source = utilisation.peak(r)
+    assert top == 494.5e12 and "counted no FLOPs by op, so the TF32 peak" in source

@@ -106,7 +106,11 @@ def flops(ops: list[dict]) -> dict:
     arith = [o for o in ops if o["op"] in ARITHMETIC]
     forward = 2 * sum(o["macs"] for o in arith)
     backward = 2 * sum(o["macs"] * len(o["grads"]) for o in arith)
+    # by kind: a framework may compute convolutions and matmuls in different precisions (PyTorch's TF32)
+    by_kind = {kind: 2 * sum(o["macs"] * (1 + len(o["grads"])) for o in arith if o["op"] == kind)
+               for kind in ARITHMETIC}
     return {"forward": forward, "backward": backward, "training": forward + backward,
+            "training_by_op": {"convolution": by_kind["conv"], "matmul": by_kind["matmul"]},
             "convolutions": sum(o["op"] == "conv" for o in arith),
             "matrix_products": sum(o["op"] == "matmul" for o in arith)}
 

@@ -36,6 +36,13 @@ class Backend(Protocol):
     def test_batches(self) -> Iterator[Any]:
         """The held-out batches."""
 
+    def warm_test_batches(self) -> Iterator[Any]:
+        """One held-out batch of each size test_batches gives, for the warmup."""
+
+    def forget_outputs(self) -> None:
+        """Drop what the loop keeps alive from earlier steps (outputs, graphs), so a warmup step reaches no
+        later phase's peak."""
+
     def batch_size_of(self, batch: Any) -> int:
         """The number of samples in the tensors the model receives (read from their shape)."""
 
@@ -76,3 +83,6 @@ class Backend(Protocol):
 
     def observed(self) -> dict:
         """Evidence for the detectors: modes seen during steps and a probe of the loss's inputs."""
+
+    def no_gpu_reason(self) -> str:
+        """Where a GPU was asked for and none is seen: the framework's own words for why."""

@@ -119,3 +119,11 @@ def batches(order: np.ndarray, batch_size: int, drop_last: bool) -> Iterator[np.
     stop = len(order) - len(order) % batch_size if drop_last else len(order)
     for start in range(0, stop, batch_size):
         yield order[start:start + batch_size]
+
+
+def one_of_each_size(index_batches: Iterator[np.ndarray]) -> list[np.ndarray]:
+    """The first batch of each size a pass gives, in order (a full batch, then a shorter last one)."""
+    first: dict[int, np.ndarray] = {}
+    for idx in index_batches:
+        first.setdefault(len(idx), idx)
+    return list(first.values())

@@ -135,6 +135,24 @@ def input_bound(m: Measurements) -> list[dict]:
     return []
 
 
+def shapes_after_warmup(m: Measurements, warmup: int) -> list[dict]:
+    """Batch sizes a timed phase met first: their first step pays for autotuning, a retrace or a compile, and
+    its workspaces count in that phase's peak. The warmup runs every training step's size it reaches and one
+    evaluation step of each size (training.warm_shapes); a training size first seen later is reported."""
+    warmed = set(m.observed_batch_sizes[:warmup])
+    late = {}
+    for step, size in enumerate(m.observed_batch_sizes[warmup:], warmup + 1):
+        if size not in warmed and size not in late:
+            late[size] = step
+    out = [f"training batch size {size} first at step {step}" for size, step in late.items()]
+    out += [f"evaluation batch size {size}" for size in m.eval_batch_sizes if size not in m.warmed_eval_sizes]
+    if not out:
+        return []
+    return [_finding("shape-after-warmup", "info",
+                     f"{'; '.join(out)}: first met after warmup, so its first step's autotuning or tracing is timed "
+                     f"and its workspaces count in that phase's memory peak")]
+
+
 def training_footprint(spec: RunSpec, parameters: int) -> int:
     """The model's own training memory in fp32: its parameters, their gradients and the optimizer's state
     (Adam keeps two moments, SGD with momentum one velocity)."""
@@ -148,4 +166,5 @@ def all_findings(spec: RunSpec, m: Measurements, observed: dict, series: str, fo
     short_by_design = 0 if spec.data.drop_last else len(m.steps_per_epoch)
     return (effective_batch(batch, m.observed_batch_sizes, short_by_design) +
             memory_growth(m.memory_over_steps, spec.train.warmup_steps, series, footprint_bytes) + modes(observed) +
-            loss_inputs(observed) + metric_averaging(m.epoch_metrics, m.counted) + input_bound(m))
+            loss_inputs(observed) + metric_averaging(m.epoch_metrics, m.counted) + input_bound(m) +
+            shapes_after_warmup(m, spec.train.warmup_steps))

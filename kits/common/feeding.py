@@ -46,10 +46,16 @@ class NumpyFeeder:
         x, y = self.arrays.x_train, self.arrays.y_train
         return (self.to_device(x[idx], y[idx]) for idx in indices)
 
+    def _test_indices(self) -> Iterator[np.ndarray]:
+        return datalib.batches(np.arange(len(self.arrays.x_test)), self.eval_batch_size, False)
+
     def test(self) -> Iterator:
         x, y = self.arrays.x_test, self.arrays.y_test
-        order = np.arange(len(x))
-        return (self.to_device(x[idx], y[idx]) for idx in datalib.batches(order, self.eval_batch_size, False))
+        return (self.to_device(x[idx], y[idx]) for idx in self._test_indices())
+
+    def warm_test(self) -> Iterator:
+        x, y = self.arrays.x_test, self.arrays.y_test
+        return (self.to_device(x[idx], y[idx]) for idx in datalib.one_of_each_size(self._test_indices()))
 
 
 class HookFeeder:
@@ -69,6 +75,13 @@ class HookFeeder:
         return (self.to_device(x, y) for x, y in self.fn("test", a.x_test, a.y_test,
                                                          self.spec.train.eval_batch_size, 0))
 
+    def warm_test(self) -> Iterator:
+        """The user's pipeline gives batches of sizes the kit cannot know ahead: one whole pass, untimed."""
+        first: dict[int, object] = {}
+        for batch in self.test():
+            first.setdefault(int(batch[0].shape[0]), batch)
+        return iter(first.values())
+
 
 class FeederMixin:
     """The batch plumbing both backends share: their ``feeder`` decides the batches."""
@@ -80,6 +93,13 @@ class FeederMixin:
 
     def test_batches(self) -> Iterator:
         return self.feeder.test()
+
+    def warm_test_batches(self) -> Iterator:
+        """One evaluation batch of each size the evaluation pass gives (see training.warm_shapes)."""
+        return self.feeder.warm_test()
+
+    def forget_outputs(self) -> None:
+        """Drop what the loop keeps alive from earlier steps (the backend's own, if any)."""
 
     def batch_size_of(self, batch) -> int:
         """Samples in the tensors the model receives, read from their shape (no sync)."""

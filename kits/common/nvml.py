@@ -7,10 +7,11 @@ context and cuDNN workspaces included. The memory figure is the peak of
 NVML numbers devices its own way and ignores CUDA_VISIBLE_DEVICES, so the
 sampler never assumes device 0: it takes every device's baseline before the
 framework starts, then watches the one the framework names, by UUID (or PCI
-bus id), MIG devices included. While the run trains it also samples the
-clock-event ("throttle") reasons, so a slowdown during the run is seen, not
-only one before or after it. An NVML error marks the sampler unavailable with
-its reason; it never fails the run.
+bus id), MIG devices included. A device whose baseline cannot be read (a MIG-mode
+GPU's own memory is denied to users) gets none, and a run watched on it says so.
+While the run trains it also samples the clock-event ("throttle") reasons, so a
+slowdown during the run is seen, not only one before or after it. An NVML error
+marks the sampler unavailable with its reason; it never fails the run.
 
 It is also one of the per-phase memory counters (kits/common/phases.py): ``reset()`` starts a
 phase's peak from the memory used now, ``read()`` gives the highest used since.
@@ -21,10 +22,15 @@ import ctypes
 import threading
 
 LIBRARY = "libnvidia-ml.so.1"
-# nvmlClocksEventReasons bits that mean the clocks were held down (nvml.h); idle and
-# application-clock settings are not slowdowns.
-SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
-             0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+# nvmlClocksEventReasons bits that mean the clocks were held down (nvml.h), in two groups; idle and
+# application-clock settings are neither. Slowdowns (heat, hardware) cut the clocks hard, and warn. The
+# power brake is one: nvml.h calls it a hardware slowdown (clocks halved or more) asserted by an external
+# signal such as the system's power supply, not the driver's routine power management.
+SLOWDOWNS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+             0x80: "hardware power brake"}
+# Power management holds the GPU to its power limit: routine under load (H100, H200), so only information.
+POWER_MANAGEMENT = {0x4: "software power cap"}
+MIG_ENABLE = 1      # NVML_DEVICE_MIG_ENABLE
 _TEXT = 96          # NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_DEVICE_NAME_V2_BUFFER_SIZE
 
 
@@ -50,10 +56,12 @@ class DeviceSampler:
         self._lock = threading.Lock()      # the sampling thread and a phase's reset both move the peaks
         self.samples = 0
         self.slowdowns = dict.fromkeys(SLOWDOWNS.values(), 0)
+        self.power_management = dict.fromkeys(POWER_MANAGEMENT.values(), 0)
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._baselines: dict[str, int] = {}
+        self._unread: dict[str, str] = {}      # UUID -> why its baseline could not be read
         self._lib = None
         self._initialised = False
         try:
@@ -64,9 +72,7 @@ class DeviceSampler:
             count = ctypes.c_uint()
             self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
             for i in range(count.value):
-                handle = self._handle("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i))
-                for h in (handle, *self._mig_devices(handle)):
-                    self._baselines[self._text("nvmlDeviceGetUUID", h)] = self._used(h)
+                self._take_baselines(self._handle("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i)))
         except (OSError, AttributeError) as exc:
             self.unavailable = f"NVML unavailable ({exc})"
 
@@ -91,6 +97,30 @@ class DeviceSampler:
         memory = _Memory()
         self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
         return int(memory.used)
+
+    def _take_baselines(self, gpu) -> None:
+        """The memory used before the run on a GPU and its MIG devices; for one that cannot be read, why."""
+        mig = self._mig_enabled(gpu)
+        for handle in (gpu, *self._mig_devices(gpu)):
+            try:
+                uuid = self._text("nvmlDeviceGetUUID", handle)
+            except NvmlError:
+                continue                        # without a UUID no run can be matched to it
+            if handle is gpu and mig:           # users are denied its memory (NO_PERMISSION); runs use its MIG devices
+                self._unread[uuid] = "the GPU is in MIG mode, where runs use its MIG devices"
+                continue
+            try:
+                self._baselines[uuid] = self._used(handle)
+            except NvmlError as exc:
+                self._unread[uuid] = str(exc)
+
+    def _mig_enabled(self, handle) -> bool:
+        current, pending = ctypes.c_uint(), ctypes.c_uint()
+        try:
+            self._call("nvmlDeviceGetMigMode", handle, ctypes.byref(current), ctypes.byref(pending))
+        except (NvmlError, AttributeError):     # a GPU without MIG (NOT_SUPPORTED), or a driver before MIG
+            return False
+        return current.value == MIG_ENABLE
 
     def _mig_devices(self, handle) -> list:
         count = ctypes.c_uint()
@@ -148,6 +178,10 @@ class DeviceSampler:
             self._clocks = self._parent(handle)
             self.uuid = self._text("nvmlDeviceGetUUID", handle)
             self.name = self._text("nvmlDeviceGetName", handle)
+            if self.uuid in self._unread:
+                self._fail(f"NVML could not read {self.uuid}'s memory before the run ({self._unread[self.uuid]}), "
+                           "so the run's device memory is unknown")
+                return
             if self.uuid not in self._baselines:
                 raise NvmlError(f"{self.uuid} was not among the devices NVML listed before the run")
             self.baseline = self._baselines[self.uuid]
@@ -174,8 +208,9 @@ class DeviceSampler:
             self._phase_peak = max(self._phase_peak, used)
         active = self._reasons(self._clocks)
         self.samples += 1
-        for bit, text in SLOWDOWNS.items():
-            self.slowdowns[text] += bool(active & bit)
+        for counts, reasons in ((self.slowdowns, SLOWDOWNS), (self.power_management, POWER_MANAGEMENT)):
+            for bit, text in reasons.items():
+                counts[text] += bool(active & bit)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -235,6 +270,7 @@ class DeviceSampler:
                 "device_source": self.SOURCE}
 
     def report(self) -> dict:
-        """Which device was watched and how, and the clock-event reasons seen while training."""
+        """Which device was watched and how, and the clock-event reasons seen while training, by group."""
         return {"uuid": self.uuid, "name": self.name, "found_by": self.found_by, "unavailable": self.unavailable,
-                "clock_events": {"samples": self.samples, "slowdown_samples": dict(self.slowdowns)}}
+                "clock_events": {"samples": self.samples, "slowdown_samples": dict(self.slowdowns),
+                                 "power_samples": dict(self.power_management)}}

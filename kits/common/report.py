@@ -39,11 +39,13 @@ def sections(spec: RunSpec, m: Measurements, wall_s: float, input_reader: str, m
             "train_steps_per_epoch": m.steps_per_epoch,
             "test_samples": m.test_samples,
             "test_steps": m.test_steps,
+            "eval_batch_sizes": m.eval_batch_sizes,
         },
         "timing": {
             "method": (f"throughput: training wall time after warmup, device synchronised at its edges; "
                        f"steps: {m.step_timing}"),
             "warmup_steps": spec.train.warmup_steps,
+            "warmup_eval_batch_sizes": m.warmed_eval_sizes,
             "window_steps": m.window_steps,
             "wall_s": wall_s,
             "epochs": m.epoch_times,

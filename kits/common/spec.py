@@ -9,6 +9,7 @@ does the host.
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +19,12 @@ from kits.common.pitfalls import Pitfalls
 
 class SpecError(ValueError):
     """A RunSpec that does not have the shape the kits read (one sentence naming the field)."""
+
+
+# A numerics setting the kit leaves as the framework has it (as a post ran it), and reads back at run time;
+# the settings that may be left so, as the report names them (a declared difference's field).
+FRAMEWORK_DEFAULT = "framework_default"
+DEFAULTABLE = {"tf32": "TF32", "cudnn_autotune": "cuDNN autotuning"}
 
 
 @dataclass(frozen=True)
@@ -108,15 +115,19 @@ class Train:
 
 @dataclass(frozen=True)
 class Threads:
-    intra_op: int
+    intra_op: int | str                      # a count, or "auto": every CPU this process may run on
     inter_op: int
+
+    def intra(self) -> int:
+        """The intra-op threads, "auto" resolved here, in the kit, after the runner pinned its CPUs."""
+        return len(os.sched_getaffinity(0)) if self.intra_op == "auto" else int(self.intra_op)
 
 
 @dataclass(frozen=True)
 class Numerics:
     precision: str                           # fp32 | bf16_mixed
-    tf32: bool
-    cudnn_autotune: bool
+    tf32: bool | str                         # or FRAMEWORK_DEFAULT: the framework's own, read back
+    cudnn_autotune: bool | str               # or FRAMEWORK_DEFAULT
     compile: bool
     cpu_threads: Threads
 

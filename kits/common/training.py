@@ -33,6 +33,8 @@ class Measurements:
     test_samples: int = 0
     test_steps: int = 0
     step_s: list[float] = field(default_factory=list)
+    warmed_eval_sizes: list[int] = field(default_factory=list)   # the evaluation batch sizes the warmup ran
+    eval_batch_sizes: list[int] = field(default_factory=list)    # every size the evaluation passes gave
     window_steps: int = 1
     step_timing: str = ""              # how step times were taken
 
@@ -56,6 +58,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
 
     global_step = 0
     phases.start(WARMUP)               # the build and the FLOP count are behind us
+    m.warmed_eval_sizes = warm_shapes(backend)
     for epoch in range(1, epochs + 1):
         backend.set_mode(training=True)
         batches = backend.train_batches(epoch)
@@ -103,7 +106,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         train_loss, train_correct = backend.take_sums()
         train_reported = backend.reported()
 
-        test = _evaluate(backend)
+        test = _evaluate(backend, m.eval_batch_sizes)
         phases.end(EVAL, epoch, test.steps, then=TRAIN if global_step >= warmup else WARMUP)
         train_part = _Split(samples, steps, train_loss, train_correct, t_end - t_epoch, train_reported)
         _record_epoch(m, epoch, train_part, test)
@@ -113,6 +116,22 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
     m.step_s = timer.per_step()
     m.averaged_over = averaged_over(m.epoch_metrics, m.counted)
     return m
+
+
+def warm_shapes(backend: Backend) -> list[int]:
+    """One evaluation step of each batch size the evaluation pass will give, in the warmup phase: cuDNN's
+    and TensorFlow's autotuners and tf.function's tracing first meet a shape there, so their time and
+    workspaces land in the warmup, not in an evaluation phase (its last batch is often partial: 10,000
+    images in batches of 32 end in 16). Evaluation mode, no gradients: nothing the run trains changes.
+    Returns the sizes warmed."""
+    backend.set_mode(training=False)
+    sizes = []
+    for batch in backend.warm_test_batches():
+        sizes.append(backend.batch_size_of(batch))
+        backend.eval_step(batch)
+    backend.take_sums()
+    backend.forget_outputs()
+    return sizes
 
 
 @dataclass
@@ -126,14 +145,17 @@ class _Split:
     reported: dict | None
 
 
-def _evaluate(backend: Backend) -> _Split:
+def _evaluate(backend: Backend, sizes_seen: list[int]) -> _Split:
     backend.set_mode(training=False)
     t_eval = now()
     n = steps = 0
     for batch in backend.test_batches():
-        n += backend.batch_size_of(batch)
+        size = backend.batch_size_of(batch)
+        n += size
         backend.eval_step(batch)
         steps += 1
+        if size not in sizes_seen:
+            sizes_seen.append(size)
     loss_sum, correct = backend.take_sums()
     seconds = now() - t_eval
     return _Split(n, steps, loss_sum, correct, seconds, backend.reported())

@@ -13,7 +13,7 @@ from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
 from kits.common.measure import WindowTimer, now, rss_bytes
 from kits.common.pitfalls import Pitfall
-from kits.common.spec import RunSpec
+from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 from kits.pytorch_kit import models, posted_input, trace
 
 
@@ -25,14 +25,17 @@ class Backend(FeederMixin):
         self.pitfalls = spec.pitfalls
         numerics = spec.numerics
         threads = numerics.cpu_threads
-        torch.set_num_threads(threads.intra_op)
+        torch.set_num_threads(threads.intra())
         if torch.get_num_interop_threads() != threads.inter_op:    # settable once per process
             torch.set_num_interop_threads(threads.inter_op)
         torch.manual_seed(spec.train.seed)
         self.device = torch.device("cuda" if spec.device == "gpu" and torch.cuda.is_available() else "cpu")
-        torch.backends.cuda.matmul.allow_tf32 = numerics.tf32
-        torch.backends.cudnn.allow_tf32 = numerics.tf32
-        torch.backends.cudnn.benchmark = numerics.cudnn_autotune
+        # FRAMEWORK_DEFAULT leaves torch's own (since 1.12: matmul TF32 off, cuDNN TF32 on, no autotuning).
+        if numerics.tf32 != FRAMEWORK_DEFAULT:
+            torch.backends.cuda.matmul.allow_tf32 = numerics.tf32
+            torch.backends.cudnn.allow_tf32 = numerics.tf32
+        if numerics.cudnn_autotune != FRAMEWORK_DEFAULT:
+            torch.backends.cudnn.benchmark = numerics.cudnn_autotune
         data = spec.data
         self.resize = data.input_size if data.resize == "bilinear" else None
         self.scale = 1.0 / 255.0 if data.scale == "unit" else 1.0
@@ -78,6 +81,9 @@ class Backend(FeederMixin):
             "data_layout": "NCHW",
             "execution": "eager",
             "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
+            # read back apart: torch has one switch for matmuls and one for cuDNN's convolutions
+            "tf32_ops": {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                         "convolution": torch.backends.cudnn.allow_tf32},
             "cudnn_autotune": torch.backends.cudnn.benchmark,
             "precision": {"requested": self.spec.numerics.precision,
                           "compute_dtype": "bfloat16" if self.bf16 else "float32", "how": "torch.autocast"
@@ -197,6 +203,9 @@ class Backend(FeederMixin):
         if self._metrics is not None:
             self._metrics.update(outputs, y, loss)
 
+    def forget_outputs(self) -> None:
+        self._kept.clear()
+
     def set_mode(self, training: bool) -> None:
         self._training = training
         if not training and self.device.type == "cuda" and self.pitfalls.has(Pitfall.PT_EMPTY_CACHE_BEFORE_EVAL):
@@ -252,6 +261,13 @@ class Backend(FeederMixin):
 
     def observed(self) -> dict:
         return dict(self._seen)
+
+    def no_gpu_reason(self) -> str:
+        try:
+            torch.cuda.init()         # raises with CUDA's own reason: no driver, a driver too old, no device
+        except Exception as exc:      # noqa: BLE001 - its words are the evidence
+            return custom.one_line(exc)
+        return f"torch.cuda.device_count() is {torch.cuda.device_count()}"
 
 
 class _AllocatorPeaks:

@@ -66,6 +66,11 @@ class CpuResizeLoader:
         order = datalib.epoch_order(self.n_train, t.seed, epoch, d.shuffle)
         return self._load(self.train_set, datalib.batches(order, t.batch_size, d.drop_last))
 
+    def _test_indices(self):
+        return datalib.batches(np.arange(self.n_test), self.spec.train.eval_batch_size, False)
+
     def test(self):
-        order = np.arange(self.n_test)
-        return self._load(self.test_set, datalib.batches(order, self.spec.train.eval_batch_size, False))
+        return self._load(self.test_set, self._test_indices())
+
+    def warm_test(self):
+        return self._load(self.test_set, datalib.one_of_each_size(self._test_indices()))

@@ -16,7 +16,7 @@ from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
 from kits.common.measure import WindowTimer, now, rss_bytes  # noqa: E402
 from kits.common.pitfalls import Pitfall  # noqa: E402
-from kits.common.spec import RunSpec  # noqa: E402
+from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec  # noqa: E402
 from kits.tensorflow_kit import models, trace  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 
@@ -31,8 +31,8 @@ class Backend(FeederMixin):
         threads = numerics.cpu_threads
         # Thread pools are fixed at the first op: set them before anything runs.
         # (A second Backend in one process, as the certificate makes, finds them set: unchanged settings pass.)
-        if tf.config.threading.get_intra_op_parallelism_threads() != threads.intra_op:
-            tf.config.threading.set_intra_op_parallelism_threads(threads.intra_op)
+        if tf.config.threading.get_intra_op_parallelism_threads() != threads.intra():
+            tf.config.threading.set_intra_op_parallelism_threads(threads.intra())
         if tf.config.threading.get_inter_op_parallelism_threads() != threads.inter_op:
             tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
         self.gpus = tf.config.list_physical_devices("GPU") if spec.device == "gpu" else []
@@ -41,8 +41,11 @@ class Backend(FeederMixin):
         for gpu in self.gpus:
             # Without this TensorFlow reserves nearly the whole device and its peak means nothing.
             tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.experimental.enable_tensor_float_32_execution(numerics.tf32)
-        os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics.cudnn_autotune else "0"
+        # FRAMEWORK_DEFAULT leaves TensorFlow's own: TF32 on (Ampere and newer), cuDNN autotuning on.
+        if numerics.tf32 != FRAMEWORK_DEFAULT:
+            tf.config.experimental.enable_tensor_float_32_execution(numerics.tf32)
+        if numerics.cudnn_autotune != FRAMEWORK_DEFAULT:
+            os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics.cudnn_autotune else "0"
         keras.utils.set_random_seed(spec.train.seed)
         if numerics.precision == "bf16_mixed":
             keras.mixed_precision.set_global_policy("mixed_bfloat16")
@@ -86,7 +89,11 @@ class Backend(FeederMixin):
             "data_layout": "NHWC",
             "execution": "tf.function",
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
-            "cudnn_autotune": os.environ["TF_CUDNN_USE_AUTOTUNE"] == "1",
+            # one switch in TensorFlow for both
+            "tf32_ops": dict.fromkeys(("matmul", "convolution"),
+                                      tf.config.experimental.tensor_float_32_execution_enabled()),
+            # TensorFlow autotunes cuDNN unless TF_CUDNN_USE_AUTOTUNE is set to 0 (its documented default)
+            "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false", "False"),
             "precision": {"requested": self.spec.numerics.precision,
                           "compute_dtype": keras.mixed_precision.global_policy().compute_dtype,
                           "how": f"Keras policy {keras.mixed_precision.global_policy().name}"},
@@ -119,7 +126,7 @@ class Backend(FeederMixin):
             self.feeder = HookFeeder(self.input_hook, arrays, self.spec, self._to_device)
             self.input_reader = f"the user's input hook {self.input_hook.ref}"
         elif self.pitfalls.has(Pitfall.TF_BATCH_OF_ONE):
-            self.feeder = PostedFeeder(arrays, self.spec, self.scale, shuffle, resume, single, numpy_feeder.test)
+            self.feeder = PostedFeeder(arrays, self.spec, self.scale, shuffle, resume, single, numpy_feeder)
             self.input_reader = self.feeder.reader
         else:
             self.feeder = numpy_feeder
@@ -217,6 +224,12 @@ class Backend(FeederMixin):
             count += 1
         tf.reduce_sum(c).numpy()
         return 2 * n**3 * count / (now() - t0)
+
+    def no_gpu_reason(self) -> str:
+        build = tf.sysconfig.get_build_info()
+        cuda = (f"built for CUDA {build['cuda_version']} and cuDNN {build.get('cudnn_version')}"
+                if build.get("cuda_version") else "a build without CUDA (tensorflow-cpu)")
+        return f"tf.config.list_physical_devices('GPU') is empty; this TensorFlow is {cuda}"
 
     def observed(self) -> dict:
         # Keras takes the mode per call and the eval step has no tape: the kit passes training=True

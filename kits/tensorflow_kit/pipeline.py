@@ -45,14 +45,14 @@ class PostedFeeder:
     """Batches of one from the posted pipeline; with ``resume`` one iterator runs across epochs."""
 
     def __init__(self, arrays, spec: RunSpec, scale: float, shuffle: bool, resume: bool,
-                 single_example_validation: bool, fallback_test) -> None:
+                 single_example_validation: bool, fallback) -> None:
         size, seed = spec.data.input_size, spec.train.seed
         train, test, self.reader = sources(arrays, spec)
         self.train_ds = examples(train, size, scale, shuffle, seed)
         self.test_ds = examples(test, size, scale, False, seed)
         self.resume = resume
         self.single = single_example_validation
-        self.fallback_test = fallback_test
+        self.fallback = fallback          # the kit's own evaluation batches, where validation is not posted
         self._iterator = None
 
     def train(self, epoch: int):
@@ -62,4 +62,7 @@ class PostedFeeder:
         return iter(self.train_ds)
 
     def test(self):
-        return iter(self.test_ds) if self.single else self.fallback_test()
+        return iter(self.test_ds) if self.single else self.fallback.test()
+
+    def warm_test(self):
+        return iter(self.test_ds.take(1)) if self.single else self.fallback.warm_test()     # all of size one

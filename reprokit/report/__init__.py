@@ -7,7 +7,7 @@ package imports upward):
     first_screen      the answers per seed at the top of report.md
     sections          the per-experiment tables, environment, failures and result files
     claims_section    the claims table, and each claim in full for details.md
-    plots             the PNG figures
+    plots             the PNG figures (none where matplotlib is missing: the report says so)
     summary_csv       one flat row per run
     compare           two result sets, B against A (the core of `reprokit compare`)
     verdicts          each claim judged from the results
@@ -16,7 +16,8 @@ package imports upward):
     parameter_counts  the built-in models' sizes from a spec
     runs              results grouped and ordered, and what ran against the published setting
     markdown          escaping, tables, short cells
-    stats             medians, brackets with their coverage, the Mann-Whitney U test
+    stats             medians, brackets with their coverage, the Mann-Whitney U test (not tested where
+                      scipy is missing), and optional(): importing a package a bare host may lack
     metrics           the one place a quantity is read from a result, by name and with its unit
     units             units, dimensions, and how a value is written
 """

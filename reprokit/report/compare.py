@@ -5,7 +5,8 @@ specs of A and B must be the same apart from where and from what they ran: the d
 or lock, the code commit and the run's own id, repeat and time limit. Specs that differ in
 anything else (a model width, a batch size, a dataset) are flagged not comparable and never
 paired. For each paired configuration and metric: the medians of A and B, the ratio B / A with
-its bracket and coverage, and the two-sided Mann-Whitney U test where the repeats allow one.
+its bracket and coverage, and the two-sided Mann-Whitney U test where the repeats allow one
+(on a host without scipy: said to be not tested).
 
 A verb needs three calls: ``render(compare(load(a), load(b)), name_a, name_b)``.
 """
@@ -67,6 +68,8 @@ class Row:
     def verdict(self) -> str:
         """'faster', 'slower', 'same' ... in words, only where the test says the difference is real."""
         better = metrics.QUANTITIES[self.metric].better
+        if self.test.not_tested:
+            return "not tested"
         if self.test.significant is None:
             return "too few repeats to tell"
         if not self.test.significant:
@@ -83,6 +86,7 @@ class Comparison:
     not_comparable: list[tuple[Key, list[str]]]     # configuration, the spec fields that differ
     only_a: list[Key]
     only_b: list[Key]
+    across_builds: list[tuple[Key, str, str]] = ()   # paired, but A and B ran different builds (flavors)
 
 
 def _by_key(results: list[dict]) -> dict[Key, list[dict]]:
@@ -102,19 +106,22 @@ def _mixed(runs: list[dict]) -> list[str]:
 def compare(a: list[dict], b: list[dict]) -> Comparison:
     """Every configuration both sets finished, metric by metric; the rest listed, never paired."""
     by_a, by_b = _by_key(a), _by_key(b)
-    rows, flagged = [], []
+    rows, flagged, across = [], [], []
     for k in sorted(set(by_a) & set(by_b)):
         why = [f"A: {d}" for d in _mixed(by_a[k])] + [f"B: {d}" for d in _mixed(by_b[k])]
         why = why or differences(what_ran(by_a[k][0]["spec"]), what_ran(by_b[k][0]["spec"]))
         if why:
             flagged.append((k, why))
             continue
+        builds = [", ".join(sorted({r["provenance"].get("flavor") or "unrecorded" for r in s})) for s in (by_a[k], by_b[k])]
+        if builds[0] != builds[1]:
+            across.append((k, *builds))
         for name in METRICS:
             va, vb = metrics.collect(by_a[k], name).values, metrics.collect(by_b[k], name).values
             if va and vb:
                 rows.append(Row(k, name, stats.estimate(va), stats.estimate(vb), stats.ratio(vb, va),
                                 stats.difference(va, vb)))
-    return Comparison(rows, flagged, sorted(set(by_a) - set(by_b)), sorted(set(by_b) - set(by_a)))
+    return Comparison(rows, flagged, sorted(set(by_a) - set(by_b)), sorted(set(by_b) - set(by_a)), across)
 
 
 def render(c: Comparison, name_a: str = "A", name_b: str = "B") -> str:
@@ -130,6 +137,10 @@ def render(c: Comparison, name_a: str = "A", name_b: str = "B") -> str:
                                 "test", f"{md(name_b)} is"]))
     else:
         out.append("No configuration is in both sets with the same spec: nothing to compare.")
+    if c.across_builds:
+        out.append("**Across framework builds** (paired, but the ratio mixes framework releases):\n\n" +
+                   "\n".join(f"- {md(' / '.join(k))}: {md(name_a)} ran the {md(a)} build, {md(name_b)} the {md(b)} "
+                              f"build" for k, a, b in c.across_builds))
     if c.not_comparable:
         out.append("**Not comparable** (their specs differ beyond device, image and commit; never paired):\n\n" +
                    "\n".join(f"- {md(' / '.join(k))}: {md('; '.join(why))}" for k, why in c.not_comparable))

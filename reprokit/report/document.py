@@ -85,7 +85,7 @@ def _heading(exp_name: str, exp: Experiment | None, by_variant: dict) -> str:
 
 
 def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: list[dict],
-                plot_files: list[tuple[str, str]], heading: str) -> str:
+                plot_files: list[tuple[str, str]], heading: str, no_plots: str | None = None) -> str:
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     published = exp.resolved("full") if exp else None
     fixed = by_variant.get(FIXED)
@@ -111,16 +111,22 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
     for caption, file in plot_files:
         out.append(f"![{md(caption)}]({file})\n\n*Figure: {md(caption)}. Bars are medians over repeats; whiskers "
                    f"are the report's bracket (the range of the repeats below 6).*")
+    if no_plots:
+        out.append(no_plots)
     found = sections.findings(by_variant)
     if found:
         out.append("### Findings at run time\n\n" + found)
     if fixed:
         out.append("### What differs between the two runs\n\n" + sections.differences(fixed))
+    posted = sections.posted_numerics(exp, by_variant)
+    if posted:
+        out.append("### As posted: each framework's own numerics\n\n" + posted)
     return "\n\n".join(out)
 
 
 def _render(name: str, results: list[dict], experiments: dict[str, Experiment], found: list[Verdict],
-            plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict]]) -> str:
+            plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict]],
+            no_plots: str | None = None) -> str:
     grouped = runs.group(results)
     order = _experiment_order(grouped, experiments)
     out = [_banner(name, results)]
@@ -136,7 +142,7 @@ def _render(name: str, results: list[dict], experiments: dict[str, Experiment], 
         by_variant = grouped[exp_name]
         exp = experiments.get(exp_name)
         out.append(_experiment(exp_name, exp, by_variant, certificates.get(exp_name, []),
-                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant)))
+                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant), no_plots))
     for exp_name in sorted({r["experiment"] for r in results} - set(grouped)):
         out.append(f"## {md(exp_name)}\n\nNo run of this experiment finished; see *Failed runs*.")
     out.append("## Environment and provenance\n\n" +
@@ -202,5 +208,5 @@ def write(report_dir: Path, name: str, results: list[dict], experiments: dict[st
     summary_csv.write(report_dir / "summary.csv", results)
     (report_dir / "details.md").write_text(details(name, found, certificates))
     path = report_dir / "report.md"
-    path.write_text(_render(name, results, experiments, found, plot_files, certificates))
+    path.write_text(_render(name, results, experiments, found, plot_files, certificates, plots.unavailable()))
     return path

@@ -7,9 +7,10 @@ different co-load (runs that went side by side with other runs).
 """
 from __future__ import annotations
 
-# (environment key, what it is) for settings both kits report
+# (environment key, what it is) for settings both kits report; a declared difference names the part
+# before " (" or " / " (reprokit/plan.DEFAULT_SETTINGS names the ones a variant leaves at the defaults)
 SETTINGS = [
-    ("tf32", "TF32 matmuls"),
+    ("tf32_ops", "TF32 (matmul, convolution)"),
     ("cudnn_autotune", "cuDNN autotuning"),
     ("cpu_threads", "CPU threads (intra/inter-op)"),
     ("data_layout", "data layout"),
@@ -25,7 +26,7 @@ def findings(pt: dict, tf: dict) -> list[dict]:
     """Compare one PyTorch and one TensorFlow result of the same experiment and variant."""
     out = []
     declared = {d["field"].lower() for d in pt["spec"].get("differences", [])}
-    a, b = pt["environment"], tf["environment"]
+    a, b = tf32_apart(pt["environment"]), tf32_apart(tf["environment"])
     for key, label in SETTINGS:
         if a.get(key) != b.get(key):
             known = label.split(" (")[0].lower() in declared or label.split(" / ")[0].lower() in declared
@@ -42,6 +43,26 @@ def findings(pt: dict, tf: dict) -> list[dict]:
             out.append({"code": "ratio-across-machines", "severity": "warning",
                         "message": f"the two runs come from different {label}s ({x} vs {y}): their ratio "
                                    f"mixes framework and machine"})
+    return out
+
+
+def tf32_apart(env: dict) -> dict:
+    """The environment with TF32 per op; a result from before the kits read them apart has one flag for both."""
+    if "tf32_ops" in env or "tf32" not in env:
+        return env
+    return {**env, "tf32_ops": dict.fromkeys(("matmul", "convolution"), env["tf32"])}
+
+
+def flavors(pts: list[dict], tfs: list[dict]) -> list[dict]:
+    """A ratio whose runs of one framework come from more than one of its builds (provenance.flavor: PyTorch's
+    CUDA 13 and CUDA 12 builds are different torch releases)."""
+    out = []
+    for runs in (pts, tfs):
+        found = sorted({r["provenance"].get("flavor") or "unrecorded" for r in runs})
+        if len(found) > 1:
+            out.append({"code": "ratio-across-flavors", "severity": "warning",
+                        "message": f"the {runs[0]['framework']} runs come from {len(found)} builds "
+                                   f"({', '.join(found)}): their ratio mixes framework releases"})
     return out
 
 

@@ -8,18 +8,14 @@ Per experiment, two figures a reader can compare at a glance:
   memory panel shares one y axis, so PyTorch and TensorFlow sit on the same scale.
 
 Colours are the Okabe-Ito palette, which colour-blind readers can tell apart. Each figure's title
-says what ran. Every figure is a pure function of the results passed in.
+says what ran. Every figure is a pure function of the results passed in. On a host without
+matplotlib no figure is drawn and ``unavailable()`` says so in one sentence for the report.
 """
 from __future__ import annotations
 
 import re
 import textwrap
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
-from matplotlib.figure import Figure
 
 from kits.common.names import FRAMEWORKS, LABELS
 from reprokit.report import metrics, stats
@@ -39,6 +35,25 @@ DPI = 100
 # One type size throughout: matplotlib renders and caches glyphs per size, and a figure reads as one.
 STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
          "legend.fontsize": 8, "figure.titlesize": 8}
+NOT_DRAWN = "Plots not drawn: matplotlib is not installed on this host (pip install matplotlib)."
+
+
+def _matplotlib():
+    """The one import of matplotlib, on its Agg canvas (no display); None where this host cannot import it."""
+    mpl = stats.optional("matplotlib")
+    if mpl is not None:
+        mpl.use("Agg")
+    return mpl
+
+
+def unavailable() -> str | None:
+    """Why no plot is drawn here, in one sentence; None where matplotlib is installed."""
+    return None if _matplotlib() else NOT_DRAWN
+
+
+def _figure(figsize: tuple[float, float]):
+    from matplotlib.figure import Figure        # reached only from write_all, once _matplotlib() found it
+    return Figure(figsize=figsize)
 
 
 def _slug(text: str) -> str:
@@ -62,7 +77,7 @@ def _bars(ax, x: list[float], values: list[tuple[float, ...]], width: float, col
 def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: str) -> Path | None:
     """Grouped bars: samples/s per variant, one bar per framework that ran it, error bars from the repeats."""
     variants = variant_order(by_variant)
-    fig = Figure(figsize=(max(6.0, 0.8 * len(variants) + 2.5), 4.0))
+    fig = _figure((max(6.0, 0.8 * len(variants) + 2.5), 4.0))
     fig.subplots_adjust(left=0.1, right=0.98, top=0.88, bottom=0.3)
     ax = fig.add_subplot()
     width = 0.4
@@ -96,7 +111,7 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
     if not frameworks:
         return None
     variants = variant_order(by_variant)
-    fig = Figure(figsize=(5.5 * len(frameworks), 8.0))
+    fig = _figure((5.5 * len(frameworks), 8.0))
     fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.07, hspace=0.75, wspace=0.08)
     axes = fig.subplots(2, len(frameworks), squeeze=False, sharey="all")
     top, phases_missing = 0.0, False
@@ -160,15 +175,18 @@ def _over_steps(ax, runs: dict[str, list[dict]]) -> float:
 
 def write_all(report_dir: Path, grouped: dict, captions: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
     """Every plot beside the report; experiment -> [(caption, file name relative to report_dir)].
-    ``captions``: experiment -> what ran, for each figure's title."""
+    ``captions``: experiment -> what ran, for each figure's title. Nothing without matplotlib."""
+    mpl = _matplotlib()
     out: dict[str, list[tuple[str, str]]] = {}
+    if mpl is None:
+        return out
     for experiment in sorted(grouped):
         made = []
         for what, draw, suffix in (("samples/s per variant and framework", throughput, "throughput"),
                                    ("peak memory by phase, and memory over training steps", memory, "memory")):
             caption = f"{captions[experiment]}: {what}"
             name = f"{_slug(experiment)}-{suffix}.png"
-            with matplotlib.rc_context(STYLE):
+            with mpl.rc_context(STYLE):
                 if draw(report_dir / name, grouped[experiment], caption):
                     made.append((caption, name))
         out[experiment] = made

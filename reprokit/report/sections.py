@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS
+from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
 from reprokit import certify_plan
 from reprokit.report import metrics, pair_findings, parameter_counts, runs, stats, units
 from reprokit.report.markdown import fenced, md, short, table
@@ -236,7 +237,8 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
                                      f"{md(f['message'])}{declared}")
         if "pytorch" in fws and "tensorflow" in fws:
             pair = fws["pytorch"], fws["tensorflow"]
-            for f in pair_findings.findings(pair[0][0], pair[1][0]) + pair_findings.co_load(*pair):
+            for f in (pair_findings.findings(pair[0][0], pair[1][0]) + pair_findings.co_load(*pair)
+                      + pair_findings.flavors(*pair)):
                 lines.append(f"- both, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
     if not lines:
         return None
@@ -257,11 +259,40 @@ def differences(by_fw: dict[str, list[dict]]) -> str:
                      md(short(d["why"]))])
     pt, tf = by_fw.get("pytorch"), by_fw.get("tensorflow")
     if pt and tf:
-        for key in ("tf32", "cudnn_autotune", "cpu_threads", "device_name"):
-            a, b = pt[0]["environment"].get(key), tf[0]["environment"].get(key)
+        for key in ("tf32_ops", "cudnn_autotune", "cpu_threads", "device_name"):
+            a, b = (pair_findings.tf32_apart(r[0]["environment"]).get(key) for r in (pt, tf))
             if a != b:
                 rows.append([md(key), md(a), md(b), "as reported by each framework at run time"])
     return table(rows, ["what differs", "PyTorch", "TensorFlow", "why / source"])
+
+
+def posted_numerics(exp, by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+    """A named variant that ran each framework's own numerics defaults: what each framework reported, and
+    where the posts' framework versions behaved otherwise than the pinned ones (the variant's ``era``)."""
+    parts = []
+    for variant, by_fw in by_variant.items():
+        declared = (exp.variants.get(variant, {}) if exp else {})
+        defaults = [k for k, v in (declared.get("numerics") or {}).items() if v == FRAMEWORK_DEFAULT]
+        if not defaults and not declared.get("era"):
+            continue
+        read = "; ".join(f"{LABELS[fw]}: " + ", ".join(f"{DEFAULTABLE[key]} {_setting(rs[0]['environment'], key)}"
+                                                        for key in defaults)
+                         for fw, rs in sorted(by_fw.items()) if defaults)
+        text = [f"`{md(variant)}` ran each framework's own {' and '.join(DEFAULTABLE[d] for d in defaults)}, read "
+                f"back at run time: {md(read)}." if defaults else f"`{md(variant)}`:"]
+        text += [f"- {md(line)}" for line in declared.get("era", [])]
+        parts.append("\n".join([text[0], *(["", "Where the posts' framework versions differed from the pinned "
+                                            "ones:"] if len(text) > 1 else []), *text[1:]]))
+    return "\n\n".join(parts) or None
+
+
+def _setting(env: dict, key: str) -> str:
+    if key == "tf32":
+        ops = pair_findings.tf32_apart(env).get("tf32_ops") or {}
+        return ", ".join(f"{op} {'on' if ops[op] else 'off'}" for op in ("matmul", "convolution") if op in ops) \
+            or "not reported"
+    value = env.get(key)
+    return "not reported" if value is None else ("on" if value else "off")
 
 
 def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
@@ -330,7 +361,8 @@ def _environment_row(r: dict) -> tuple:
     build = env.get("build") or {}
     threads = env.get("cpu_threads") or {}
     return (LABELS[r["framework"]], md(f"{env['framework']} {env['framework_version']}"),
-            md(f"CUDA {build.get('cuda') or '-'}, cuDNN {build.get('cudnn') or '-'}"),
+            md(f"CUDA {build.get('cuda') or '-'}, cuDNN {build.get('cudnn') or '-'}"
+               + (f", flavor {prov['flavor']}" if prov.get("flavor") else "")),
             md(env["python"]), md(env["device_name"] + (f", driver {gpu[0]['driver']}" if gpu else "")),
             md(f"{threads.get('intra_op', '-')}/{threads.get('inter_op', '-')}"), md(short(where, 100)),
             md((prov.get("lock_sha256") or "-")[:12]),

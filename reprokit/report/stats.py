@@ -11,26 +11,43 @@
 - A difference: Mann-Whitney U, two-sided (scipy). No rank or permutation test of n against m
   repeats can give p below 2 / C(n+m, n); where that is 0.05 or more (3 against 3: 0.10) the
   report says no test can reach p < 0.05, instead of calling the difference not significant.
+  On a host without scipy the difference is said to be not tested, never given a p-value.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 MIN_INTERVAL = 6            # repeats from which an order-statistic interval is printed; below, the range
 LEVEL = 0.95
 ALPHA = 0.05
-METHOD = ("Figures are medians over repeats. With fewer than 6 repeats the bracket is the range of the repeats, "
-          "which covers the median with probability 1 - 2^(1-n) (75% at 3, 94% at 5); from 6 on it is the "
-          "order-statistic interval for the median with at least 95% coverage (exact, binomial), and the coverage "
-          "is printed. A ratio's bracket divides the two brackets (low over high, high over low): it covers the "
-          "ratio of medians with at least the product of their coverages. Differences are tested with the "
-          "two-sided Mann-Whitney U test (scipy); with too few repeats for any such test to reach p < 0.05 "
-          "(3 against 3 cannot: its smallest p is 0.10) the report says so.")
+NO_SCIPY = "scipy is not installed"
+
+
+def optional(name: str) -> ModuleType | None:
+    """The module ``name``, or None where this host cannot import it (a bare GPU box reports without it)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+# The one import of scipy: the Mann-Whitney U test, where this host has scipy.
+_SCIPY_STATS = optional("scipy.stats")
+_BRACKETS = ("Figures are medians over repeats. With fewer than 6 repeats the bracket is the range of the repeats, "
+             "which covers the median with probability 1 - 2^(1-n) (75% at 3, 94% at 5); from 6 on it is the "
+             "order-statistic interval for the median with at least 95% coverage (exact, binomial), and the "
+             "coverage is printed. A ratio's bracket divides the two brackets (low over high, high over low): it "
+             "covers the ratio of medians with at least the product of their coverages. ")
+_TESTED = ("Differences are tested with the two-sided Mann-Whitney U test (scipy); with too few repeats for any "
+           "such test to reach p < 0.05 (3 against 3 cannot: its smallest p is 0.10) the report says so.")
+_UNTESTED = (f"Differences are not tested: {NO_SCIPY} on this host (pip install scipy), so no p-value is given.")
+METHOD = _BRACKETS + (_TESTED if _SCIPY_STATS else _UNTESTED)
 
 
 def coverage(n: int, k: int) -> float:
@@ -115,9 +132,10 @@ def ratio(a: list[float] | tuple[float, ...], b: list[float] | tuple[float, ...]
 
 @dataclass(frozen=True)
 class Test:
-    p: float | None                 # None: too few repeats for any test to reach ALPHA
+    p: float | None                 # None: too few repeats for any test to reach ALPHA, or not tested
     smallest_p: float
     n: tuple[int, int]
+    not_tested: str | None = None   # why no test was made where the repeats allow one
 
     @property
     def significant(self) -> bool | None:
@@ -125,6 +143,8 @@ class Test:
 
     def text(self) -> str:
         a, b = self.n
+        if self.not_tested:
+            return f"not tested: {self.not_tested}"
         if self.p is None:
             return (f"{a} vs {b} repeats: no test can reach p < {ALPHA:g}" if min(a, b) > 1
                     else "a single repeat: no test")
@@ -138,9 +158,11 @@ def smallest_p(n: int, m: int) -> float:
 
 
 def difference(a: list[float] | tuple[float, ...], b: list[float] | tuple[float, ...]) -> Test:
-    """Whether a and b differ: the two-sided Mann-Whitney U test, where the repeats allow one."""
+    """Whether a and b differ: the two-sided Mann-Whitney U test, where the repeats allow one and scipy is here."""
     n, m = len(a), len(b)
     floor = smallest_p(n, m)
     if floor >= ALPHA:
         return Test(None, floor, (n, m))
-    return Test(float(mannwhitneyu(a, b, alternative="two-sided").pvalue), floor, (n, m))
+    if _SCIPY_STATS is None:
+        return Test(None, floor, (n, m), NO_SCIPY)
+    return Test(float(_SCIPY_STATS.mannwhitneyu(a, b, alternative="two-sided").pvalue), floor, (n, m))

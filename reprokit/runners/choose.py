@@ -15,10 +15,13 @@ from reprokit.runners.local import LocalRunner
 
 
 def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool, device: str, repo_root: Path,
-           envs_root: Path, data_dir: Path, extra_dirs: tuple[Path, ...], frameworks: Iterable[str]):
-    """(runner, why). ``backend`` is auto, docker or local; ``python`` (--python) means a given interpreter."""
+           envs_root: Path, data_dir: Path, extra_dirs: tuple[Path, ...], frameworks: Iterable[str],
+           flavors: dict[str, host_checks.Flavor] | None = None, visible_gpus: str | None = None):
+    """(runner, why). ``backend`` is auto, docker or local; ``python`` (--python) means a given interpreter;
+    ``flavors`` the GPU build each framework runs; ``visible_gpus`` what a local run's CUDA may see."""
     def local() -> LocalRunner:
-        return LocalRunner(envs_root, data_dir, device, python=python, extra_paths=extra_dirs)
+        return LocalRunner(envs_root, data_dir, device, python=python, extra_paths=extra_dirs, flavors=flavors,
+                           visible_gpus=visible_gpus)
 
     if python is not None or backend == "local":
         return local(), "--python given" if python is not None else "asked for"
@@ -28,13 +31,14 @@ def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool,
             raise UserError(why)
         return local(), why
     return select(repo_root, data_dir, gpus, extra_dirs, device, forced=backend == "docker",
-                  gpus_explicit=gpus_explicit, frameworks=sorted(frameworks), local=local)
+                  gpus_explicit=gpus_explicit, frameworks=sorted(frameworks), local=local, flavors=flavors)
 
 
 def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
            extra_dirs: Sequence[Path] = (), device: str | None = None, *, forced: bool = False,
            gpus_explicit: bool | None = None, frameworks: Iterable[str] = images.FRAMEWORKS,
-           base_override: str | None = None, client=None, log=print, local=None):
+           base_override: str | None = None, client=None, log=print, local=None,
+           flavors: dict[str, host_checks.Flavor] | None = None):
     """(runner, reason): the Docker runner where it can work here, else the local runner and why.
 
     Called once a Docker engine answers. With ``forced`` (--backend docker)
@@ -61,7 +65,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
         return fallback("the Docker engine has no NVIDIA container runtime for this host's GPU; install "
                         "nvidia-container-toolkit to run in the pinned images")
     runner = docker_runner.DockerRunner(repo_root, data_dir, gpus, extra, base_override=base_override,
-                                        client=client, log=log)
+                                        client=client, log=log, flavors=flavors)
     try:
         recipes = [runner.recipe(fw) for fw in frameworks]
     except UserError as exc:

@@ -126,6 +126,7 @@ class DockerRunner:
 
     def __init__(self, repo_root: Path, data_dir: Path, gpus: str | list[str] = "none",
                  extra_mounts: Sequence[tuple[Path | str, str]] = (), *, flavor: str | None = None,
+                 flavors: dict[str, host_checks.Flavor] | None = None,
                  base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
                  lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
                  shm_size: str = SHM_SIZE, kits_dir: Path | None = None, cache_root: Path | None = None,
@@ -136,6 +137,7 @@ class DockerRunner:
         self.gpus = parse_gpus(gpus)
         self.extra_mounts = [(Path(h).resolve(), str(c)) for h, c in extra_mounts]
         self.flavor = flavor or ("cpu" if self.gpus == "none" else "cuda")
+        self.flavors = dict(flavors or {})      # a framework's other GPU build, where the host's driver needs it
         self.base_override = base_override or os.environ.get(images.BASE_OVERRIDE_ENV) or None
         self.build_missing = build_missing
         self.extra_ca = extra_ca
@@ -178,10 +180,13 @@ class DockerRunner:
                     raise UserError(f"the extra mount {host} would expose the Docker socket to the container; "
                                     f"mount a folder that does not contain {sock}.")
 
+    def flavor_of(self, framework: str) -> str:
+        return self.flavors[framework].name if framework in self.flavors else self.flavor
+
     def recipe(self, framework: str) -> images.Recipe:
         if framework not in self._recipes:
             self._recipes[framework] = images.recipe(
-                framework, self.flavor, base_override=self.base_override,
+                framework, self.flavor_of(framework), base_override=self.base_override,
                 lock_override=self.lock_overrides.get(framework), repo_root=self.repo_root, client=self.client)
         return self._recipes[framework]
 
@@ -195,7 +200,8 @@ class DockerRunner:
                 raise UserError(f"GPUs were requested (--gpus {self._gpus_text()}) but this Docker engine has no "
                                 f"NVIDIA container runtime; {TOOLKIT_FIX}.")
             if engine_is_local(client):
-                check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root)
+                check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root,
+                               flavors={fw: self.flavor_of(fw) for fw in frameworks})
                 gpus = host_checks.resolve_gpus(self.gpus)
                 for fw in frameworks:
                     cache = host_checks.jit_cache(fw, gpus, self.cache_root, repo_root=self.repo_root)
@@ -237,7 +243,8 @@ class DockerRunner:
     def describe(self, framework: str) -> dict:
         r = self.recipe(framework)
         lock = r.lock.relative_to(self.repo_root) if r.lock.is_relative_to(self.repo_root) else r.lock
-        return {"lock": str(lock), "lock_sha256": r.lock_sha256, "image": r.tag}
+        return {"lock": str(lock), "lock_sha256": r.lock_sha256, "image": r.tag,
+                **host_checks.build_facts(framework, self.flavor_of(framework), self.flavors.get(framework))}
 
     def _gpus_text(self) -> str:
         return self.gpus if isinstance(self.gpus, str) else ",".join(self.gpus)
@@ -426,7 +433,12 @@ class _StartFailed(Exception):
 
 
 def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
-    """Forward the container's output line by line: progress events out, the rest to the tail."""
+    """Forward the container's output line by line: progress events out, the rest to the tail.
+
+    The client's read timeout does not cut a quiet stream (a first PTX compile, fp64 certificate parts):
+    the SDK lifts the socket's timeout on a followed, multiplexed log stream (APIClient's
+    _multiplexed_response_stream_helper), and tests/test_docker_runner.py holds it to a silence longer
+    than the client's timeout."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     buf = ""
 

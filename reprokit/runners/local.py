@@ -16,6 +16,7 @@ from pathlib import Path
 
 from reprokit import envs
 from reprokit.provenance import REPO, sha256_file
+from reprokit.host_checks import Flavor, build_facts
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 from reprokit.topology import parse_cpulist
 
@@ -24,24 +25,34 @@ class LocalRunner:
     name = "local"
 
     def __init__(self, envs_root: Path, data_dir: Path, device: str, python: Path | None = None,
-                 extra_paths: tuple[Path, ...] = ()) -> None:
+                 extra_paths: tuple[Path, ...] = (), *, flavors: dict[str, Flavor] | None = None,
+                 visible_gpus: str | None = None) -> None:
         self.envs_root = envs_root
         self.data_dir = data_dir
         self.device = device
         self.python = python
         self.extra_paths = extra_paths
+        self.flavors = dict(flavors or {})      # the GPU build each framework runs (host_checks.gpu_flavors)
+        # CUDA_VISIBLE_DEVICES of every run without a placement: the assigned GPUs' UUIDs, "" for none;
+        # None leaves the caller's as it is. Without it CUDA would number the host's GPUs from 0, whatever --gpus said.
+        self.visible_gpus = visible_gpus
         self._pythons: dict[str, Path] = {}
+
+    def flavor(self, framework: str) -> str:
+        if framework in self.flavors:
+            return self.flavors[framework].name
+        return "cuda" if self.device == "gpu" else "cpu"
 
     def missing(self, frameworks: set[str]) -> list[str]:
         """Lock files whose environment still has to be built (for the time estimate)."""
         if self.python:
             return []
-        return [n for n in {envs.lock_name(f, self.device) for f in frameworks}
+        return [n for n in {envs.lock_name(f, self.flavor(f)) for f in frameworks}
                 if not envs.ready(self.envs_root, n)]
 
     def prepare(self, frameworks: set[str], log=print) -> None:
         for framework in sorted(frameworks):
-            name = envs.lock_name(framework, self.device)
+            name = envs.lock_name(framework, self.flavor(framework))
             self._pythons[framework] = self.python or envs.build(self.envs_root, name, log)
 
     def python_of(self, framework: str) -> Path:
@@ -51,8 +62,9 @@ class LocalRunner:
     def describe(self, framework: str) -> dict:
         if self.python:
             return {"lock": None, "lock_sha256": None, "image": None, "interpreter": str(self.python)}
-        lock = envs.lock_path(envs.lock_name(framework, self.device))
-        return {"lock": str(lock.relative_to(REPO)), "lock_sha256": sha256_file(lock), "image": None}
+        lock = envs.lock_path(envs.lock_name(framework, self.flavor(framework)))
+        return {"lock": str(lock.relative_to(REPO)), "lock_sha256": sha256_file(lock), "image": None,
+                **build_facts(framework, self.flavor(framework), self.flavors.get(framework))}
 
     def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
         if call.framework not in self._pythons:
@@ -62,6 +74,8 @@ class LocalRunner:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
                "PYTHONUNBUFFERED": "1"}
         pin = None
+        if self.visible_gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.visible_gpus
         if call.placement is not None:
             # One GPU and a CPU set of its own (the memory node needs a container's cpuset_mems).
             if call.placement.device_id is not None:

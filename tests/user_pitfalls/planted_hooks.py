@@ -4,6 +4,8 @@ Each takes the options of the experiment's [model] first. options["plant"] lists
 (planted_models.py plants those of the models):
 
 - "short-batches": every second training batch holds a quarter of the batch size;
+- "short-last-batch": each epoch ends on a batch of half the batch size (a remainder not dropped), a
+  shape the warmup's steps never see;
 - "slow-input": every training batch arrives 50 ms late (a slow disk or decoder);
 - "eval-with-grad": the evaluation step runs without torch.no_grad();
 - "per-batch-metrics": loss and accuracy divided by the number of batches, not of samples;
@@ -18,6 +20,8 @@ def _batches(options, split, n, batch_size, epoch):
     start, step = 0, 0
     while start < n:
         size = batch_size // 4 if split == "train" and "short-batches" in options["plant"] and step % 2 else batch_size
+        if split == "train" and "short-last-batch" in options["plant"] and start + 2 * size > n:
+            size //= 2
         if split == "train" and start + size > n:
             return
         yield order[start:start + size]
@@ -66,6 +70,8 @@ def tf_input(options, split, x, y, batch_size, epoch):
         ds = ds.shuffle(len(x), seed=epoch)
         if "batch-of-one" in options["plant"]:
             return ds.map(lambda image, label: (tf.expand_dims(image, 0), tf.expand_dims(label, 0)))
+        if "short-last-batch" in options["plant"]:
+            return ds.take(len(x) - batch_size // 2).batch(batch_size)
     return ds.batch(batch_size, drop_remainder=split == "train")
 
 
