@@ -22,7 +22,7 @@ from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
 from kits.common.names import label
 from kits.common.nvml import DeviceSampler
-from kits.common.phases import WARMUP, PhaseMemory
+from kits.common.phases import PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import RunSpec
 from kits.common.training import train
@@ -77,7 +77,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     m = train(backend, spec, len(arrays.x_train), Progress(), phases)
     result = report.header(raw, "ok", None)
     result.update(report.sections(spec, m, time.perf_counter() - t0, backend.input_reader, backend.metrics_source))
-    result["memory"] = _memory(phases, m, backend.memory_series, sampler.stop() if sampler else None)
+    result["memory"] = report.memory_section(phases, m, backend.memory_series, sampler.stop() if sampler else None)
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
     observed = backend.observed()
@@ -108,35 +108,6 @@ def _no_gpu(spec: RunSpec, env: dict, framework_says: str) -> str:
     shown = f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
     return (f"the spec asks for a GPU but {name} sees none; refusing to run on the CPU instead. "
             f"{build}; {host}{shown}; {name} says: {framework_says}")
-
-
-def _memory(phases: PhaseMemory, m, series: str, device: dict | None) -> dict:
-    """The memory section: every phase's peaks, and each reading's highest over the training and
-    evaluation phases (warmup left out), the first counter's as the run's reported peak."""
-    peaks = phases.peaks()
-    first = next(iter(phases.records[0]["readings"]), None) if phases.records else None
-    top = peaks.get(first, {})
-    warmup = [p["peak_bytes"] for p in phases.records if p["phase"] == WARMUP and p["peak_bytes"] is not None]
-    out = {"peak_bytes": top.get("peak_bytes"),
-           "source": (f"{top['source']}; the highest over the training and evaluation phases, warmup left out"
-                      if top else "no phase peak was read"),
-           "warmup_peak_bytes": max(warmup) if warmup else None,
-           "phases": phases.records, "over_steps": [list(p) for p in m.memory_over_steps],
-           "over_steps_series": series, "framework": {}}
-    if "allocated" in peaks:
-        out["framework"]["peak_allocated"] = peaks["allocated"]["peak_bytes"]
-    if "reserved" in peaks:
-        out["framework"]["peak_reserved"] = peaks["reserved"]["peak_bytes"]
-    if "process" in peaks:
-        out["process_peak_bytes"] = peaks["process"]["peak_bytes"]
-    if device is not None:
-        # NVML's peak over the phases after warmup; where NVML could not say, its reason
-        found = peaks.get("device")
-        out["framework"].update({"device_peak_bytes": found["peak_bytes"] if found else None,
-                                 "device_source": found["source"] if found else device["device_source"]})
-        if device.get("device_baseline_bytes") is not None:
-            out["framework"]["device_baseline_bytes"] = device["device_baseline_bytes"]
-    return out
 
 
 def _failure_kind(exc: BaseException, device: str) -> str:

@@ -65,7 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_report", type=Path, metavar="REPORT",
                    help="re-run the exact specs of a report folder (e.g. reports/seeds-quick-cpu) on this machine")
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
-    p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (recorded in the spec)")
+    p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (recorded in the spec; "
+                                                 "a script's evaluation passes too)")
+    p.add_argument("--script", action="append", metavar="FRAMEWORK=PATH",
+                   help="run this script of your own, unmodified, under the probe (repeatable: one per framework); "
+                        "the two scripts are then the experiment")
+    p.add_argument("--epochs", type=int, help="a script experiment: stop each script after this many epochs")
     p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan with time estimates and exit; starts nothing, downloads nothing")
@@ -146,7 +151,7 @@ def _certificates(specs: list[dict], runner, state: Path, enabled: bool, budget:
 
 def reproduce(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for flag, value in (("--repeats", args.repeats), ("--max-steps", args.max_steps)):
+    for flag, value in (("--repeats", args.repeats), ("--max-steps", args.max_steps), ("--epochs", args.epochs)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
     m = matrix.build(args)

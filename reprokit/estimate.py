@@ -40,6 +40,9 @@ def seconds(spec: dict, history: list[dict], gpu_name: str | None) -> tuple[floa
     same = walls(("experiment", "framework", "variant", "profile")) or walls(("experiment", "framework", "profile"))
     if same:
         return statistics.median(same), f"median of {len(same)} finished run(s) like it here"
+    if spec.get("source") == "script":
+        return (None, "unknown: a script's cost is known once it ran") if spec["profile"] != "quick" else \
+            (FIRST_GUESS_S["quick"], "first-run guess")
     if spec["device"] == "gpu":
         flops = model_cost.training_flops_per_sample(spec["model"], spec["data"]["input_size"])
         if flops is None:

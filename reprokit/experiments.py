@@ -37,9 +37,27 @@ class Experiment:
         """Named lists of pitfalls; "fixed" (none) is implicit."""
         return self.doc.get("variants", {})
 
+    @property
+    def scripts(self) -> dict[str, dict]:
+        """A script experiment's scripts by framework (reprokit/script_plan.script_entry); {} for a spec one."""
+        from reprokit.script_plan import script_entry
+        return {fw: script_entry(value, self.path) for fw, value in self.doc.get("scripts", {}).items()}
+
     def resolved(self, profile: str) -> dict:
         """The experiment with the profile's overrides applied (already validated)."""
         return _merge(self.doc, self.doc.get("profiles", {}).get(profile, {}))
+
+
+def from_scripts(name: str, scripts: dict[str, Path]) -> Experiment:
+    """The experiment `reprokit reproduce --script FRAMEWORK=PATH ...` makes: each script in its own folder."""
+    for framework, path in scripts.items():
+        if not Path(path).is_file():
+            raise UserError(f"--script {framework}={path}: no such file; give the path of the script to run")
+    doc = {"experiment": {"name": name, "title": f"{name}: the users' own scripts",
+                          "frameworks": sorted(scripts)},
+           "scripts": {fw: {"path": Path(p).name, "folder": str(Path(p).resolve().parent)} for fw, p in scripts.items()}}
+    _check(doc, "--script")
+    return Experiment(path=Path.cwd() / f"{name}.toml", doc=doc)
 
 
 @lru_cache(maxsize=1)
@@ -78,6 +96,10 @@ def load(path: Path) -> Experiment:
     experiment = Experiment(path=path, doc=doc)
     for profile in PROFILES:
         _check(experiment.resolved(profile), f"{path} (profile {profile})")
+    stray = set(experiment.scripts) - set(experiment.frameworks)   # also refuses a script that is not there
+    if stray:
+        raise UserError(f"{path}: scripts: {', '.join(sorted(stray))} is not among experiment.frameworks "
+                        f"({', '.join(experiment.frameworks)})")
     for name, variant in experiment.variants.items():
         for pitfall in variant["pitfalls"]:
             if pitfall not in PITFALLS:

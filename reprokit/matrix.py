@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec, SpecError
-from reprokit import datasets, host_checks, topology
+from reprokit import datasets, host_checks, script_plan, topology
 from reprokit import plan as planning
 from reprokit.envs import ENVS
 from reprokit.errors import UserError
-from reprokit.experiments import BUILTIN_DIR, discover
+from reprokit.experiments import BUILTIN_DIR, discover, from_scripts
 from reprokit.provenance import REPO, code
 from reprokit.report import claims as claimlib
 from reprokit.runners.choose import choose
@@ -162,19 +163,42 @@ def _slots(parallel: str, gpus: str, device: str) -> list:
 def planned(args, experiments: dict, profile: str, device: str, describe) -> tuple[list[dict], list | None]:
     """The specs a command plans for the experiments on a device, and the claims that judge them. It asks
     nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
-    of a GPU it is not on)."""
+    of a GPU it is not on). A script experiment's specs are its scripts' (reprokit/script_plan.py)."""
     claims = _claims(args, experiments)
     per_experiment = _options(args, profile, device, _frameworks(args), claims, experiments, args.dry_run)
     extra_dirs = tuple(d.resolve() for d in args.experiments)
-    return [s for name, o in per_experiment.items()
-            for s in planning.specs_for(experiments[name], o, describe, code(extra_dirs))], claims
+    specs = []
+    for name, o in per_experiment.items():
+        exp = experiments[name]
+        if exp.scripts:
+            specs += script_plan.specs_for(name, exp.scripts, o, describe, code(extra_dirs), epochs=args.epochs)
+        else:
+            specs += planning.specs_for(exp, o, describe, code(extra_dirs))
+    return specs, claims
+
+
+def _scripts(args) -> dict[str, Path]:
+    """--script FRAMEWORK=PATH, as given (repeatable)."""
+    out = {}
+    for given in args.script or []:
+        framework, sep, path = given.partition("=")
+        if not sep or framework not in FRAMEWORKS:
+            raise UserError(f"--script {given!r} is not understood; use --script FRAMEWORK=PATH with FRAMEWORK one "
+                            f"of {', '.join(FRAMEWORKS)}")
+        out[framework] = Path(path)
+    return out
 
 
 def build(args) -> Matrix:
     """The matrix a `reprokit reproduce` command asks for, checked: bad input ends here, before any run."""
     frameworks = _frameworks(args)
     extra_dirs = tuple(d.resolve() for d in args.experiments)
-    known = discover([BUILTIN_DIR, *extra_dirs])
+    scripts = _scripts(args)
+    if scripts:                           # a quick look at two scripts: they are the only experiment
+        name = re.sub(r"[^a-z0-9_]+", "_", (args.name or "scripts").lower()).strip("_") or "scripts"
+        known = {name: from_scripts(name, scripts)}
+    else:
+        known = discover([BUILTIN_DIR, *extra_dirs])
     experiments = selected(args, known)
     gpus_explicit = args.gpus is not None
     serving, at_once, slots, flavors = None, 1, [None], {}
@@ -220,5 +244,5 @@ def build(args) -> Matrix:
     else:
         specs, claims = planned(args, experiments, profile, device, runner.describe)
     if device == "gpu":
-        host_checks.check_precision({s["numerics"]["precision"] for s in specs}, args.gpus)
+        host_checks.check_precision({s["numerics"]["precision"] for s in specs if "numerics" in s}, args.gpus)
     return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once, flavors)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import pickle
-import struct
 import subprocess
 import tarfile
 import textwrap
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kits.common.data import cifar10_batch, pickle2
 from reprokit import datasets
 from reprokit.provenance import REPO
 
@@ -38,37 +37,14 @@ def _add(tar: tarfile.TarFile, name: str, payload: bytes) -> None:
     tar.addfile(info, io.BytesIO(payload))
 
 
-class _Python2Pickler(pickle._Pickler):
-    """Protocol 2 as Python 2 wrote the official archive: byte strings are Python 2 str, so that
-    ``encoding="bytes"`` (the host) reads bytes and ``encoding="latin1"`` (torchvision) reads str."""
-
-    dispatch = dict(pickle._Pickler.dispatch)
-
-    def _save_str(self, obj: bytes) -> None:
-        n = len(obj)
-        head = pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n)
-        self.write(head + obj)
-        self.memoize(obj)
-
-    dispatch[bytes] = _save_str
-
-
-def _pickle2(obj) -> bytes:
-    out = io.BytesIO()
-    _Python2Pickler(out, protocol=2).dump(obj)
-    return out.getvalue()
-
-
 def write_python_archive(directory: Path, batches: dict) -> Path:
     """cifar-10-python.tar.gz: batches of (n, 3072) CHW rows, pickled as Python 2 did."""
     path = directory / datasets.CIFAR10_ARCHIVE
     with tarfile.open(path, "w:gz") as tar:
         for name, (x, y) in batches.items():
-            rows = x.transpose(0, 3, 1, 2).reshape(len(x), -1)
-            _add(tar, f"cifar-10-batches-py/{name}", _pickle2(
-                {b"batch_label": name.encode(), b"data": rows, b"labels": y.tolist()}))
+            _add(tar, f"cifar-10-batches-py/{name}", cifar10_batch(name, x, y))
         _add(tar, "cifar-10-batches-py/batches.meta",
-             _pickle2({b"label_names": [f"class{i}".encode() for i in range(10)]}))
+             pickle2({b"label_names": [f"class{i}".encode() for i in range(10)]}))
     return path
 
 

@@ -7,6 +7,9 @@ frameworks see the same batches by construction.
 from __future__ import annotations
 
 import hashlib
+import io
+import pickle
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,3 +130,45 @@ def one_of_each_size(index_batches: Iterator[np.ndarray]) -> list[np.ndarray]:
     for idx in index_batches:
         first.setdefault(len(idx), idx)
     return list(first.values())
+
+
+class _Python2Pickler(pickle._Pickler):
+    """Protocol 2 as Python 2 wrote the official archive: byte strings are Python 2 str, so that
+    ``encoding="bytes"`` (the host, Keras) reads bytes and ``encoding="latin1"`` (torchvision) reads str."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def _save_str(self, obj: bytes) -> None:
+        n = len(obj)
+        head = pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n)
+        self.write(head + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = _save_str
+
+
+def pickle2(obj) -> bytes:
+    """``obj`` pickled as CIFAR-10's python batches are (see _Python2Pickler)."""
+    out = io.BytesIO()
+    _Python2Pickler(out, protocol=2).dump(obj)
+    return out.getvalue()
+
+
+def cifar10_batch(name: str, x: np.ndarray, y: np.ndarray) -> bytes:
+    """One batch file of CIFAR-10's python format: channel-major uint8 rows of NHWC images, and labels."""
+    return pickle2({b"batch_label": name.encode(), b"labels": [int(v) for v in y],
+                    b"data": np.ascontiguousarray(x.transpose(0, 3, 1, 2).reshape(len(x), -1))})
+
+
+def write_cifar10_batches(arrays: Arrays, folder: str | Path) -> Path:
+    """The arrays in CIFAR-10's python format (data_batch_1..5, test_batch, batches.meta), for a script that
+    reads CIFAR-10 itself from files: a generated stand-in, which the report declares."""
+    out = Path(folder) / CIFAR10_BATCHES
+    out.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(len(arrays.x_train)), 5), 1):
+        (out / f"data_batch_{i}").write_bytes(cifar10_batch(f"data_batch_{i}", arrays.x_train[part],
+                                                            arrays.y_train[part]))
+    (out / "test_batch").write_bytes(cifar10_batch("test_batch", arrays.x_test, arrays.y_test))
+    (out / "batches.meta").write_bytes(pickle2({b"label_names": [f"class{i}".encode() for i in range(10)],
+                                                b"num_cases_per_batch": len(arrays.x_test), b"num_vis": 3072}))
+    return out

@@ -83,7 +83,10 @@ def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footp
                      f"in a list, or graphs that no backward pass frees)")]
 
 
-def modes(observed: dict) -> list[dict]:
+def modes(observed: dict, declared: bool = True) -> list[dict]:
+    """The grad and module modes of the model's forward passes. ``declared`` marks eval-mode-in-train a
+    declared reproduction (a kit run: only its reproduction of a post's model.eval() can cause it); a
+    probed script's is the script's own."""
     out = []
     if observed.get("grad_enabled_in_eval"):
         out.append(_finding("grad-in-eval", "warning",
@@ -91,10 +94,13 @@ def modes(observed: dict) -> list[dict]:
                             f"{observed['eval_forwards']} forward passes of the model during evaluation: each builds "
                             f"a graph that holds its activations"))
     if observed.get("eval_mode_in_train"):
-        out.append(_finding("eval-mode-in-train", "error",
-                            f"the model was in evaluation mode in {observed['eval_mode_in_train']} of "
-                            f"{observed['train_forwards']} forward passes during training: Dropout off, BatchNorm "
-                            f"frozen on its running statistics"))
+        found = _finding("eval-mode-in-train", "error",
+                         f"the model was in evaluation mode in {observed['eval_mode_in_train']} of "
+                         f"{observed['train_forwards']} forward passes during training: Dropout off, BatchNorm "
+                         f"frozen on its running statistics")
+        if not declared:
+            found.pop("declared", None)
+        out.append(found)
     return out
 
 
@@ -145,12 +151,32 @@ def shapes_after_warmup(m: Measurements, warmup: int) -> list[dict]:
         if size not in warmed and size not in late:
             late[size] = step
     out = [f"training batch size {size} first at step {step}" for size, step in late.items()]
-    out += [f"evaluation batch size {size}" for size in m.eval_batch_sizes if size not in m.warmed_eval_sizes]
+    if m.warmed_eval_sizes:              # a kit run warms its evaluation shapes up; a probed script does not
+        out += [f"evaluation batch size {size}" for size in m.eval_batch_sizes if size not in m.warmed_eval_sizes]
     if not out:
         return []
     return [_finding("shape-after-warmup", "info",
                      f"{'; '.join(out)}: first met after warmup, so its first step's autotuning or tracing is timed "
                      f"and its workspaces count in that phase's memory peak")]
+
+
+def loader_in_process(m: Measurements, workers: int | None) -> list[dict]:
+    """Data wait dominates the step, and the training loader prepares its batches in the training process."""
+    if workers == 0 and m.measured_train_s > 0 and m.data_wait_s / m.measured_train_s > INPUT_BOUND_FRACTION:
+        return [_finding("loader-in-process", "warning",
+                         f"the training DataLoader has num_workers=0: its images are decoded and transformed in the "
+                         f"training process, between steps ({m.data_wait_s / m.measured_train_s:.0%} of training "
+                         f"time waiting for batches)")]
+    return []
+
+
+def script_findings(m: Measurements, configured: int, seen: dict, warmup: int, series: str,
+                    footprint_bytes: int, workers: int | None) -> list[dict]:
+    """A probed script's findings, from what its frameworks showed (kits/common/observe.py): an epoch's last
+    batch may be short (a DataLoader keeps it by default)."""
+    return (effective_batch(configured, m.observed_batch_sizes, len(m.steps_per_epoch)) +
+            memory_growth(m.memory_over_steps, warmup, series, footprint_bytes) + modes(seen, declared=False) +
+            loss_inputs(seen) + input_bound(m) + loader_in_process(m, workers) + shapes_after_warmup(m, warmup))
 
 
 def training_footprint(spec: RunSpec, parameters: int) -> int:

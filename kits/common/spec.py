@@ -194,6 +194,68 @@ class RunSpec:
         return out
 
 
+@dataclass(frozen=True)
+class Script:
+    """A user's own training script, run unmodified: its file in its folder (given to the probe as a path)."""
+    path: str                                # relative to the folder
+    args: list
+    folder: str                              # the folder on the host (the runner shows it to the probe read-only)
+    files: dict                              # every .py under the folder, relative name -> sha256
+    shim: str | None = None                  # a declared file run before the script (defines what a post left out)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How far the probe lets a script train: training steps per epoch, epochs, evaluation steps per pass."""
+    max_steps: int | None
+    epochs: int | None
+    eval_steps: int | None
+
+
+@dataclass(frozen=True)
+class ScriptData:
+    """The data the probe puts where the script looks: the verified CIFAR-10 or a generated stand-in (declared)."""
+    dataset: str
+    file: str | None
+    sha256: str | None
+    train_samples: int
+    test_samples: int
+
+
+@dataclass(frozen=True)
+class ScriptSpec:
+    """A run of a user's own script under the probe (python -m kits.probe): the same identity, measurement and
+    limits as a RunSpec, the script and its bounds instead of a model, data pipeline and loop."""
+    schema: str
+    run_id: str
+    experiment: str
+    variant: str
+    framework: str
+    profile: str
+    device: str
+    repeat: int
+    source: str                              # "script"
+    script: Script
+    bounds: Bounds
+    data: ScriptData
+    measure: Measure
+    warmup_steps: int
+    limits: Limits
+    differences: list
+    provenance: dict
+    pitfalls: Pitfalls
+    pitfall_summaries: dict
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ScriptSpec:
+        return parse(cls, d, "spec")
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["pitfalls"] = self.pitfalls.names()
+        return out
+
+
 def parse(kind, value, path: str):
     """A spec dataclass (nested ones too) from a JSON object, refusing missing and unknown fields."""
     if not isinstance(value, dict):

@@ -88,7 +88,8 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
                 plot_files: list[tuple[str, str]], heading: str, no_plots: str | None = None) -> str:
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     published = exp.resolved("full") if exp else None
-    fixed = by_variant.get(FIXED)
+    main = runs.main_variant(by_variant)
+    fixed = by_variant.get(main)
     intro = []
     if exp:
         intro.append(f"*Published setting:* {md(meta['title'])}.")
@@ -98,13 +99,16 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
     if fixed:
         intro.append(sections.model_sizes(published, fixed))
     out = [f"## {heading}", " ".join(intro),
-           sections.certificates(certs, f"details.md#{anchor('equivalence certificates: ' + exp_name)}")]
+           sections.certificates(certs, f"details.md#{anchor('equivalence certificates: ' + exp_name)}", main)]
     if fixed:
         if len(by_variant) > 1:
-            out.append("### PyTorch and TensorFlow, `fixed` variant")
+            out.append(f"### PyTorch and TensorFlow, `{main}` variant")
         out += [sections.side_by_side(fixed), sections.memory_note(fixed)]
     else:
-        out.append("The `fixed` variant did not finish, so there is no like-for-like comparison here.")
+        out.append(f"The `{main}` variant did not finish, so there is no like-for-like comparison here.")
+    probed = sections.probed(by_variant)
+    if probed:
+        out.append("### The scripts, as the probe ran them\n\n" + probed)
     ablation = sections.ablation(by_variant)
     if ablation:
         out.append("### Ablation: which mistake cost what\n\n" + ablation)

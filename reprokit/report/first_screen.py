@@ -8,7 +8,7 @@ from kits.common.names import FRAMEWORKS, LABELS
 from reprokit.report import metrics, runs, stats
 from reprokit.report.markdown import md
 from reprokit.report.metrics import NotMeasured
-from reprokit.report.runs import FIXED, POSTED
+from reprokit.report.runs import FIXED, POSTED, SCRIPT, VERBATIM
 from reprokit.report.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 
 DEFAULT_HEADLINES = (("epoch_time_s", "reported"), ("peak_memory_bytes", "reported"))
@@ -56,7 +56,7 @@ def _work(posted: dict[str, list[dict]]) -> str:
 def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading: str) -> str:
     q = metrics.QUANTITIES[quantity]
     parts, tests = [], []
-    for variant in (POSTED, FIXED):
+    for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
         fws = by_variant.get(variant, {})
         if "pytorch" not in fws or "tensorflow" not in fws:
             continue
@@ -77,7 +77,7 @@ def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading:
 
 def _learned(by_variant: dict[str, dict[str, list[dict]]], classes: int) -> str:
     parts = []
-    for variant in (POSTED, FIXED):
+    for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
         fws = by_variant.get(variant, {})
         shown = []
         for fw in FRAMEWORKS:
@@ -127,7 +127,7 @@ def answers(exp_name: str, exp, by_variant: dict[str, dict[str, list[dict]]], fo
         line = _ratio(by_variant, quantity, reading)
         if line:
             lines.append(line)
-    classes = any_run["spec"]["model"]["num_classes"]
+    classes = runs.classes(any_run["spec"])
     lines.append(_learned(by_variant, classes))
     verdict_line = _verdicts(exp_name, found)
     if verdict_line:

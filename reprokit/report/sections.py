@@ -132,7 +132,7 @@ def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
         return None
     rows, named = [], []
     for fw in FRAMEWORKS:
-        base = by_variant.get(FIXED, {}).get(fw, [])
+        base = by_variant.get(runs.main_variant(by_variant), {}).get(fw, [])
         for variant in variants:
             rs = by_variant[variant].get(fw)
             if not rs:
@@ -297,10 +297,12 @@ def _setting(env: dict, key: str) -> str:
 
 def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
     spec = next(iter(by_fw.values()))[0]["spec"]
-    ran = parameter_counts.parameter_counts(spec["model"], spec["data"]["input_size"])
+    ran = None if runs.is_script(spec) else parameter_counts.parameter_counts(spec["model"], spec["data"]["input_size"])
     if ran is None:         # a user's own model: its size is what the frameworks counted
         counted = ", ".join(f"{LABELS[fw]} {_parameters(rs).split(' / ')[0]}" for fw, rs in sorted(by_fw.items()))
-        return f"Model as run: the experiment's own builders; parameters as each framework counted them: {counted}."
+        whose = "the scripts' own, as their optimizers stepped them" if runs.is_script(spec) else \
+            "the experiment's own builders"
+        return f"Model as run: {whose}; parameters as each framework counted them: {counted}."
     if published is None or spec["profile"] == "full":
         return f"Model as run: {ran['total']:,} parameters."
     full = parameter_counts.parameter_counts(published["model"], published["data"]["input_size"])
@@ -310,15 +312,39 @@ def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
             f"model: {full['total']:,}.")
 
 
-def certificates(certs: list[dict], details_link: str) -> str:
-    """Is it the same experiment in both frameworks? The fixed pair's verdict and checks, then one row per
-    other variant pair; the evidence of every check is in details.md."""
+def probed(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+    """Each probed script: what ran, how it ended, and every shim that changed its behaviour, one by one; the
+    observation hooks (which change nothing the script computes) once."""
+    parts, hooks = [], None
+    for variant, by_fw in by_variant.items():
+        for fw, rs in sorted(by_fw.items()):
+            r = rs[0]
+            if not runs.is_script(r["spec"]) or "probe" not in r:
+                continue
+            script, probe = r["spec"]["script"], r["probe"]
+            syncs = probe.get("host_syncs") or {}
+            line = (f"- {LABELS[fw]}, `{md(variant)}`: `python {md(' '.join([script['path'], *script['args']]))}` "
+                    f"in its folder, unmodified; {md(probe['ended'])}. Its optimizers stepped "
+                    f"{md(', '.join(probe.get('models') or []) or 'no model')}; host synchronisations in its own code: "
+                    f"{syncs.get('per_training_step', 0):.2g} per training step ({md(syncs.get('meaning', ''))}). "
+                    f"Declared shims (they change what it does):")
+            parts.append("\n".join([line, *(f"  - {md(s)}" for s in probe["shims"])]))
+            hooks = hooks or probe["hooks"]
+    if not parts:
+        return None
+    return ("\n".join(parts) + "\n\nThe probe's observation hooks, which change nothing the scripts compute: " +
+            "; ".join(md(h) for h in hooks) + ".")
+
+
+def certificates(certs: list[dict], details_link: str, main: str = FIXED) -> str:
+    """Is it the same experiment in both frameworks? The main pair's verdict and checks (``fixed``, or a script
+    experiment's scripts), then one row per other variant pair; the evidence of every check is in details.md."""
     if not certs:
         return "**Equivalence certificate:** none was given to this report for this experiment."
-    fixed = next((c for c in certs if set(c["variant"].values()) == {FIXED}), None)
+    fixed = next((c for c in certs if set(v for v in c["variant"].values() if v) == {main}), None)
     parts = []
     if fixed is None:
-        parts.append("**Equivalence certificate:** the `fixed` pair has none.")
+        parts.append(f"**Equivalence certificate:** the `{main}` pair has none.")
     elif fixed["status"] == "not-run":
         parts.append(f"**Equivalence certificate: not run**: {md(fixed['message'])}.")
     else:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from kits.common.names import LABELS
 from reprokit.report import metrics, stats
+from reprokit.report import runs as run_groups
 from reprokit.report.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
 from reprokit.report.metrics import NotMeasured
 from reprokit.report.units import UNITS, fmt
@@ -301,7 +302,7 @@ def _accuracy_vs_chance(claim: Claim, results, context):
     op = claim.operands["value"]
     m = measure(results, claim.experiment, op, context)
     runs = _select(results, claim.experiment, op, context)
-    chance = 1.0 / runs[0]["spec"]["model"]["num_classes"]
+    chance = 1.0 / run_groups.classes(runs[0]["spec"])
     margin = claim.tolerance["absolute"]
     learned = m.value > chance + margin
     ours = f"{m.value:.3f} (chance {chance:.3f})"

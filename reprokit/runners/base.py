@@ -90,11 +90,16 @@ def fresh_folder(path: Path) -> Path:
 
 def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path,
               placement: Placement | None = None) -> KitCall:
-    """The training run of one RunSpec: ``kits.run``, its result file in the call's output folder."""
-    return KitCall(spec["framework"], "kits.run",
-                   ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir),
-                   output=output, inputs=(spec_path,), timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"],
-                   placement=placement)
+    """The training run of one spec, its result file in the call's output folder: ``kits.run`` for a RunSpec,
+    ``kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input)."""
+    args: tuple = ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir)
+    inputs: tuple = (spec_path,)
+    module = "kits.run"
+    if spec.get("source") == "script":
+        folder = Path(spec["script"]["folder"])
+        module, args, inputs = "kits.probe", (*args, "--script-dir", folder), (spec_path, folder)
+    return KitCall(spec["framework"], module, args, output=output, inputs=inputs,
+                   timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"], placement=placement)
 
 
 def run_spec(runner: Runner, spec: dict, work: Path, on_progress: ProgressFn,

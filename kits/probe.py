@@ -1,0 +1,207 @@
+"""A user's own training script, unmodified, under observation: python -m kits.probe --spec run.json ...
+
+    python -m kits.probe --spec run.json --out result.json --data-dir DIR --script-dir DIR
+
+Runs ``python SCRIPT ARGS`` (the spec's script, in a writable copy of its folder) in this process after
+installing the framework's observation hooks (kits/<framework>_kit/probe.py), which change nothing the
+script computes. What does change its behaviour is a shim, each one declared in the result
+(``probe.shims``): the bounds, the network it does not get, the data it finds where it looks, and a
+post's missing definitions (``script.shim``). The result file has a kit run's schema, with
+``source: "script"``, so every detector, verdict and report works on it. A script that raises, or
+trains nothing, still leaves a result: failed, with the reason and its traceback's tail.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import shutil
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from kits.common import detectors, environment, report
+from kits.common import data as datalib
+from kits.common.files import write_json_atomic
+from kits.common.measure import ResidentPeak, process_age_s
+from kits.common.observe import Observer, StopScript
+from kits.common.phases import WARMUP, PhaseMemory
+from kits.common.progress import Progress
+from kits.common.spec import ScriptSpec
+
+NO_NETWORK = "the run has no network: stage the data with `nox -s data`"
+
+
+class NoNetwork(OSError):
+    """A connection the script tried: runs have no network (in a container none exists; here it is refused)."""
+
+
+def block_network(tried: list[str]) -> str:
+    """Refuse every outbound connection and name lookup, recording what was tried, as a container without
+    a network would: local and Docker runs then fail alike."""
+    def refuse(where: int):
+        def fail(*args, **kwargs):
+            target = args[where] if len(args) > where else "?"
+            tried.append(":".join(map(str, target[:2])) if isinstance(target, tuple) else str(target))
+            raise NoNetwork(NO_NETWORK)
+        return fail
+    socket.socket.connect = socket.socket.connect_ex = refuse(1)         # (self, address)
+    socket.getaddrinfo = refuse(0)                                       # (host, port, ...)
+    socket.create_connection = refuse(0)                                 # (address, ...)
+    return "outbound connections and name lookups refused (the run has no network, as in a container)"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m kits.probe", description=__doc__.splitlines()[0])
+    p.add_argument("--spec", required=True, type=Path, help="the ScriptSpec (JSON)")
+    p.add_argument("--out", required=True, type=Path, help="where to write the result file")
+    p.add_argument("--data-dir", required=True, type=Path, help="folder with the prepared dataset")
+    p.add_argument("--script-dir", required=True, type=Path, help="the script's folder (read-only)")
+    return p.parse_args(argv)
+
+
+def _probe_for(framework: str, script_dir: Path):
+    if framework == "pytorch":
+        from kits.pytorch_kit.probe import TorchProbe
+        return TorchProbe(script_dir)
+    raise ValueError(f"no probe for {framework!r} yet")
+
+
+def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
+    """A writable copy of the script's folder (scripts write checkpoints beside themselves), checked against
+    the files the spec hashed."""
+    work = out.parent / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(script_dir, work, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, sha256 in spec.script.files.items():
+        if datalib._sha256(work / name) != sha256:
+            raise datalib.DataError(f"{name} changed since the run was planned; plan it again")
+    return work
+
+
+def _stage(spec: ScriptSpec, data_dir: Path, work: Path) -> tuple[Path, list[str]]:
+    """Where the script's readers find CIFAR-10: the verified batches, or the generated stand-in written in
+    CIFAR-10's format (declared)."""
+    d = spec.data
+    arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
+    staged = work / ".reprokit-data"
+    if d.dataset == "cifar10" and (data_dir / datalib.CIFAR10_BATCHES).is_dir():
+        staged.mkdir(exist_ok=True)
+        (staged / datalib.CIFAR10_BATCHES).symlink_to((data_dir / datalib.CIFAR10_BATCHES).resolve())
+        return staged, []
+    datalib.write_cifar10_batches(arrays, staged)
+    return staged, [f"the generated {d.dataset} stand-in ({d.train_samples} training, {d.test_samples} test images) "
+                    f"in CIFAR-10's file format, not CIFAR-10"]
+
+
+def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) -> dict:
+    spec = ScriptSpec.from_dict(raw)
+    tried: list[str] = []
+    shims = [block_network(tried)]
+    work = _workdir(spec, script_dir, out)
+    staged, stand_in = _stage(spec, data_dir, work)
+    probe = _probe_for(spec.framework, work)
+    shims += stand_in + probe.stage_data(staged, stand_in=bool(stand_in))
+    counters = [ResidentPeak()]
+    phases = PhaseMemory(counters)
+    observer = Observer(spec, probe.sync, phases, probe.memory_now, Progress())
+    probe.install(observer)
+    shims += _bounds(spec)
+    globals_ = {}
+    if spec.script.shim:
+        shims.append(f"the declared shim {spec.script.shim} runs first, in the script's namespace")
+        globals_ = runpy.run_path(str(work / spec.script.shim))
+    sys.argv = [str(work / spec.script.path), *map(str, spec.script.args)]
+    sys.path.insert(0, str(work))
+    os.chdir(work)
+    phases.start(WARMUP)
+    ended, failure = "the script ran to its end", None
+    try:
+        runpy.run_path(str(work / spec.script.path), init_globals=globals_, run_name="__main__")
+    except StopScript:
+        ended = f"the probe stopped the script at its bound ({', '.join(sorted(observer.bounded))})"
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            failure = _failed(spec, f"the script exited with status {exc.code}", tried)
+    except BaseException as exc:     # noqa: BLE001 - whatever the script raises is its result
+        failure = _failed(spec, f"the script raised {type(exc).__name__}: {exc}", tried)
+    if failure:
+        return failure
+    observer.finish(probe.as_float, stopped=bool(observer.bounded & {"epochs", "steps"}))
+    if not observer.steps:
+        return _failed(spec, "no training step observed (no optimizer step ran)", tried, kind="invalid-output")
+    return _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims)
+
+
+def _bounds(spec: ScriptSpec) -> list[str]:
+    b = spec.bounds
+    parts = [f"{b.max_steps} training steps per epoch" if b.max_steps else None,
+             f"{b.epochs} epoch(s)" if b.epochs else None,
+             f"{b.eval_steps} evaluation batches per pass" if b.eval_steps else None]
+    parts = [p for p in parts if p]
+    return [f"bounded to {', '.join(parts)}: each loader's pass ends there, and the script stops at the first "
+            f"training step past the last epoch"] if parts else []
+
+
+def _failed(spec: ScriptSpec, message: str, tried: list[str], kind: str = "error") -> dict:
+    if tried:
+        message, kind = f"{NO_NETWORK} (it tried to reach {tried[0]})", "error"
+    tail = traceback.format_exc().splitlines()[-40:]
+    return report.header(spec.to_dict() | {"run_id": spec.run_id}, "failed",
+                         {"kind": kind, "message": message, "log_tail": tail})
+
+
+def _training_loader(observer: Observer):
+    return next((p for p in reversed(observer.loaders) if p.loader_id == observer.training_loader), None)
+
+
+def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: PhaseMemory, wall_s: float,
+            ended: str, shims: list[str]) -> dict:
+    m = observer.m
+    loader = _training_loader(observer)
+    sizes = m.observed_batch_sizes
+    configured = (loader.batch_size if loader and loader.batch_size else max(set(sizes), key=sizes.count))
+    reader = (f"the script's own DataLoader (batch_size {loader.batch_size}, num_workers {loader.workers})" if loader
+              else "the script's own loop (no DataLoader)")
+    result = report.header(raw, "ok", None)
+    result.update(report.script_sections(spec, m, wall_s, reader, configured))
+    result["memory"] = report.memory_section(phases, m, probe.memory_series(), None)
+    parameters = probe.parameters()
+    result["model"] = {"parameters": parameters, "layers": probe.layers()}
+    result["environment"] = {**probe.environment(), "host": environment.host()}
+    result["provenance"] = {**spec.provenance, "data_sha256": spec.data.sha256}
+    result["probe"] = {"ended": ended, "hooks": list(probe.HOOKS), "shims": shims, "models": probe.models,
+                       "host_syncs": {"train": observer.syncs["train"], "eval": observer.syncs["eval"],
+                                      "per_training_step": observer.syncs["train"] / observer.steps,
+                                      "meaning": probe.sync_meaning()},
+                       "bounded": sorted(observer.bounded)}
+    footprint = 16 * parameters["total"]      # parameters, gradients and an optimizer's two moments, fp32
+    result["findings"] = detectors.script_findings(m, configured, observer.seen, spec.warmup_steps,
+                                                   probe.memory_series(), footprint,
+                                                   loader.workers if loader else None)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter() - process_age_s()
+    args = _parse(argv)
+    raw = json.loads(args.spec.read_text())
+    out = args.out.resolve()
+    try:
+        result = run(raw, args.data_dir.resolve(), args.script_dir.resolve(), out, started)
+    except Exception as exc:     # noqa: BLE001 - the probe itself failed: still a result
+        tail = traceback.format_exc().splitlines()[-40:]
+        result = report.header(raw, "failed", {"kind": "error", "message": f"{type(exc).__name__}: {exc}",
+                                               "log_tail": tail})
+    write_json_atomic(out, result)
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,264 @@
+"""PyTorch's side of the probe: the framework's own hooks, installed before the script's first line.
+
+Observation hooks (they change nothing the script computes):
+- the global optimizer step hooks (torch.optim.optimizer.register_optimizer_step_pre_hook / _post_hook):
+  every training step, whatever optimizer and loop;
+- until the first step, global module forward hooks find the model the optimizer trains (the outermost
+  module whose parameters it steps); from then on one forward pre-hook on that model gives each
+  pass's batch size (from the tensors), grad mode and module mode;
+- torch.nn.functional.cross_entropy and nll_loss (what nn.CrossEntropyLoss and nn.NLLLoss call): the
+  probe's own count of the loss and the correct predictions, kept on the device, and once the rows the
+  loss received (logits or probabilities);
+- Tensor.item, .cpu, .numpy, .tolist, bool() and float(): counted where the script's own files call
+  them (a host synchronisation on a GPU);
+- DataLoader.__iter__: each pass (its batch size and workers), and the bounds;
+- torch.compile: whether the script compiled.
+The device is synchronised at each timing window's edges and at each phase's, as in a kit run.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from kits.common.observe import Observer
+
+SYNC_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__")
+
+
+class TorchProbe:
+    HOOKS = ("torch.optim's global optimizer step pre- and post-hooks: every training step",
+             "global module forward hooks until the first step, then one forward pre-hook on the model the "
+             "optimizer trains: each pass's batch size, grad mode and module mode",
+             "torch.nn.functional.cross_entropy and nll_loss: the probe's own count of loss and correct predictions",
+             "Tensor.item, .cpu, .numpy, .tolist, bool() and float() called from the script's own files: counted",
+             "DataLoader.__iter__: each pass, its batch size and workers",
+             "torch.compile: whether the script compiled",
+             "the device synchronised at each timing window's and phase's edges")
+
+    def __init__(self, script_dir: Path) -> None:
+        self.script_dir = str(script_dir)
+        self.observer: Observer | None = None
+        self.model: torch.nn.Module | None = None
+        self.models: list[str] = []            # every root module an optimizer stepped, by class
+        self.compiled = False
+        self._roots: list[tuple[torch.nn.Module, tuple]] = []   # outermost forward passes before the first step
+        self._depth = 0
+        self._handles: list = []
+        self._global: list = []
+        self.device = None
+
+    # -- what the run uses -----------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def memory_now(self) -> int:
+        from kits.common.measure import rss_bytes
+        return torch.cuda.memory_allocated() if self._on_gpu() else rss_bytes()
+
+    def _on_gpu(self) -> bool:
+        return self.model is not None and next(self.model.parameters()).is_cuda
+
+    def memory_series(self) -> str:
+        return "torch.cuda.memory_allocated" if self._on_gpu() else "process resident memory (VmRSS)"
+
+    def sync_meaning(self) -> str:
+        return ("each waits for the GPU's queued work" if self._on_gpu() else
+                "on a CPU nothing waits; on a GPU each would wait for the queued work")
+
+    def stage_data(self, staged: Path, stand_in: bool) -> list[str]:
+        """torchvision's CIFAR10(root, download=...) finds the staged batches at its root (linked there), and
+        on a generated stand-in its md5 check passes: both declared."""
+        try:
+            from torchvision import datasets
+        except ImportError:
+            return []
+        real_init = datasets.CIFAR10.__init__
+
+        def init(dataset, root, *args, **kwargs):
+            target = Path(root).expanduser() / datasets.CIFAR10.base_folder
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(staged / datasets.CIFAR10.base_folder)
+            real_init(dataset, root, *args, **kwargs)
+        datasets.CIFAR10.__init__ = init
+        shims = ["torchvision.datasets.CIFAR10 finds the kit's CIFAR-10 batches at the root the script gives it "
+                 "(a link to the verified files; it never downloads)"]
+        if stand_in:
+            from torchvision.datasets import cifar
+            datasets.CIFAR10._check_integrity = lambda dataset: True
+            cifar.check_integrity = lambda path, md5=None: Path(path).is_file()     # its batches.meta check
+            shims.append("torchvision.datasets.CIFAR10's md5 checks pass the generated stand-in's files")
+        return shims
+
+    def as_float(self, value) -> float:
+        return float(value) if not isinstance(value, torch.Tensor) else float(value.detach().cpu())
+
+    # -- installing ------------------------------------------------------------------------------------
+
+    def install(self, observer: Observer) -> None:
+        self.observer = observer
+        import torch.nn.modules.module as mod
+        import torch.optim.optimizer as opt
+        self._handles += [opt.register_optimizer_step_pre_hook(self._pre_step),
+                          opt.register_optimizer_step_post_hook(self._post_step)]
+        self._global = [mod.register_module_forward_pre_hook(self._any_pre),
+                        mod.register_module_forward_hook(self._any_post)]
+        self._wrap_losses()
+        self._count_syncs()
+        self._bound_loaders()
+        real_compile = torch.compile
+
+        def compile_(*args, **kwargs):
+            self.compiled = True
+            return real_compile(*args, **kwargs)
+        torch.compile = compile_
+
+    def _any_pre(self, module, args) -> None:
+        if self._depth == 0:
+            self._roots.append((module, args))
+            del self._roots[:-8]               # the last few outermost passes: the model's is among them
+        self._depth += 1
+
+    def _any_post(self, module, args, output) -> None:
+        self._depth -= 1
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        if self.model is None:
+            self._find_model(optimizer)
+        self.observer.step_begins()
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        self.observer.step_ends()
+
+    def _find_model(self, optimizer) -> None:
+        """The outermost module whose parameters this optimizer steps, from the passes seen since the start."""
+        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for module, args in reversed(self._roots):
+            if any(id(p) in stepped for p in module.parameters()):
+                self.model = module
+                break
+        if self.model is None:
+            return
+        for handle in self._global:
+            handle.remove()
+        self.models.append(type(self.model).__name__)
+        self._handles.append(self.model.register_forward_pre_hook(self._model_pre))
+        self._model_pre(self.model, next(args for m, args in reversed(self._roots) if m is self.model))
+        self._roots.clear()
+
+    def _model_pre(self, module, args) -> None:
+        batch = next((a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.dim()), 0)
+        self.observer.forward(int(batch), torch.is_grad_enabled(), module.training)
+
+    # -- the loss, the syncs, the loaders --------------------------------------------------------------
+
+    def _wrap_losses(self) -> None:
+        for name in ("cross_entropy", "nll_loss"):
+            real = getattr(F, name)
+
+            def counted(input, target, *args, _real=real, _name=name, **kwargs):
+                out = _real(input, target, *args, **kwargs)
+                if input.dim() == 2 and target.dim() == 1 and out.dim() == 0:
+                    self._count(input, target, out, _name, kwargs.get("reduction", "mean"))
+                return out
+            setattr(F, name, counted)
+
+    def _count(self, input, target, out, name: str, reduction: str) -> None:
+        with torch.no_grad():
+            n = target.shape[0]
+            if self.observer.seen["loss_input_probe"] is None:
+                self.observer.seen["loss_input_probe"] = {
+                    "expects_logits": name == "cross_entropy", "rows": int(n),
+                    "nonnegative": bool((input >= 0).all()),
+                    "max_row_sum_error": float((input.float().sum(1) - 1).abs().max())}
+            summed = out.detach().float() * (n if reduction == "mean" else 1)
+            self.observer.loss(summed, (input.argmax(1) == target).sum())
+
+    def _count_syncs(self) -> None:
+        script_dir = self.script_dir
+        for name in SYNC_METHODS:
+            real = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _real=real, **kwargs):
+                if sys._getframe(1).f_code.co_filename.startswith(script_dir):
+                    self.observer.host_sync()
+                return _real(tensor, *args, **kwargs)
+            setattr(torch.Tensor, name, counted)
+
+    def _bound_loaders(self) -> None:
+        real_iter = DataLoader.__iter__
+        probe = self
+
+        def bounded_iter(loader):
+            return _Bounded(real_iter(loader), probe.observer.loader_pass(id(loader), loader.batch_size,
+                                                                         loader.num_workers))
+        DataLoader.__iter__ = bounded_iter
+
+    # -- what it saw -------------------------------------------------------------------------------------
+
+    def environment(self) -> dict:
+        from kits.common.environment import cpu_name, nvidia_smi
+        import platform
+
+        import numpy as np
+        cuda = self._on_gpu()
+        device = next(self.model.parameters()).device if self.model is not None else torch.device("cpu")
+        return {
+            "framework": "pytorch", "framework_version": torch.__version__,
+            "build": {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if cuda else None},
+            "python": platform.python_version(), "numpy": np.__version__,
+            "device": "gpu" if cuda else "cpu",
+            "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name(),
+            "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if cuda else None,
+            "gpus": nvidia_smi() if cuda else [], "gpu_count": torch.cuda.device_count() if cuda else 0,
+            "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
+            "data_layout": "as the script ran it", "execution": "torch.compile" if self.compiled else "eager",
+            "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
+            "tf32_ops": {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                         "convolution": torch.backends.cudnn.allow_tf32},
+            "cudnn_autotune": torch.backends.cudnn.benchmark,
+            "precision": {"requested": "as the script ran it", "compute_dtype": _dtype(self.model),
+                          "how": "the trained model's parameters"},
+        }
+
+    def layers(self) -> list[str]:
+        """The trained model's layers as the script built them: each leaf module's class, in order."""
+        if self.model is None:
+            return []
+        return [type(m).__name__ for m in self.model.modules() if not list(m.children())]
+
+    def parameters(self) -> dict:
+        if self.model is None:
+            return {"total": 0, "trainable": 0}
+        return {"total": sum(p.numel() for p in self.model.parameters()),
+                "trainable": sum(p.numel() for p in self.model.parameters() if p.requires_grad)}
+
+
+def _dtype(model) -> str:
+    if model is None:
+        return "float32"
+    return str(next(model.parameters()).dtype).split(".")[-1]
+
+
+class _Bounded:
+    """A DataLoader's iterator, ended where the probe's bounds say (the script's loop sees it run out)."""
+
+    def __init__(self, inner, bound) -> None:
+        self._inner, self._bound = inner, bound
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._bound.more():
+            raise StopIteration
+        return next(self._inner)
+
+    def __len__(self):
+        return len(self._inner)

@@ -1,0 +1,99 @@
+"""The ScriptSpecs of a script experiment: each framework's own script, run unmodified under the probe.
+
+A script experiment names one script per framework (the experiment file's ``[scripts]``, or
+``reprokit reproduce --script pytorch=PATH --script tensorflow=PATH``) instead of model builders.
+Its specs have the identity, measurement and limits of a kit run's, and instead of a model, a data
+pipeline and a loop: the script (its path in its folder, its arguments, the sha256 of every .py file
+under the folder and of its shim), the bounds the probe holds it to, and the data the probe puts
+where the script looks. Every one of those is in the run's id, so an edited script never reuses a
+result. The profile sets the bounds: ``quick`` 3 training steps, 3 evaluation batches and 1 epoch on
+a generated stand-in; ``standard`` 2 epochs of at most 300 steps (or --max-steps) on CIFAR-10;
+``full`` the script as written.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from kits.common.spec import ScriptSpec
+from reprokit import datasets
+from reprokit.errors import UserError
+from reprokit.plan import TIMEOUT_S, Options, run_id
+
+SCHEMA = "reprokit.scriptspec/1"
+VARIANT = "script"
+# (training steps per epoch, epochs, evaluation batches per pass, warmup steps) by profile
+BOUNDS = {"quick": (3, 1, 3, 1), "standard": (300, 2, 300, 5), "full": (None, None, None, 5)}
+STAND_IN = "learnable"          # a CIFAR-10-shaped generated set that a small CNN learns (reprokit/datasets.py)
+
+
+def script_entry(value: str | dict, experiment_file: Path) -> dict:
+    """A script as the experiment file gives it, resolved: its folder (absolute), path in it, args, shim."""
+    entry = {"path": value} if isinstance(value, str) else dict(value)
+    folder = (experiment_file.parent / entry.get("folder", ".")).resolve()
+    path = folder / entry["path"]
+    if not path.is_file():
+        raise UserError(f"{experiment_file}: scripts: {entry['path']} is not a file in {folder}; give the path "
+                        f"of the script relative to its folder")
+    shim = entry.get("shim")
+    if shim and not (folder / shim).is_file():
+        raise UserError(f"{experiment_file}: scripts: the shim {shim} is not a file in {folder}")
+    return {"folder": folder, "path": path.relative_to(folder).as_posix(), "args": list(entry.get("args", [])),
+            "shim": shim}
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """Every .py file under the script's folder, by relative name, with its sha256 (the script imports them)."""
+    found = {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(folder.rglob("*.py"))
+             if "__pycache__" not in p.parts and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
+    return found
+
+
+def _data(opts: Options) -> dict:
+    name = opts.dataset or (STAND_IN if opts.profile == "quick" else "cifar10")
+    request = {"dataset": name, "train_samples": None, "test_samples": None, "seed": 0}
+    prepared = (datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download) if opts.prepare_data
+                else datasets.prepared(request, opts.data_dir))
+    if name == "cifar10" and opts.prepare_data:
+        datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)   # where torchvision reads
+    if prepared is None:
+        train, test = datasets.expected_counts(request)
+        return {"dataset": name, "file": None, "sha256": None, "train_samples": train, "test_samples": test}
+    return {"dataset": name, "file": prepared.file, "sha256": prepared.sha256,
+            "train_samples": prepared.train_samples, "test_samples": prepared.test_samples}
+
+
+def _bounds(opts: Options, epochs: int | None) -> tuple[dict, int]:
+    steps, default_epochs, eval_steps, warmup = BOUNDS[opts.profile]
+    if opts.max_steps:
+        steps = eval_steps = min(steps or opts.max_steps, opts.max_steps)
+        warmup = min(warmup, max(1, steps - 1))
+    return {"max_steps": steps, "epochs": epochs or default_epochs, "eval_steps": eval_steps}, warmup
+
+
+def specs_for(name: str, scripts: dict[str, dict], opts: Options, describe, code: dict,
+              epochs: int | None = None, variant: str = VARIANT, differences: list | None = None) -> list[dict]:
+    """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each."""
+    data = _data(opts)
+    bounds, warmup = _bounds(opts, epochs)
+    out = []
+    for framework, entry in scripts.items():
+        if framework not in opts.frameworks:
+            continue
+        files = _files(entry["folder"])
+        script = {"path": entry["path"], "args": entry["args"], "folder": str(entry["folder"]), "files": files,
+                  "shim": entry["shim"]}
+        for repeat in range(opts.repeats):
+            spec = {"schema": SCHEMA, "run_id": "", "experiment": name, "variant": variant, "framework": framework,
+                    "profile": opts.profile, "device": opts.device, "repeat": repeat, "source": "script",
+                    "script": script, "bounds": bounds, "data": data,
+                    "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5,
+                                "step_timing": True},
+                    "warmup_steps": warmup, "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
+                    "differences": list(differences or []), "provenance": {**code, **describe(framework)},
+                    "pitfalls": [], "pitfall_summaries": {}}
+            spec = ScriptSpec.from_dict(spec).to_dict()      # every field explicit, or the plan has a bug
+            spec["run_id"] = run_id(spec)
+            out.append(spec)
+    return out
