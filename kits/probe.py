@@ -67,7 +67,8 @@ def _probe_for(framework: str, script_dir: Path):
     if framework == "pytorch":
         from kits.pytorch_kit.probe import TorchProbe
         return TorchProbe(script_dir)
-    raise ValueError(f"no probe for {framework!r} yet")
+    from kits.tensorflow_kit.probe import KerasProbe
+    return KerasProbe(script_dir)
 
 
 def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
@@ -130,6 +131,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
         failure = _failed(spec, f"the script raised {type(exc).__name__}: {exc}", tried)
     if failure:
         return failure
+    probe.finish()
     observer.finish(probe.as_float, stopped=bool(observer.bounded & {"epochs", "steps"}))
     if not observer.steps:
         return _failed(spec, "no training step observed (no optimizer step ran)", tried, kind="invalid-output")
@@ -164,8 +166,10 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: Phas
     loader = _training_loader(observer)
     sizes = m.observed_batch_sizes
     configured = (loader.batch_size if loader and loader.batch_size else max(set(sizes), key=sizes.count))
-    reader = (f"the script's own DataLoader (batch_size {loader.batch_size}, num_workers {loader.workers})" if loader
-              else "the script's own loop (no DataLoader)")
+    reader = probe.input_reader() or (
+        (f"the script's own DataLoader (batch_size {loader.batch_size}, num_workers {loader.workers})"
+         if loader.batch_size is not None else "the script's own tf.data dataset, iterated by its loop") if loader
+        else "the script's own loop (no loader)")
     result = report.header(raw, "ok", None)
     result.update(report.script_sections(spec, m, wall_s, reader, configured))
     result["memory"] = report.memory_section(phases, m, probe.memory_series(), None)
@@ -177,11 +181,12 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: Phas
                        "host_syncs": {"train": observer.syncs["train"], "eval": observer.syncs["eval"],
                                       "per_training_step": observer.syncs["train"] / observer.steps,
                                       "meaning": probe.sync_meaning()},
-                       "bounded": sorted(observer.bounded)}
+                       "bounded": sorted(observer.bounded),
+                       "notes": [n for n in (getattr(probe, "pipeline_note", None),) if n]}
     footprint = 16 * parameters["total"]      # parameters, gradients and an optimizer's two moments, fp32
     result["findings"] = detectors.script_findings(m, configured, observer.seen, spec.warmup_steps,
                                                    probe.memory_series(), footprint,
-                                                   loader.workers if loader else None)
+                                                   loader.workers if loader else None, probe.eager_loop())
     return result
 
 

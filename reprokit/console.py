@@ -52,10 +52,10 @@ class RunProgress:
 
     def __call__(self, event: dict) -> None:
         parts = [self.label]
-        if "epoch" in event:
-            parts.append(f"epoch {event['epoch']}/{event['epochs']}")
+        if "epoch" in event:         # a probed script's epochs and steps may be unbounded: "?"
+            parts.append(f"epoch {event['epoch']}/{event.get('epochs') or '?'}")
         if event.get("phase") == "train":
-            parts.append(f"step {event['step']}/{event['steps']}")
+            parts.append(f"step {event['step']}/{event.get('steps') or '?'}")
         if event.get("test_accuracy") is not None:
             parts.append(f"test acc {event['test_accuracy']:.3f}")
         parts.append(duration(time.monotonic() - self.t0))

@@ -789,6 +789,33 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     assert_removed(client, spec["run_id"])
 
 
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client, test_base, data_dir, tmp_path):
+    """A Keras script of a user's own folder in the pinned TensorFlow image: its folder read-only, no network,
+    the probe's result file like a kit run's."""
+    from reprokit import script_plan
+    from reprokit.experiments import load
+    from reprokit.plan import Options
+    from reprokit.provenance import code
+
+    folder = REPO / "tests" / "user_scripts"
+    runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base, extra_ca=_extra_ca_path(),
+                             client=client, log=print)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
+                   allow_download=False)
+    exp = load(folder / "twin_pair.toml")
+    (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, runner.describe, code())
+    runner.prepare({"tensorflow"})
+    result = base.run_spec(runner, spec, tmp_path / "work", lambda event: None)
+    assert result["status"] == "ok" and results.problems(result) is None, result.get("failure")
+    assert result["launcher"]["backend"] == "docker" and result["spec"]["script"]["path"] == "keras_graph.py"
+    assert result["effective"]["train_steps_per_epoch"] == [3] and result["environment"]["execution"] == \
+        "tf.function graph"
+    assert any("no network" in s for s in result["probe"]["shims"])
+    assert_removed(client, spec["run_id"])
+
+
 # ---------------------------------------------------------------------------
 # Backend choice (what `nox -s reproduce` calls once an engine answers)
 

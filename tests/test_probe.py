@@ -78,7 +78,7 @@ def test_a_twin_written_otherwise_is_seen_alike(kit_python, tmp_path, data_dir):
     # evaluation), and says so
     _, index = _probe(tmp_path, data_dir, SCRIPTS / "torch_twin.py", "index", {**env, "REPROKIT_TEST_LOOP": "index"})
     seen = _observed(index)
-    assert seen["input"] == "the script's own loop (no DataLoader)" and seen["steps"] == [3]
+    assert seen["input"] == "the script's own loop (no loader)" and seen["steps"] == [3]
     assert seen["bounded"] == ["steps"] and seen["phases"] == [(1, "warmup", 1), (1, "train", 2)]
     assert "stopped the script at its bound (steps)" in index["probe"]["ended"]
 
@@ -103,3 +103,66 @@ def test_a_missing_script_is_refused_before_any_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("error: ") == 1 and "nope.py: no such file" in err
     assert not (tmp_path / "state" / "results").exists()
+
+
+def test_keras_loops_are_seen_whether_eager_traced_or_fit(kit_python, tmp_path, data_dir):
+    """The same small Keras model in an eager custom loop, a tf.function loop and model.fit: the probe sees the
+    same training (batches, steps, phases) in all three, and how each ran."""
+    kit_python("tensorflow")
+    runs = {name: _probe(tmp_path, data_dir, SCRIPTS / f"{name}.py", name, framework="tensorflow")[1]
+            for name in ("keras_eager", "keras_graph", "keras_fit")}
+    seen = {name: _observed(r) for name, r in runs.items()}
+    for s in seen.values():
+        assert s["batch"]["configured"] == s["batch"]["max"] == 32 and s["steps"] == [3] and s["eval"] == (96, [32])
+        assert s["phases"] == [(1, "warmup", 1), (1, "train", 2), (1, "eval", 3)]
+    assert runs["keras_eager"]["environment"]["execution"] == "eager"
+    assert runs["keras_graph"]["environment"]["execution"] == "tf.function graph"
+    assert seen["keras_eager"]["findings"] == ["eager-custom-loop"] and seen["keras_graph"]["findings"] == []
+    assert seen["keras_eager"]["syncs"] == 1.0 and seen["keras_graph"]["syncs"] == 0      # float(loss) per step
+    assert seen["keras_fit"]["input"] == "Keras fit's own batches of the script's arrays"
+    assert seen["keras_fit"]["bounded"] == ["fit"] and runs["keras_fit"]["probe"]["ended"] == "the script ran to its end"
+    assert "Dense" in seen["keras_graph"]["layers"] and "Dropout" not in seen["keras_graph"]["layers"]
+
+
+def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):
+    """Keras's own accuracy, as fit prints it, against the probe's count from the loss's inputs."""
+    import re
+
+    from reprokit import matrix
+    tf_python = kit_python("tensorflow")
+    args = cli._parser().parse_args(["--script", f"tensorflow={SCRIPTS / 'keras_fit.py'}", "--frameworks",
+                                     "tensorflow", "--backend", "local", "--profile", "quick", "--data-dir",
+                                     str(data_dir), "--state-dir", str(tmp_path / "state")])
+    (spec,) = matrix.build(args).specs
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([str(tf_python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
+                           str(tmp_path / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir",
+                           str(SCRIPTS)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    keras_says = re.search(r"- accuracy: ([0-9.]+) .* - val_accuracy: ([0-9.]+)", proc.stdout)
+    counted = json.loads((tmp_path / "out" / "result.json").read_text())["metrics"]["epochs"][0]
+    assert float(keras_says.group(1)) == pytest.approx(counted["train_accuracy"], abs=5e-5)
+    assert float(keras_says.group(2)) == pytest.approx(counted["test_accuracy"], abs=5e-5)
+
+
+def test_a_planted_pair_is_explained_and_its_twin_is_not(kit_python, tmp_path, data_dir):
+    """The user's own pair through the whole path (their experiment folder, the local runner, the report): each
+    planted difference is named, by the framework that showed it, and the twin's report names none."""
+    kit_python("pytorch"), kit_python("tensorflow")
+    reports = {}
+    for name in ("planted_pair", "twin_pair"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(SCRIPTS), "--only", name,
+             "--backend", "local", "--profile", "quick", "--state-dir", str(tmp_path / "state"), "--data-dir",
+             str(data_dir), "--reports-dir", str(tmp_path / "reports"), "--name", name],
+            cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        reports[name] = (tmp_path / "reports" / name / "report.md").read_text()
+    planted, twin = reports["planted_pair"], reports["twin_pair"]
+    assert "**scripts-differ** (warning): the models received 16 samples per training step in PyTorch and 32" in planted
+    assert "the trained models' layers differ: dropout PyTorch 1, TensorFlow 0" in planted
+    assert "PyTorch, `script`: **grad-in-eval**" in planted and "TensorFlow, `script`: **eager-custom-loop**" in planted
+    for code in ("scripts-differ", "grad-in-eval", "eager-custom-loop"):
+        assert code not in twin
+    assert "### The scripts, as the probe ran them" in twin and "Declared shims" in twin

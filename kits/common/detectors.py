@@ -170,13 +170,23 @@ def loader_in_process(m: Measurements, workers: int | None) -> list[dict]:
     return []
 
 
+def eager_custom_loop(eager: bool) -> list[dict]:
+    if not eager:
+        return []
+    return [_finding("eager-custom-loop", "warning",
+                     "the custom training loop's steps ran eagerly (Optimizer.apply_gradients was called outside any "
+                     "tf.function): TensorFlow dispatches each op from Python, where its fast path traces the step once "
+                     "into a graph")]
+
+
 def script_findings(m: Measurements, configured: int, seen: dict, warmup: int, series: str,
-                    footprint_bytes: int, workers: int | None) -> list[dict]:
+                    footprint_bytes: int, workers: int | None, eager_tf_loop: bool) -> list[dict]:
     """A probed script's findings, from what its frameworks showed (kits/common/observe.py): an epoch's last
     batch may be short (a DataLoader keeps it by default)."""
     return (effective_batch(configured, m.observed_batch_sizes, len(m.steps_per_epoch)) +
             memory_growth(m.memory_over_steps, warmup, series, footprint_bytes) + modes(seen, declared=False) +
-            loss_inputs(seen) + input_bound(m) + loader_in_process(m, workers) + shapes_after_warmup(m, warmup))
+            loss_inputs(seen) + input_bound(m) + loader_in_process(m, workers) + shapes_after_warmup(m, warmup) +
+            eager_custom_loop(eager_tf_loop))
 
 
 def training_footprint(spec: RunSpec, parameters: int) -> int:

@@ -91,8 +91,10 @@ class Observer:
 
     # -- from the framework's hooks -----------------------------------------------------------------
 
-    def forward(self, batch: int, grad: bool, training: bool) -> None:
-        """A forward pass of the trained model begins."""
+    def forward(self, batch: int, grad: bool, training: bool, timed: bool = True) -> None:
+        """A forward pass of the trained model begins (``timed``: now, so the time since the last step is the
+        wait for its batch; a traced function's passes are reported after its call, and their wait comes from
+        the loader's own time, ``fetched``)."""
         t = now()
         if self.pending is not None and self.steps:      # the last one had no step after it: evaluation
             self._evaluation(self.pending)
@@ -100,7 +102,7 @@ class Observer:
               and (grad, training) != self.training_modes):
             self._to_eval()
         self.pending = Forward(batch, grad, training)
-        if self.phase != EVAL and self.t_measured is not None and self.t_step_end is not None:
+        if timed and self.phase != EVAL and self.t_measured is not None and self.t_step_end is not None:
             self.pending.wait = t - self.t_step_end
 
     def loss(self, loss_sum, correct) -> None:
@@ -149,7 +151,8 @@ class Observer:
             self._start_clock()
         if self.steps % self.spec.measure.memory_every_steps == 0:
             self.m.memory_over_steps.append((self.steps, self.memory_now()))
-        self.progress.emit(phase="train", epoch=self.epoch, step=self.epoch_steps)
+        self.progress.emit(phase="train", epoch=self.epoch, epochs=self.spec.bounds.epochs, step=self.epoch_steps,
+                           steps=self.spec.bounds.max_steps)
         self.t_step_end = now()
 
     def loader_pass(self, loader_id: int, batch_size: int | None, workers: int | None) -> LoaderPass:
@@ -160,6 +163,18 @@ class Observer:
         p = LoaderPass(self, loader_id, batch_size, workers)
         self.loaders.append(p)
         return p
+
+    def fetched(self, seconds: float) -> None:
+        """The script's loop waited this long for its next batch from a loader (where passes are not timed)."""
+        if self.phase != EVAL and self.t_measured is not None:
+            self.m.data_wait_s += seconds
+
+    def epoch_ends(self) -> None:
+        """The framework says an epoch ended (Keras fit's callback): its last evaluation pass is counted."""
+        if self.pending is not None and self.phase == EVAL:
+            self._evaluation(self.pending)
+        if self.epoch_steps or self.phase == EVAL:
+            self._end_epoch()
 
     def host_sync(self) -> None:
         """A call in the script's own code that waits for the device (.item(), .numpy(), float(), ...)."""
@@ -227,7 +242,7 @@ class Observer:
         self.epoch_sums.append({**self.sums, "train_samples": part["samples"], "train_steps": part["steps"],
                                 "test_samples": self.eval_samples, "test_steps": self.eval_steps})
         self.sums = {"train": [], "eval": []}
-        self.progress.emit(force=True, phase="epoch", epoch=self.epoch)
+        self.progress.emit(force=True, phase="epoch", epoch=self.epoch, epochs=self.spec.bounds.epochs)
         self.phase, self.epoch = after, self.epoch + 1
         self.in_phase = self.epoch_steps = self.epoch_samples = self.eval_steps = self.eval_samples = 0
         self.train_part, self.t_epoch = None, None

@@ -227,6 +227,17 @@ class TorchProbe:
                           "how": "the trained model's parameters"},
         }
 
+    def eager_loop(self) -> bool:
+        """Eager is PyTorch's own way: only TensorFlow's eager custom loop is a finding."""
+        return False
+
+    def input_reader(self) -> str | None:
+        """Its DataLoader passes say how it read its batches."""
+        return None
+
+    def finish(self) -> None:
+        """Nothing is left to read: each hook reported as it ran."""
+
     def layers(self) -> list[str]:
         """The trained model's layers as the script built them: each leaf module's class, in order."""
         if self.model is None:

@@ -53,6 +53,38 @@ def tf32_apart(env: dict) -> dict:
     return {**env, "tf32_ops": dict.fromkeys(("matmul", "convolution"), env["tf32"])}
 
 
+# Layer kinds the two frameworks name differently, by what they are (a script's model as its optimizer stepped it).
+LAYER_KINDS = {"conv": ("conv1d", "conv2d", "conv3d"), "dense": ("linear", "dense"), "dropout": ("dropout", "dropout2d",
+               "spatialdropout2d"), "batch norm": ("batchnorm1d", "batchnorm2d", "batchnormalization"),
+               "max pool": ("maxpool2d", "maxpooling2d"), "average pool": ("avgpool2d", "averagepooling2d",
+                                                                          "adaptiveavgpool2d",
+                                                                          "globalaveragepooling2d")}
+
+
+def _kinds(layers: list[str]) -> dict[str, int]:
+    names = [n.lower() for n in layers]
+    return {kind: sum(n in aliases for n in names) for kind, aliases in LAYER_KINDS.items()}
+
+
+def scripts(pt: dict, tf: dict) -> list[dict]:
+    """Two probed scripts of one experiment: where their work differs, from what the probe saw of each (the
+    batches their models received, their epochs' steps, their models' layers, how each framework ran)."""
+    if not (pt["spec"].get("source") == tf["spec"].get("source") == "script"):
+        return []
+    out = []
+    seen = [(r["effective"]["batch_size"]["mean"], r["effective"]["train_steps_per_epoch"],
+             _kinds(r["model"].get("layers", [])), r["environment"].get("execution")) for r in (pt, tf)]
+    (b_pt, s_pt, k_pt, e_pt), (b_tf, s_tf, k_tf, e_tf) = seen
+    if b_pt != b_tf:
+        out.append(f"the models received {b_pt:g} samples per training step in PyTorch and {b_tf:g} in TensorFlow")
+    if s_pt != s_tf:
+        out.append(f"training steps per epoch: PyTorch {s_pt}, TensorFlow {s_tf}")
+    layers = [f"{kind} PyTorch {k_pt[kind]}, TensorFlow {k_tf[kind]}" for kind in LAYER_KINDS if k_pt[kind] != k_tf[kind]]
+    if layers:
+        out.append("the trained models' layers differ: " + "; ".join(layers))
+    return [{"code": "scripts-differ", "severity": "warning", "message": m} for m in out]
+
+
 def flavors(pts: list[dict], tfs: list[dict]) -> list[dict]:
     """A ratio whose runs of one framework come from more than one of its builds (provenance.flavor: PyTorch's
     CUDA 13 and CUDA 12 builds are different torch releases)."""

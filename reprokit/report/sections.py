@@ -238,7 +238,7 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
         if "pytorch" in fws and "tensorflow" in fws:
             pair = fws["pytorch"], fws["tensorflow"]
             for f in (pair_findings.findings(pair[0][0], pair[1][0]) + pair_findings.co_load(*pair)
-                      + pair_findings.flavors(*pair)):
+                      + pair_findings.flavors(*pair) + pair_findings.scripts(pair[0][0], pair[1][0])):
                 lines.append(f"- both, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
     if not lines:
         return None

@@ -1,0 +1,442 @@
+"""TensorFlow's (Keras 3's) side of the probe: the framework's own hooks, installed before the script's first line.
+
+A training step is an optimizer's apply_gradients, whatever the loop: Keras fit's, a custom loop run
+eagerly, or one inside a tf.function. Eagerly the hooks see each call; inside a traced function a
+Python hook runs once, at the trace, so the probe adds small counters to the graph (steps, forward
+passes, the last batch's size and training argument, the loss's sums), declared, and reads them after
+each call of a function the script made with tf.function, and in Keras fit, evaluate and predict from
+a callback the probe adds. Observation hooks (no change to what the script computes, but the graph's
+counters and a read of them per step, which waits for the device):
+- keras.Model.__call__ (outermost call): the batch size (from the tensors) and the training argument;
+- Optimizer.apply_gradients: every training step; eagerly, whether the loop runs eagerly;
+- keras.losses.Loss.__call__: the probe's own count of the loss and correct predictions, and the rows
+  the loss received;
+- tf.function: which functions the script compiled (and with jit_compile);
+- Keras fit, evaluate, predict: a callback for each batch and epoch; fit's bounds are its own arguments.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from keras.src.layers.layer import Layer  # noqa: E402
+
+from kits.common.measure import rss_bytes  # noqa: E402
+from kits.common.observe import Observer  # noqa: E402
+
+
+class KerasProbe:
+    HOOKS = (".numpy(), float() and bool() of eager tensors called from the script's own files: counted",
+             "Optimizer.apply_gradients: every training step, whatever the loop (Keras fit, a custom loop, eager "
+             "or traced)",
+             "keras.Model.__call__ (outermost): each forward pass's batch size and training argument",
+             "keras.losses.Loss.__call__: the probe's own count of loss and correct predictions",
+             "inside a traced function: counters added to the graph (steps, forward passes, the last batch's size "
+             "and training argument, the loss's sums), read after each call of the script's tf.functions and "
+             "from a callback added to Keras fit, evaluate and predict: a read per step waits for the device",
+             "tf.function: which functions the script compiled, and whether with XLA")
+
+    def __init__(self, script_dir: Path) -> None:
+        self.script_dir = str(script_dir)
+        self.observer: Observer | None = None
+        self.model = None
+        self.models: list[str] = []
+        self.in_keras = 0                     # inside fit / evaluate / predict: their callback reports
+        self.eager_steps = 0
+        self.traced = False                   # a step ran inside a traced function
+        self.xla = False
+        self.fit_input = None                 # a tf.data dataset handed to fit: its own time is measured after
+        self.pipeline_note: str | None = None
+        self._depth = self._loss_depth = 0
+        with tf.device("/CPU:0"):
+            v = lambda value, dtype: tf.Variable(value, dtype=dtype, trainable=False)   # noqa: E731
+            self.v = {"steps": v(0, tf.int64), "forwards": v(0, tf.int64), "batch": v(0, tf.int64),
+                      "training": v(True, tf.bool), "loss": v(0.0, tf.float64), "correct": v(0, tf.int64),
+                      "nonneg": v(False, tf.bool), "row_error": v(1.0, tf.float32), "rows": v(0, tf.int64)}
+        self._last = {"steps": 0, "forwards": 0, "loss": 0.0, "correct": 0}
+        self._logits_loss: bool | None = None
+
+    # -- what the run uses -----------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        self.v["steps"].numpy()               # reading a variable waits for the steps that wrote it
+
+    def memory_now(self) -> int:
+        if tf.config.list_physical_devices("GPU"):
+            return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
+        return rss_bytes()
+
+    def memory_series(self) -> str:
+        return ("tf.config.experimental.get_memory_info('GPU:0')['current']" if tf.config.list_physical_devices("GPU")
+                else "process resident memory (VmRSS)")
+
+    def sync_meaning(self) -> str:
+        return ("each waits for the GPU's queued work" if tf.config.list_physical_devices("GPU") else
+                "on a CPU nothing waits; on a GPU each would wait for the queued work")
+
+    def as_float(self, value) -> float:
+        return float(value.numpy()) if hasattr(value, "numpy") else float(value)
+
+    # -- installing ------------------------------------------------------------------------------------
+
+    def install(self, observer: Observer) -> None:
+        self.observer = observer
+        self._count_syncs()
+        self._hook_calls()
+        self._hook_steps()
+        self._hook_losses()
+        self._hook_functions()
+        self._hook_keras_loops()
+        self._bound_datasets()
+
+    def _count_syncs(self) -> None:
+        """.numpy(), float() and bool() of eager tensors, called from the script's own files."""
+        from tensorflow.python.framework import ops
+        script_dir = self.script_dir
+        for name in ("numpy", "__float__", "__bool__"):
+            real = getattr(ops._EagerTensorBase, name)
+
+            def counted(tensor, *args, _real=real, **kwargs):
+                if sys._getframe(1).f_code.co_filename.startswith(script_dir):
+                    self.observer.host_sync()
+                return _real(tensor, *args, **kwargs)
+            setattr(ops._EagerTensorBase, name, counted)
+
+    def _hook_calls(self) -> None:
+        real = Layer.__call__
+        probe = self
+
+        def call(layer, *args, **kwargs):
+            if not isinstance(layer, keras.Model) or probe._depth:
+                return real(layer, *args, **kwargs)
+            probe._depth += 1
+            try:
+                probe._forward(layer, args, kwargs)
+                return real(layer, *args, **kwargs)
+            finally:
+                probe._depth -= 1
+        keras.Model.__call__ = call
+
+    def _forward(self, model, args, kwargs) -> None:
+        x = args[0] if args else kwargs.get("inputs")
+        first = next((t for t in tf.nest.flatten(x) if hasattr(t, "shape") and len(t.shape)), None)
+        if first is None:
+            return
+        training = kwargs.get("training")
+        training = bool(training) if training is not None and not tf.is_tensor(training) else training
+        if tf.executing_eagerly() and not self.in_keras:
+            self._last_model = model
+            self.observer.forward(int(first.shape[0]), bool(training), bool(training), timed=False)
+            return
+        self.v["forwards"].assign_add(1)
+        self.v["batch"].assign(tf.cast(tf.shape(first)[0], tf.int64))
+        self.v["training"].assign(tf.cast(training if training is not None else False, tf.bool))
+        self._last_model = model
+
+    def _hook_steps(self) -> None:
+        real = keras.optimizers.Optimizer.apply_gradients
+        probe = self
+
+        def apply_gradients(optimizer, grads_and_vars, *args, **kwargs):
+            pairs = list(grads_and_vars)
+            if probe.model is None:
+                probe._find_model([v for _, v in pairs])
+            if tf.executing_eagerly() and not probe.in_keras:
+                probe.observer.step_begins()
+                out = real(optimizer, pairs, *args, **kwargs)
+                probe.eager_steps += 1
+                probe.observer.step_ends()
+                return out
+            probe.traced = True
+            out = real(optimizer, pairs, *args, **kwargs)
+            probe.v["steps"].assign_add(1)
+            return out
+        keras.optimizers.Optimizer.apply_gradients = apply_gradients
+
+    def _find_model(self, variables) -> None:
+        stepped = {id(v) for v in variables}
+        model = getattr(self, "_last_model", None)
+        if model is not None and any(id(v) in stepped for v in model.trainable_variables):
+            self.model = model
+            self.models.append(type(model).__name__)
+
+    def _hook_losses(self) -> None:
+        real = keras.losses.Loss.__call__
+        probe = self
+
+        def call(loss_fn, y_true, y_pred, *args, **kwargs):
+            probe._loss_depth += 1                # Keras's compiled loss calls its own losses: count the outermost
+            try:
+                out = real(loss_fn, y_true, y_pred, *args, **kwargs)
+            finally:
+                probe._loss_depth -= 1
+            if not probe._loss_depth and len(getattr(y_pred, "shape", ())) == 2 and len(out.shape) == 0:
+                probe._count(loss_fn, y_true, y_pred, out)
+            return out
+        keras.losses.Loss.__call__ = call
+
+    def _count(self, loss_fn, y_true, y_pred, out) -> None:
+        y_pred = tf.cast(y_pred, tf.float32)
+        one_hot = len(y_true.shape) == 2 and y_true.shape[-1] != 1        # else sparse labels, (n,) or (n, 1)
+        labels = tf.argmax(y_true, 1) if one_hot else tf.reshape(tf.cast(y_true, tf.int64), [-1])
+        n = tf.shape(y_pred)[0]
+        loss_sum = tf.cast(out, tf.float64) * tf.cast(n, tf.float64)
+        correct = tf.reduce_sum(tf.cast(tf.argmax(y_pred, 1) == labels, tf.int64))
+        config = getattr(loss_fn, "get_config", dict)() or {}
+        self._logits_loss = bool(config.get("from_logits", False))
+        self.v["nonneg"].assign(tf.reduce_all(y_pred >= 0))
+        self.v["row_error"].assign(tf.reduce_max(tf.abs(tf.reduce_sum(y_pred, 1) - 1)))
+        self.v["rows"].assign(tf.cast(n, tf.int64))
+        if tf.executing_eagerly() and not self.in_keras:
+            self.observer.loss(loss_sum, correct)
+            return
+        self.v["loss"].assign_add(loss_sum)
+        self.v["correct"].assign_add(correct)
+
+    def _hook_functions(self) -> None:
+        real = tf.function
+        probe = self
+
+        def function(func=None, _caller=None, **kwargs):
+            caller = _caller or sys._getframe(1).f_code.co_filename
+            if func is None:                     # @tf.function(jit_compile=...): the decorator comes next
+                return lambda f: function(f, _caller=caller, **kwargs)
+            if caller.startswith(probe.script_dir):        # the script's own, not Keras's internal functions
+                probe.xla = probe.xla or bool(kwargs.get("jit_compile"))
+            return _Watched(real(func, **kwargs), probe)
+        tf.function = function
+
+    def _hook_keras_loops(self) -> None:
+        probe = self
+        for name in ("fit", "evaluate", "predict"):
+            real = getattr(keras.Model, name)
+
+            def run(model, *args, _real=real, _name=name, **kwargs):
+                if probe.in_keras:
+                    return _real(model, *args, **kwargs)
+                kwargs = probe._bounded(_name, model, args, kwargs)
+                probe.in_keras += 1
+                try:
+                    out = _real(model, *args, **kwargs)
+                finally:
+                    probe.in_keras -= 1
+                if _name == "fit":
+                    probe._time_pipeline()
+                return out
+            setattr(keras.Model, name, run)
+
+    def _bounded(self, name: str, model, args, kwargs) -> dict:
+        """fit's and evaluate's own arguments bound them; the probe's callback reports each batch."""
+        bounds = self.observer.spec.bounds
+        kwargs = dict(kwargs)
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _Report(self, model)]
+        if name == "fit":
+            self.fit_input = args[0] if args else kwargs.get("x")
+            if bounds.epochs:
+                kwargs["epochs"] = min(kwargs.get("epochs", 1), bounds.epochs)
+            if bounds.max_steps:
+                kwargs["steps_per_epoch"] = min(kwargs.get("steps_per_epoch") or bounds.max_steps, bounds.max_steps)
+            if bounds.eval_steps and kwargs.get("validation_data") is not None:
+                kwargs["validation_steps"] = min(kwargs.get("validation_steps") or bounds.eval_steps,
+                                                 bounds.eval_steps)
+            self.observer.bounded.add("fit")
+        elif name == "evaluate" and bounds.eval_steps:
+            kwargs["steps"] = min(kwargs.get("steps") or bounds.eval_steps, bounds.eval_steps)
+            self.observer.bounded.add("evaluation")
+        return kwargs
+
+    def _bound_datasets(self) -> None:
+        real_iter = tf.data.Dataset.__iter__
+        probe = self
+
+        def bounded_iter(dataset):
+            inner = real_iter(dataset)
+            if probe.in_keras:
+                return inner
+            return _Bounded(inner, probe.observer.loader_pass(id(dataset), None, None))
+        tf.data.Dataset.__iter__ = bounded_iter
+
+    # -- the graph's counters ------------------------------------------------------------------------
+
+    def report_graph(self, phase: str | None = None) -> None:
+        """After a traced call: the forward passes and steps it ran, as events for the observer."""
+        now = {k: int(self.v[k].numpy()) for k in ("steps", "forwards", "correct")}
+        loss = float(self.v["loss"].numpy())
+        steps, forwards = now["steps"] - self._last["steps"], now["forwards"] - self._last["forwards"]
+        counts = (loss - self._last["loss"], now["correct"] - self._last["correct"])
+        self._last = {**now, "loss": loss}
+        if not forwards and not steps:
+            return
+        training = bool(self.v["training"].numpy()) if phase is None else phase == "train"
+        batch = int(self.v["batch"].numpy())
+        self.observer.forward(batch, training, training, timed=False)
+        self.observer.loss(*counts)
+        for _ in range(steps):
+            self.observer.step_begins()
+            self.observer.step_ends()
+
+    def _time_pipeline(self) -> None:
+        """The fit's input pipeline on its own, over as many batches as fit trained: inside fit it runs in
+        the traced step, so its wait cannot be told from the step's."""
+        m = self.observer.m
+        if not isinstance(self.fit_input, tf.data.Dataset) or not self.observer.steps:
+            self.pipeline_note = "the fit's input was not a tf.data dataset: its input is sliced inside the step"
+            return
+        n = max(1, len(m.observed_batch_sizes) - self.observer.spec.warmup_steps)
+        t0 = time.perf_counter()
+        for _ in self.fit_input.take(n):
+            pass
+        m.data_wait_s = time.perf_counter() - t0
+        self.pipeline_note = (f"data wait: the fit's tf.data input on its own over {n} batches, timed after training "
+                              f"(Keras fit runs it inside the traced step, where its wait cannot be told apart)")
+
+    # -- what it saw -------------------------------------------------------------------------------------
+
+    def input_reader(self) -> str | None:
+        """How a Keras fit read its batches (a custom loop's loader passes say it themselves)."""
+        if self.fit_input is None:
+            return None
+        if isinstance(self.fit_input, tf.data.Dataset):
+            return "Keras fit over the script's own tf.data dataset"
+        return "Keras fit's own batches of the script's arrays"
+
+    def finish(self) -> None:
+        """The loss's rows as the last call left them (a traced loss writes them to the graph's counters)."""
+        if self._logits_loss is not None and int(self.v["rows"].numpy()):
+            self.observer.seen["loss_input_probe"] = {
+                "expects_logits": self._logits_loss, "rows": int(self.v["rows"].numpy()),
+                "nonnegative": bool(self.v["nonneg"].numpy()), "max_row_sum_error": float(self.v["row_error"].numpy())}
+
+    def eager_loop(self) -> bool:
+        """A custom loop whose steps ran eagerly: no tf.function traced them."""
+        return bool(self.eager_steps) and not self.traced
+
+    def execution(self) -> str:
+        if self.eager_loop():
+            return "eager"
+        # Keras fit compiles with XLA where model.jit_compile resolved to True; a custom loop where its tf.function asked
+        fit_xla = self.fit_input is not None and getattr(self.model, "jit_compile", None) is True
+        return "tf.function graph with XLA" if fit_xla or self.xla else "tf.function graph"
+
+    def environment(self) -> dict:
+        from kits.common.environment import cpu_name, nvidia_smi
+        build = tf.sysconfig.get_build_info()
+        gpus = tf.config.list_physical_devices("GPU")
+        return {
+            "framework": "tensorflow", "framework_version": tf.__version__, "keras_version": keras.__version__,
+            "build": {"cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version")},
+            "python": platform.python_version(), "numpy": np.__version__,
+            "device": "gpu" if gpus else "cpu",
+            "device_name": (tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus
+                            else cpu_name()),
+            "gpus": nvidia_smi() if gpus else [], "gpu_count": len(gpus),
+            "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                            "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
+            "data_layout": "as the script ran it", "execution": self.execution(),
+            "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
+            "tf32_ops": dict.fromkeys(("matmul", "convolution"),
+                                      tf.config.experimental.tensor_float_32_execution_enabled()),
+            "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false", "False"),
+            "precision": {"requested": "as the script ran it",
+                          "compute_dtype": keras.mixed_precision.global_policy().compute_dtype,
+                          "how": f"Keras policy {keras.mixed_precision.global_policy().name}"},
+        }
+
+    def parameters(self) -> dict:
+        if self.model is None:
+            return {"total": 0, "trainable": 0}
+        count = lambda vs: int(sum(np.prod(v.shape) for v in vs))   # noqa: E731
+        return {"total": count(self.model.weights), "trainable": count(self.model.trainable_weights)}
+
+    def layers(self) -> list[str]:
+        if self.model is None:
+            return []
+        leaves = [layer for layer in self.model._flatten_layers(include_self=False) if not layer._layers]
+        return [type(layer).__name__ for layer in leaves]
+
+    def stage_data(self, staged: Path, stand_in: bool) -> list[str]:
+        """keras.datasets.cifar10.load_data() reads the staged batches with Keras's own load_batch, as it reads
+        its downloaded ones (it never downloads); declared."""
+        from keras.src.datasets import cifar10
+        folder = staged / "cifar-10-batches-py"
+
+        def load_data():
+            parts = [cifar10.load_batch(str(folder / f"data_batch_{i}")) for i in range(1, 6)]
+            x_test, y_test = cifar10.load_batch(str(folder / "test_batch"))
+            x_train = np.concatenate([x for x, _ in parts]).transpose(0, 2, 3, 1)
+            y_train = np.concatenate([np.asarray(y) for _, y in parts]).astype("uint8").reshape(-1, 1)
+            return (x_train, y_train), (x_test.transpose(0, 2, 3, 1), np.asarray(y_test, "uint8").reshape(-1, 1))
+        for module in (keras.datasets.cifar10, cifar10):
+            module.load_data = load_data
+        return ["keras.datasets.cifar10.load_data() reads the kit's CIFAR-10 batches with Keras's own load_batch "
+                "(it never downloads)"]
+
+
+class _Watched:
+    """A function the script made with tf.function: after each call, the graph's counters become events."""
+
+    def __init__(self, compiled, probe: KerasProbe) -> None:
+        self._compiled, self._probe = compiled, probe
+
+    def __call__(self, *args, **kwargs):
+        out = self._compiled(*args, **kwargs)
+        if not self._probe.in_keras:
+            self._probe.report_graph()
+        return out
+
+    def __get__(self, obj, objtype=None):
+        return _Watched(self._compiled.__get__(obj, objtype), self._probe)
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+
+class _Report(keras.callbacks.Callback):
+    """The callback the probe adds to Keras fit, evaluate and predict."""
+
+    def __init__(self, probe: KerasProbe, model) -> None:
+        super().__init__()
+        self.probe = probe
+        probe._last_model = model
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.probe.report_graph("train")
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.probe.report_graph("eval")
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self.probe.report_graph("eval")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.probe.observer.epoch_ends()
+
+
+class _Bounded:
+    """A tf.data iterator, ended where the probe's bounds say (the script's loop sees it run out); the time the
+    loop waits in it is the data wait."""
+
+    def __init__(self, inner, bound) -> None:
+        self._inner, self._bound = inner, bound
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._bound.more():
+            raise StopIteration
+        t0 = time.perf_counter()
+        batch = next(self._inner)
+        self._bound.observer.fetched(time.perf_counter() - t0)
+        return batch
+
+    def __len__(self):
+        return len(self._inner)
