@@ -83,7 +83,10 @@ def bench(session: nox.Session) -> None:
     bare loop beyond the interval, step timing on/off (the kit against itself)
     with an interval that covers 1. Then the local
     runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
-    (< 2 s). Options after --, e.g.
+    (< 2 s). Then the probe's cost (benchmarks/bench_probe.py): a script that
+    times its own steps, plain and under the probe in fresh processes, 12
+    rounds per framework (options in $REPROKIT_BENCH_PROBE_ARGS); gate: the
+    median cost at most 1% of a step, printed in microseconds and %. Options after --, e.g.
     `nox -s bench -- --max-rounds 9 --frameworks pytorch`. Where a Docker engine
     answers it also runs benchmarks/bench_docker_overhead.py (its options in
     $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`).
@@ -103,6 +106,8 @@ def bench(session: nox.Session) -> None:
     _host(session)
     try:
         session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
+        session.run("python", "benchmarks/bench_probe.py",
+                    *shlex.split(os.environ.get("REPROKIT_BENCH_PROBE_ARGS", "--rounds 12")), env=env)
     finally:
         answer = session.run("python", "-c", "from reprokit.host_checks import engine_status as s; "
                              "ok, why = s(); print(('yes: ' if ok else 'no: ') + why)", silent=True, env=env)

@@ -27,7 +27,7 @@ from kits.common import detectors, environment, report
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
-from kits.common.observe import Observer, StopScript
+from kits.common.observe import HookClock, Observer, StopScript
 from kits.common.phases import WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import ScriptSpec
@@ -182,6 +182,9 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: Phas
                                       "per_training_step": observer.syncs["train"] / observer.steps,
                                       "meaning": probe.sync_meaning()},
                        "bounded": sorted(observer.bounded),
+                       "own_seconds_per_step": observer.own_s / max(1, len(observer.m.observed_batch_sizes)
+                                                                     - spec.warmup_steps),
+                       "own_seconds": HookClock.seconds,
                        "notes": [n for n in (getattr(probe, "pipeline_note", None),) if n]}
     footprint = 16 * parameters["total"]      # parameters, gradients and an optimizer's two moments, fp32
     result["findings"] = detectors.script_findings(m, configured, observer.seen, spec.warmup_steps,

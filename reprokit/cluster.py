@@ -184,8 +184,10 @@ def _slot_request(device: str, spec: dict) -> dict:
     if resource == "GPU":
         return {"num_gpus": 1}
     if resource == "CPU":
-        # "auto" is resolved by the kit on its node; the task reserves what it resolved to on the head
-        return {"num_cpus": Threads(**spec["numerics"]["cpu_threads"]).intra()}
+        # "auto" is resolved by the kit on its node; the task reserves what it resolved to on the head (a script
+        # sets its own threads: it reserves the head's CPUs too)
+        threads = spec.get("numerics", {}).get("cpu_threads") or {"intra_op": "auto", "inter_op": 1}
+        return {"num_cpus": Threads(**threads).intra()}
     return {"resources": {resource: 1}}
 
 

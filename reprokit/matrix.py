@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from kits.common.names import FRAMEWORKS
-from kits.common.spec import RunSpec, SpecError
+from kits.common.spec import RunSpec, ScriptSpec, SpecError
 from reprokit import datasets, host_checks, script_plan, topology
 from reprokit import plan as planning
 from reprokit.envs import ENVS
@@ -101,22 +101,27 @@ def specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: dic
     specs = []
     for r in results:
         spec = copy.deepcopy(r["spec"])
+        kind = ScriptSpec if spec.get("source") == "script" else RunSpec
         try:
-            RunSpec.from_dict(spec)
+            kind.from_dict(spec)
         except (SpecError, ValueError) as exc:
             raise UserError(f"--from {folder}: {r['run_id']}.json has a spec this kit cannot run ({exc})") from None
         if spec["device"] == "gpu" and device != "gpu":
             raise UserError(f"--from {folder}: the report ran on a GPU and this machine runs on its CPU; "
                             f"re-run it on a machine with a GPU (or give --gpus)")
+        if kind is ScriptSpec and not Path(spec["script"]["folder"], spec["script"]["path"]).is_file():
+            raise UserError(f"--from {folder}: its script {spec['script']['path']} is not in "
+                            f"{spec['script']['folder']} here; put the scripts' folder there and re-run")
         d = spec["data"]
+        seed = spec["train"]["seed"] if kind is RunSpec else 0
         here = datasets.prepare({"dataset": d["dataset"], "train_samples": d["train_samples"],
-                                 "test_samples": d["test_samples"], "seed": spec["train"]["seed"]},
+                                 "test_samples": d["test_samples"], "seed": seed},
                                 data_dir, allow_download=not offline)
         if here.sha256 != d["sha256"]:
             raise UserError(f"--from {folder}: the {d['dataset']} data prepared here (sha256 {here.sha256[:12]}) is "
                             f"not the data the report ran on ({d['sha256'][:12]}); prepare the same data and re-run")
         spec["provenance"] = {**code_info, **runner.describe(spec["framework"])}
-        spec = RunSpec.from_dict(spec).to_dict()          # also refuses a spec the kits could not read
+        spec = kind.from_dict(spec).to_dict()             # also refuses a spec the kits could not read
         spec["run_id"] = planning.run_id(spec)
         specs.append(spec)
     return specs

@@ -166,3 +166,13 @@ def test_a_planted_pair_is_explained_and_its_twin_is_not(kit_python, tmp_path, d
     for code in ("scripts-differ", "grad-in-eval", "eager-custom-loop"):
         assert code not in twin
     assert "### The scripts, as the probe ran them" in twin and "Declared shims" in twin
+    # a report of scripts is re-run with --from (the same specs, planned here) and compared like any other
+    again = subprocess.run([sys.executable, "-m", "reprokit", "reproduce", "--from",
+                            str(tmp_path / "reports" / "twin_pair"), "--experiments", str(SCRIPTS), "--backend",
+                            "local", "--dry-run", "--state-dir",
+                            str(tmp_path / "state"), "--data-dir", str(data_dir)],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "2 already finished, 0 to run" in again.stdout, again.stdout + again.stderr
+    compared = subprocess.run([sys.executable, "-m", "reprokit", "compare", str(tmp_path / "reports" / "twin_pair"),
+                               str(tmp_path / "reports" / "twin_pair")], cwd=REPO, capture_output=True, text=True)
+    assert compared.returncode == 0 and "twin\\_pair / script / PyTorch / quick" in compared.stdout, compared.stdout

@@ -18,6 +18,7 @@ steps.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,6 +27,45 @@ from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import ScriptSpec
 from kits.common.training import Measurements
+
+
+class HookClock:
+    """The time the probe's own code takes on the script's path (hooks, counting, bookkeeping; the outermost
+    hook call counts, so nested ones are not counted twice): the probe's direct cost per step. The Observer
+    keeps what it took over the measured steps (after warmup: a trace's one-off work is not a step's)."""
+
+    seconds = 0.0
+    _depth = 0
+
+
+def own_time(fn):
+    """Count a hook's time on HookClock."""
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        if HookClock._depth:
+            return fn(*args, **kwargs)
+        HookClock._depth += 1
+        t0 = now()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            HookClock.seconds += now() - t0
+            HookClock._depth -= 1
+    return timed
+
+
+def unclocked(fn):
+    """A wait for the device inside a hook (a kit run's timing waits as long, at the same edges): not the probe's
+    own work, so HookClock leaves it out."""
+    @functools.wraps(fn)
+    def waits(*args, **kwargs):
+        t0 = now()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if HookClock._depth:
+                HookClock.seconds -= now() - t0
+    return waits
 
 
 class StopScript(BaseException):
@@ -51,6 +91,7 @@ class LoaderPass:
         self.observer, self.loader_id, self.steps0, self.fetched = observer, loader_id, observer.steps, 0
         self.batch_size, self.workers = batch_size, workers
 
+    @own_time
     def more(self) -> bool:
         bounds, done = self.observer.spec.bounds, self.observer.steps - self.steps0
         if bounds.max_steps and done >= bounds.max_steps:
@@ -66,9 +107,10 @@ class LoaderPass:
 
 class Observer:
     def __init__(self, spec: ScriptSpec, sync, phases: PhaseMemory, memory_now, progress: Progress) -> None:
-        self.spec, self.sync, self.phases, self.memory_now, self.progress = spec, sync, phases, memory_now, progress
+        self.spec, self.phases, self.memory_now, self.progress = spec, phases, memory_now, progress
+        self.sync = unclocked(sync)
         self.m = Measurements(window_steps=spec.measure.window_steps)
-        self.timer = WindowTimer(spec.measure.window_steps, sync)
+        self.timer = WindowTimer(spec.measure.window_steps, self.sync)
         self.m.step_timing = self.timer.method
         self.phase, self.epoch, self.steps, self.in_phase = WARMUP, 1, 0, 0
         self.pending: Forward | None = None          # the last forward pass, not yet known to be training or not
@@ -88,9 +130,12 @@ class Observer:
         self.t_measured: float | None = None
         self.epoch_samples = self.epoch_steps = self.eval_steps = self.eval_samples = 0
         self.train_part: dict | None = None          # the epoch's training, once it ended
+        self.own_s = 0.0                             # the probe's own time over the measured steps (HookClock)
+        self._own_mark: float | None = None
 
     # -- from the framework's hooks -----------------------------------------------------------------
 
+    @own_time
     def forward(self, batch: int, grad: bool, training: bool, timed: bool = True) -> None:
         """A forward pass of the trained model begins (``timed``: now, so the time since the last step is the
         wait for its batch; a traced function's passes are reported after its call, and their wait comes from
@@ -105,11 +150,13 @@ class Observer:
         if timed and self.phase != EVAL and self.t_measured is not None and self.t_step_end is not None:
             self.pending.wait = t - self.t_step_end
 
+    @own_time
     def loss(self, loss_sum, correct) -> None:
         """The loss of the pending forward pass, counted by the probe (device values, read once at the end)."""
         if self.pending is not None:
             self.pending.counts.append((loss_sum, correct))
 
+    @own_time
     def step_begins(self) -> None:
         """An optimizer step begins: an evaluation before it has ended its epoch; past the bounds, stop."""
         if self.phase == EVAL:
@@ -125,6 +172,7 @@ class Observer:
         if self.t_epoch is None:
             self._start_training()
 
+    @own_time
     def step_ends(self) -> None:
         """An optimizer step ended: the pending forward pass was training."""
         fwd = self.pending or Forward(0, True, True)
@@ -144,17 +192,22 @@ class Observer:
             self.timer.tick()
             self.m.measured_samples += fwd.batch
             self.m.data_wait_s += fwd.wait
+            if self._own_mark is not None:
+                self.own_s += HookClock.seconds - self._own_mark
         elif self.steps == self.spec.warmup_steps:
             self.sync()
             self.phases.end(WARMUP, self.epoch, self.in_phase, then=TRAIN)
             self.phase, self.in_phase = TRAIN, 0
             self._start_clock()
+        # the probe's own time from this step's end to the next one's, while steps are measured
+        self._own_mark = HookClock.seconds if self.t_measured is not None else None
         if self.steps % self.spec.measure.memory_every_steps == 0:
             self.m.memory_over_steps.append((self.steps, self.memory_now()))
         self.progress.emit(phase="train", epoch=self.epoch, epochs=self.spec.bounds.epochs, step=self.epoch_steps,
                            steps=self.spec.bounds.max_steps)
         self.t_step_end = now()
 
+    @own_time
     def loader_pass(self, loader_id: int, batch_size: int | None, workers: int | None) -> LoaderPass:
         """A pass over a loader begins; a new pass over the training loader, with no evaluation since its
         last training step, is a new epoch."""
@@ -164,11 +217,13 @@ class Observer:
         self.loaders.append(p)
         return p
 
+    @own_time
     def fetched(self, seconds: float) -> None:
         """The script's loop waited this long for its next batch from a loader (where passes are not timed)."""
         if self.phase != EVAL and self.t_measured is not None:
             self.m.data_wait_s += seconds
 
+    @own_time
     def epoch_ends(self) -> None:
         """The framework says an epoch ended (Keras fit's callback): its last evaluation pass is counted."""
         if self.pending is not None and self.phase == EVAL:
@@ -176,6 +231,7 @@ class Observer:
         if self.epoch_steps or self.phase == EVAL:
             self._end_epoch()
 
+    @own_time
     def host_sync(self) -> None:
         """A call in the script's own code that waits for the device (.item(), .numpy(), float(), ...)."""
         self.syncs[EVAL if self.phase == EVAL else TRAIN] += 1

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from kits.common.observe import Observer
+from kits.common.measure import now
+from kits.common.observe import HookClock, Observer, own_time
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__")
 
@@ -128,11 +129,13 @@ class TorchProbe:
     def _any_post(self, module, args, output) -> None:
         self._depth -= 1
 
+    @own_time
     def _pre_step(self, optimizer, args, kwargs) -> None:
         if self.model is None:
             self._find_model(optimizer)
         self.observer.step_begins()
 
+    @own_time
     def _post_step(self, optimizer, args, kwargs) -> None:
         self.observer.step_ends()
 
@@ -152,6 +155,7 @@ class TorchProbe:
         self._model_pre(self.model, next(args for m, args in reversed(self._roots) if m is self.model))
         self._roots.clear()
 
+    @own_time
     def _model_pre(self, module, args) -> None:
         batch = next((a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.dim()), 0)
         self.observer.forward(int(batch), torch.is_grad_enabled(), module.training)
@@ -169,6 +173,7 @@ class TorchProbe:
                 return out
             setattr(F, name, counted)
 
+    @own_time
     def _count(self, input, target, out, name: str, reduction: str) -> None:
         with torch.no_grad():
             n = target.shape[0]
@@ -186,8 +191,10 @@ class TorchProbe:
             real = getattr(torch.Tensor, name)
 
             def counted(tensor, *args, _real=real, **kwargs):
+                t0 = now()
                 if sys._getframe(1).f_code.co_filename.startswith(script_dir):
                     self.observer.host_sync()
+                HookClock.seconds += now() - t0
                 return _real(tensor, *args, **kwargs)
             setattr(torch.Tensor, name, counted)
 

@@ -30,7 +30,10 @@ import tensorflow as tf  # noqa: E402
 from keras.src.layers.layer import Layer  # noqa: E402
 
 from kits.common.measure import rss_bytes  # noqa: E402
-from kits.common.observe import Observer  # noqa: E402
+from kits.common.observe import HookClock, Observer, own_time  # noqa: E402
+
+
+STEPS, FORWARDS, BATCH, TRAINING, CORRECT = range(5)       # the packed counters' places
 
 
 class KerasProbe:
@@ -56,18 +59,20 @@ class KerasProbe:
         self.fit_input = None                 # a tf.data dataset handed to fit: its own time is measured after
         self.pipeline_note: str | None = None
         self._depth = self._loss_depth = 0
+        # The graph's counters, packed so that one read after a call gets them all:
+        # [steps, forward passes, the last batch's size, its training argument, correct predictions], the loss's
+        # sum, and the last rows the loss received [all non-negative, max |row sum - 1|, rows].
         with tf.device("/CPU:0"):
-            v = lambda value, dtype: tf.Variable(value, dtype=dtype, trainable=False)   # noqa: E731
-            self.v = {"steps": v(0, tf.int64), "forwards": v(0, tf.int64), "batch": v(0, tf.int64),
-                      "training": v(True, tf.bool), "loss": v(0.0, tf.float64), "correct": v(0, tf.int64),
-                      "nonneg": v(False, tf.bool), "row_error": v(1.0, tf.float32), "rows": v(0, tf.int64)}
-        self._last = {"steps": 0, "forwards": 0, "loss": 0.0, "correct": 0}
+            self.counts = tf.Variable(tf.zeros(5, tf.int64), trainable=False)
+            self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+            self.rows = tf.Variable(tf.zeros(3, tf.float32), trainable=False)
+        self._last = np.zeros(5, np.int64), 0.0
         self._logits_loss: bool | None = None
 
     # -- what the run uses -----------------------------------------------------------------------------
 
     def sync(self) -> None:
-        self.v["steps"].numpy()               # reading a variable waits for the steps that wrote it
+        self.counts.numpy()                   # reading a variable waits for the steps that wrote it
 
     def memory_now(self) -> int:
         if tf.config.list_physical_devices("GPU"):
@@ -105,8 +110,10 @@ class KerasProbe:
             real = getattr(ops._EagerTensorBase, name)
 
             def counted(tensor, *args, _real=real, **kwargs):
+                t0 = time.perf_counter()
                 if sys._getframe(1).f_code.co_filename.startswith(script_dir):
                     self.observer.host_sync()
+                HookClock.seconds += time.perf_counter() - t0
                 return _real(tensor, *args, **kwargs)
             setattr(ops._EagerTensorBase, name, counted)
 
@@ -125,6 +132,7 @@ class KerasProbe:
                 probe._depth -= 1
         keras.Model.__call__ = call
 
+    @own_time
     def _forward(self, model, args, kwargs) -> None:
         x = args[0] if args else kwargs.get("inputs")
         first = next((t for t in tf.nest.flatten(x) if hasattr(t, "shape") and len(t.shape)), None)
@@ -136,9 +144,9 @@ class KerasProbe:
             self._last_model = model
             self.observer.forward(int(first.shape[0]), bool(training), bool(training), timed=False)
             return
-        self.v["forwards"].assign_add(1)
-        self.v["batch"].assign(tf.cast(tf.shape(first)[0], tf.int64))
-        self.v["training"].assign(tf.cast(training if training is not None else False, tf.bool))
+        flag = tf.cast(training if training is not None else False, tf.int64)
+        self.counts.scatter_nd_add([[FORWARDS]], [1])
+        self.counts.scatter_nd_update([[BATCH], [TRAINING]], [tf.cast(tf.shape(first)[0], tf.int64), flag])
         self._last_model = model
 
     def _hook_steps(self) -> None:
@@ -157,10 +165,11 @@ class KerasProbe:
                 return out
             probe.traced = True
             out = real(optimizer, pairs, *args, **kwargs)
-            probe.v["steps"].assign_add(1)
+            probe.counts.scatter_nd_add([[STEPS]], [1])
             return out
         keras.optimizers.Optimizer.apply_gradients = apply_gradients
 
+    @own_time
     def _find_model(self, variables) -> None:
         stepped = {id(v) for v in variables}
         model = getattr(self, "_last_model", None)
@@ -183,6 +192,7 @@ class KerasProbe:
             return out
         keras.losses.Loss.__call__ = call
 
+    @own_time
     def _count(self, loss_fn, y_true, y_pred, out) -> None:
         y_pred = tf.cast(y_pred, tf.float32)
         one_hot = len(y_true.shape) == 2 and y_true.shape[-1] != 1        # else sparse labels, (n,) or (n, 1)
@@ -192,14 +202,13 @@ class KerasProbe:
         correct = tf.reduce_sum(tf.cast(tf.argmax(y_pred, 1) == labels, tf.int64))
         config = getattr(loss_fn, "get_config", dict)() or {}
         self._logits_loss = bool(config.get("from_logits", False))
-        self.v["nonneg"].assign(tf.reduce_all(y_pred >= 0))
-        self.v["row_error"].assign(tf.reduce_max(tf.abs(tf.reduce_sum(y_pred, 1) - 1)))
-        self.v["rows"].assign(tf.cast(n, tf.int64))
+        self.rows.assign(tf.stack([tf.cast(tf.reduce_all(y_pred >= 0), tf.float32),
+                                   tf.reduce_max(tf.abs(tf.reduce_sum(y_pred, 1) - 1)), tf.cast(n, tf.float32)]))
         if tf.executing_eagerly() and not self.in_keras:
             self.observer.loss(loss_sum, correct)
             return
-        self.v["loss"].assign_add(loss_sum)
-        self.v["correct"].assign_add(correct)
+        self.loss_sum.assign_add(loss_sum)
+        self.counts.scatter_nd_add([[CORRECT]], [correct])
 
     def _hook_functions(self) -> None:
         real = tf.function
@@ -266,17 +275,18 @@ class KerasProbe:
 
     # -- the graph's counters ------------------------------------------------------------------------
 
+    @own_time
     def report_graph(self, phase: str | None = None) -> None:
         """After a traced call: the forward passes and steps it ran, as events for the observer."""
-        now = {k: int(self.v[k].numpy()) for k in ("steps", "forwards", "correct")}
-        loss = float(self.v["loss"].numpy())
-        steps, forwards = now["steps"] - self._last["steps"], now["forwards"] - self._last["forwards"]
-        counts = (loss - self._last["loss"], now["correct"] - self._last["correct"])
-        self._last = {**now, "loss": loss}
+        self.observer.sync()                 # the call's steps end first: a wait, not the probe's own work
+        counts, loss = self.counts.numpy(), float(self.loss_sum.numpy())
+        (last, last_loss), self._last = self._last, (counts, loss)
+        steps, forwards = int(counts[STEPS] - last[STEPS]), int(counts[FORWARDS] - last[FORWARDS])
         if not forwards and not steps:
             return
-        training = bool(self.v["training"].numpy()) if phase is None else phase == "train"
-        batch = int(self.v["batch"].numpy())
+        training = bool(counts[TRAINING]) if phase is None else phase == "train"
+        batch = int(counts[BATCH])
+        counts = (loss - last_loss, int(counts[CORRECT] - last[CORRECT]))
         self.observer.forward(batch, training, training, timed=False)
         self.observer.loss(*counts)
         for _ in range(steps):
@@ -310,10 +320,10 @@ class KerasProbe:
 
     def finish(self) -> None:
         """The loss's rows as the last call left them (a traced loss writes them to the graph's counters)."""
-        if self._logits_loss is not None and int(self.v["rows"].numpy()):
-            self.observer.seen["loss_input_probe"] = {
-                "expects_logits": self._logits_loss, "rows": int(self.v["rows"].numpy()),
-                "nonnegative": bool(self.v["nonneg"].numpy()), "max_row_sum_error": float(self.v["row_error"].numpy())}
+        nonneg, error, rows = (float(x) for x in self.rows.numpy())
+        if self._logits_loss is not None and rows:
+            self.observer.seen["loss_input_probe"] = {"expects_logits": self._logits_loss, "rows": int(rows),
+                                                      "nonnegative": bool(nonneg), "max_row_sum_error": error}
 
     def eager_loop(self) -> bool:
         """A custom loop whose steps ran eagerly: no tf.function traced them."""
