@@ -27,6 +27,7 @@ from kits.common import detectors, environment, report
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
+from kits.common.nvml import DeviceSampler
 from kits.common.observe import HookClock, Observer, StopScript
 from kits.common.phases import WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -106,9 +107,12 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
     staged, stand_in = _stage(spec, data_dir, work)
     probe = _probe_for(spec.framework, work)
     shims += stand_in + probe.stage_data(staged, stand_in=bool(stand_in))
-    counters = [ResidentPeak()]
+    # on a GPU: the framework's allocator and the device through NVML (its baseline before the framework starts)
+    sampler = DeviceSampler() if spec.device == "gpu" else None
+    counters = [*probe.gpu_counters(), sampler] if sampler else [ResidentPeak()]
     phases = PhaseMemory(counters)
     observer = Observer(spec, probe.sync, phases, probe.memory_now, Progress())
+    observer.at_first_step.append(lambda: _on_its_device(spec, probe, sampler))
     probe.install(observer)
     shims += _bounds(spec)
     globals_ = {}
@@ -124,6 +128,8 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
         runpy.run_path(str(work / spec.script.path), init_globals=globals_, run_name="__main__")
     except StopScript:
         ended = f"the probe stopped the script at its bound ({', '.join(sorted(observer.bounded))})"
+    except NoGpu as exc:
+        return _failed(spec, str(exc), [], kind="no-gpu")
     except SystemExit as exc:
         if exc.code not in (None, 0):
             failure = _failed(spec, f"the script exited with status {exc.code}", tried)
@@ -135,7 +141,22 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
     observer.finish(probe.as_float, stopped=bool(observer.bounded & {"epochs", "steps"}))
     if not observer.steps:
         return _failed(spec, "no training step observed (no optimizer step ran)", tried, kind="invalid-output")
-    return _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims)
+    device = sampler.stop() if sampler else None
+    return _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims, device, sampler)
+
+
+class NoGpu(RuntimeError):
+    """The spec asks for a GPU and the script's model trains on the CPU."""
+
+
+def _on_its_device(spec: ScriptSpec, probe, sampler) -> None:
+    """At the first step, the model is known: a GPU run on the CPU stops here; NVML watches its device."""
+    if spec.device == "gpu" and not probe.on_gpu():
+        raise NoGpu(f"the spec asks for a GPU but the script's {spec.framework} model trains on the CPU "
+                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); refusing to measure it")
+    if sampler:
+        uuid, pci = probe.device_ids()
+        sampler.watch(uuid, pci)
 
 
 def _bounds(spec: ScriptSpec) -> list[str]:
@@ -161,7 +182,7 @@ def _training_loader(observer: Observer):
 
 
 def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: PhaseMemory, wall_s: float,
-            ended: str, shims: list[str]) -> dict:
+            ended: str, shims: list[str], device: dict | None, sampler) -> dict:
     m = observer.m
     loader = _training_loader(observer)
     sizes = m.observed_batch_sizes
@@ -172,10 +193,12 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: Phas
         else "the script's own loop (no loader)")
     result = report.header(raw, "ok", None)
     result.update(report.script_sections(spec, m, wall_s, reader, configured))
-    result["memory"] = report.memory_section(phases, m, probe.memory_series(), None)
+    result["memory"] = report.memory_section(phases, m, probe.memory_series(), device)
     parameters = probe.parameters()
     result["model"] = {"parameters": parameters, "layers": probe.layers()}
     result["environment"] = {**probe.environment(), "host": environment.host()}
+    if sampler:
+        result["environment"]["nvml"] = sampler.report()
     result["provenance"] = {**spec.provenance, "data_sha256": spec.data.sha256}
     result["probe"] = {"ended": ended, "hooks": list(probe.HOOKS), "shims": shims, "models": probe.models,
                        "host_syncs": {"train": observer.syncs["train"], "eval": observer.syncs["eval"],

@@ -176,3 +176,26 @@ def test_a_planted_pair_is_explained_and_its_twin_is_not(kit_python, tmp_path, d
     compared = subprocess.run([sys.executable, "-m", "reprokit", "compare", str(tmp_path / "reports" / "twin_pair"),
                                str(tmp_path / "reports" / "twin_pair")], cwd=REPO, capture_output=True, text=True)
     assert compared.returncode == 0 and "twin\\_pair / script / PyTorch / quick" in compared.stdout, compared.stdout
+
+
+def test_a_gpu_run_whose_script_trains_on_the_cpu_fails_as_no_gpu(kit_python, tmp_path, data_dir):
+    """The spec asks for a GPU; the script's model is on the CPU (none here): refused at its first step."""
+    from reprokit import script_plan
+    from reprokit.experiments import from_scripts
+    from reprokit.plan import Options
+    from reprokit.provenance import code
+
+    python = kit_python("pytorch")
+    opts = Options(profile="quick", device="gpu", repeats=1, frameworks=("pytorch",), data_dir=data_dir,
+                   allow_download=False)
+    exp = from_scripts("gpu", {"pytorch": SCRIPTS / "torch_fixed.py"})
+    (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
+                                                                             "image": None}, code())
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    out = tmp_path / "out" / "result.json"
+    proc = subprocess.run([str(python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out", str(out),
+                           "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = json.loads(out.read_text())
+    assert proc.returncode == 1 and result["failure"]["kind"] == "no-gpu"
+    assert "the spec asks for a GPU but the script's pytorch model trains on the CPU" in result["failure"]["message"]

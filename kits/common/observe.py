@@ -132,6 +132,7 @@ class Observer:
         self.train_part: dict | None = None          # the epoch's training, once it ended
         self.own_s = 0.0                             # the probe's own time over the measured steps (HookClock)
         self._own_mark: float | None = None
+        self.at_first_step: list = []                # callables: the model is known, its device too
 
     # -- from the framework's hooks -----------------------------------------------------------------
 
@@ -159,6 +160,9 @@ class Observer:
     @own_time
     def step_begins(self) -> None:
         """An optimizer step begins: an evaluation before it has ended its epoch; past the bounds, stop."""
+        if not self.steps:
+            for call in self.at_first_step:
+                call()
         if self.phase == EVAL:
             self._end_epoch()
         bounds = self.spec.bounds

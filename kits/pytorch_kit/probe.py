@@ -65,6 +65,18 @@ class TorchProbe:
     def _on_gpu(self) -> bool:
         return self.model is not None and next(self.model.parameters()).is_cuda
 
+    def on_gpu(self) -> bool:
+        return self._on_gpu()
+
+    def device_ids(self) -> tuple[str | None, str | None]:
+        """(CUDA's UUID of the trained model's device, its PCI bus id) for the NVML sampler."""
+        if not self._on_gpu():
+            return None, None
+        return str(torch.cuda.get_device_properties(next(self.model.parameters()).device).uuid), None
+
+    def gpu_counters(self) -> list:
+        return [_AllocatorPeaks()]
+
     def memory_series(self) -> str:
         return "torch.cuda.memory_allocated" if self._on_gpu() else "process resident memory (VmRSS)"
 
@@ -280,3 +292,21 @@ class _Bounded:
 
     def __len__(self):
         return len(self._inner)
+
+
+class _AllocatorPeaks:
+    """The caching allocator's peaks of a phase, once the script has made its CUDA context (resetting them
+    before would make it: the probe does not)."""
+
+    def reset(self, _phase: str) -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+
+    def read(self) -> dict:
+        why = "reset at the phase's start, read at its end"
+        if not torch.cuda.is_initialized():
+            return {"allocated": {"peak_bytes": None, "source": "no CUDA context yet"}}
+        return {"allocated": {"peak_bytes": torch.cuda.max_memory_allocated(),
+                              "source": f"torch.cuda.max_memory_allocated, {why}"},
+                "reserved": {"peak_bytes": torch.cuda.max_memory_reserved(),
+                             "source": f"torch.cuda.max_memory_reserved, {why}"}}

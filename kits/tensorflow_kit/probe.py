@@ -79,6 +79,18 @@ class KerasProbe:
             return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
         return rss_bytes()
 
+    def on_gpu(self) -> bool:
+        return bool(tf.config.list_physical_devices("GPU"))
+
+    def device_ids(self) -> tuple[str | None, str | None]:
+        """(a UUID: TensorFlow names none, the PCI bus id of its first GPU) for the NVML sampler."""
+        from kits.tensorflow_kit.backend import _pci_bus_id
+        return None, _pci_bus_id() if self.on_gpu() else None
+
+    def gpu_counters(self) -> list:
+        from kits.tensorflow_kit.backend import _AllocatorPeak
+        return [_GuardedPeak(_AllocatorPeak())]
+
     def memory_series(self) -> str:
         return ("tf.config.experimental.get_memory_info('GPU:0')['current']" if tf.config.list_physical_devices("GPU")
                 else "process resident memory (VmRSS)")
@@ -450,3 +462,22 @@ class _Bounded:
 
     def __len__(self):
         return len(self._inner)
+
+
+class _GuardedPeak:
+    """TensorFlow's allocator peak, once the script's first op has made the GPU's context."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def reset(self, phase: str) -> None:
+        try:
+            self.inner.reset(phase)
+        except (ValueError, RuntimeError, tf.errors.OpError):
+            pass
+
+    def read(self) -> dict:
+        try:
+            return self.inner.read()
+        except (ValueError, RuntimeError, tf.errors.OpError) as exc:
+            return {"allocated": {"peak_bytes": None, "source": f"no GPU context yet ({exc})"}}
