@@ -136,11 +136,7 @@ class _Clock:
 
 def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
              parts: str) -> None:
-    out["environment"] = side.environment()
-    out["optimizer"] = side.optimizer
-    out["layers"] = side.records()
-    out["ops"] = side.trace.ops
-    out["flops"] = arithmetic.flops(side.trace.ops)
+    _canonical(side, out)
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
     out["setup"] = {"logits_samples": len(x), "steps": len(batches), "step_batch_size": len(batches[0][1]),
                     "configured_batch_size": spec.train.batch_size, "trace_batch": min(cert.TRACE_BATCH, len(x)),
@@ -152,22 +148,12 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
                                  "trajectory"}
     # What the model returns, on its own initial weights: a shape the kit's loss cannot take stops here.
     logits = side.logits(x, training=False)
-    out["outputs"] = _outputs(side, spec, logits, len(x))
+    out["outputs"] = _outputs(side, logits, len(x), spec.model.num_classes)
     refusal = cert.check_outputs(spec.framework, out["outputs"])
     shape = out["outputs"]["shape"]
     if refusal and (len(shape) != 2 or shape[0] != len(x) or shape[1] < spec.model.num_classes):
         raise custom.BadModel(refusal)
-    initial = side.export()
-    if weights_out:
-        cert.save_weights(weights_out, initial)
-        out["weights"] = {"source": f"initialised by the {spec.framework} kit", "file": str(weights_out),
-                          "sha256": _sha256(weights_out)}
-    if weights_in:
-        initial = cert.load_weights(weights_in, out["layers"])
-        out["weights"] = {"source": "loaded", "file": str(weights_in), "sha256": _sha256(weights_in)}
-    # fp32, as the kit runs: logits in evaluation mode, then what dropout does in training mode.
-    side.load(initial)
-    out["logits"] = {"fp32": {"eval": side.logits(x, training=False)}}
+    initial = _same_weights(side, out, x, weights_in, weights_out, f"initialised by the {spec.framework} kit")
     clock("outputs and fp32 logits")
     if parts == "structure":
         return
@@ -197,11 +183,65 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     clock(f"fp64: rebuild, logits and trajectory of {len(batches)} steps")
 
 
-def _outputs(side, spec: RunSpec, logits: list, n: int) -> dict:
+def _canonical(side, out: dict) -> None:
+    """What the side's model is, from the object: its optimizer, parameters and arithmetic."""
+    out["environment"] = side.environment()
+    out["optimizer"] = side.optimizer
+    out["layers"] = side.records()
+    out["ops"] = side.trace.ops
+    out["flops"] = arithmetic.flops(side.trace.ops)
+
+
+def _same_weights(side, out: dict, x, weights_in: Path | None, weights_out: Path | None, source: str) -> dict:
+    """The initial weights both sides start from (exported by one, loaded by the other), and the fp32 logits
+    of the fixed batch in evaluation mode from them."""
+    initial = side.export()
+    if weights_out:
+        cert.save_weights(weights_out, initial)
+        out["weights"] = {"source": source, "file": str(weights_out), "sha256": _sha256(weights_out)}
+    if weights_in:
+        initial = cert.load_weights(weights_in, out["layers"])
+        out["weights"] = {"source": "loaded", "file": str(weights_in), "sha256": _sha256(weights_in)}
+    side.load(initial)
+    out["logits"] = {"fp32": {"eval": side.logits(x, training=False)}}
+    return initial
+
+
+def certify_captured(side, out: dict, classes: int, weights_in: Path | None = None, weights_out: Path | None = None,
+                     dropout_passes: int = cert.DROPOUT_PASSES) -> dict:
+    """The certificate's checks on a model a script trains (a ``Captured`` side, at the script's first step):
+    what it is, what it returns, and its fp32 outputs from the same weights in both, in evaluation mode and
+    over many training-mode passes. The trajectories need the scripts' own loss and optimizer replayed in
+    fp64, which is not done here (the host names them as not checked)."""
+    x = side.x_first
+    _canonical(side, out)
+    out["shared"] = side.shared()
+    n_drop = min(cert.DROPOUT_SAMPLES, len(x))
+    out["setup"] = {"logits_samples": len(x), "trace_batch": len(side.x_trace),
+                    "inputs": "the first samples of the batch the PyTorch script's model received at its first step, "
+                              "as the script prepared them",
+                    "dropout": f"on in the trace and in {dropout_passes} training-mode passes on {n_drop} samples "
+                               f"(fp32); off in the logits, in evaluation and in training mode",
+                    "modes": "training mode is each model's mode, or training argument, as its script trained it",
+                    "precision": "fp32, as the scripts ran"}
+    out["outputs"] = _outputs(side, side.logits(x, training=False), len(x), classes)
+    initial = _same_weights(side, out, x, weights_in, weights_out, f"the {side.framework} script's own "
+                                                                    f"initialisation, captured at its first step")
+    side.load(initial)
+    out["train_outputs"] = side.train_outputs(x[:n_drop], dropout_passes)
+    # Training mode without dropout (batch statistics where BatchNorm trains): what the steps compute.
+    side.dropout_off()
+    side.load(initial)
+    out["logits"]["fp32"]["train"] = side.logits(x, training=True)
+    side.load(initial)
+    return out
+
+
+def _outputs(side, logits: list, n: int, classes: int) -> dict:
     arr = np.asarray(logits, np.float64)
     probabilities = bool(arr.ndim == 2 and np.all(arr >= 0) and np.allclose(arr.sum(axis=1), 1.0, atol=1e-4))
     return {"builder": side.who, "last_layer": side.last_layer(), "shape": list(arr.shape),
-            "expected": [n, spec.model.num_classes], "expects_logits": side.expects_logits(),
+            "expected": [n, classes], "expects_logits": side.expects_logits(),
             "probabilities": probabilities}
 
 
@@ -221,31 +261,34 @@ def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, w
     out = {"schema": cert.SIDE_SCHEMA, "framework": framework, "experiment": spec.experiment,
            "variant": spec.variant, "profile": spec.profile, "pitfalls": spec.pitfalls.names(),
            "run_id": spec.run_id, "status": "ok", "message": None}
-    code = 0
-    try:
-        certify(spec, data_dir, out, _path(weights_in), _path(weights_out), _path(weights_after_out), steps,
-                dropout_passes, parts)
-    except cert.UnmappableModel as exc:
-        out.update(status="unmappable", message=str(exc))
-        code = 2
-    except custom.BadModel as exc:
-        out.update(status="bad-model", message=str(exc))
-        code = 2
-    except cert.WeightsMismatch as exc:
-        out.update(status="refused", message=str(exc))
-        code = 2
-    except (datalib.DataError, cert.InputError) as exc:
-        out.update(status="failed", message=str(exc))
-        code = 2
-    except (Exception, SystemExit) as exc:     # a failed certificate still leaves its file
-        tail = traceback.format_exc().splitlines()[-30:]
-        out.update(status="failed", message=f"{type(exc).__name__}: {exc}", log_tail=tail)
-        print("\n".join(tail), file=sys.stderr)
-        code = 1
+    code = guarded(out, lambda: certify(spec, data_dir, out, _path(weights_in), _path(weights_out),
+                                        _path(weights_after_out), steps, dropout_passes, parts))
     write_json_atomic(out_path, out)
     if code == 2:
         print(out["message"], file=sys.stderr)
     return code
+
+
+def guarded(out: dict, work) -> int:
+    """``work()``, which fills ``out``; a refusal or a failure becomes out's status and message, so that what
+    was found before it stays. Returns the exit status: 0 done, 2 refused (one sentence), 1 failed."""
+    try:
+        work()
+        return 0
+    except cert.UnmappableModel as exc:
+        out.update(status="unmappable", message=str(exc))
+    except custom.BadModel as exc:
+        out.update(status="bad-model", message=str(exc))
+    except cert.WeightsMismatch as exc:
+        out.update(status="refused", message=str(exc))
+    except (datalib.DataError, cert.InputError) as exc:
+        out.update(status="failed", message=str(exc))
+    except (Exception, SystemExit) as exc:     # a failed certificate still leaves its file
+        tail = traceback.format_exc().splitlines()[-30:]
+        out.update(status="failed", message=f"{type(exc).__name__}: {exc}", log_tail=tail)
+        print("\n".join(tail), file=sys.stderr)
+        return 1
+    return 2
 
 
 def _path(p) -> Path | None:

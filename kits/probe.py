@@ -23,6 +23,10 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
+
+from kits.certify import certify_captured, guarded
+from kits.common import certificate as cert
 from kits.common import detectors, environment, report
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
@@ -61,6 +65,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, type=Path, help="where to write the result file")
     p.add_argument("--data-dir", required=True, type=Path, help="folder with the prepared dataset")
     p.add_argument("--script-dir", required=True, type=Path, help="the script's folder (read-only)")
+    p.add_argument("--certify", action="store_true",
+                   help="write the certificate's side of the model the script trains (beside --out) at its first "
+                        "optimizer step, and stop there")
+    p.add_argument("--weights-from", type=Path,
+                   help="with --certify: the PyTorch side's folder, whose initial weights and batch to start from")
     return p.parse_args(argv)
 
 
@@ -84,27 +93,29 @@ def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
     return work
 
 
-def _stage(spec: ScriptSpec, data_dir: Path, work: Path) -> tuple[Path, list[str]]:
+def _stage(spec: ScriptSpec, data_dir: Path, work: Path) -> tuple[Path, list[str], int]:
     """Where the script's readers find CIFAR-10: the verified batches, or the generated stand-in written in
-    CIFAR-10's format (declared)."""
+    CIFAR-10's format (declared); and its number of classes."""
     d = spec.data
     arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
     staged = work / ".reprokit-data"
+    classes = int(max(arrays.y_train.max(), arrays.y_test.max())) + 1
     if d.dataset == "cifar10" and (data_dir / datalib.CIFAR10_BATCHES).is_dir():
         staged.mkdir(exist_ok=True)
         (staged / datalib.CIFAR10_BATCHES).symlink_to((data_dir / datalib.CIFAR10_BATCHES).resolve())
-        return staged, []
+        return staged, [], classes
     datalib.write_cifar10_batches(arrays, staged)
     return staged, [f"the generated {d.dataset} stand-in ({d.train_samples} training, {d.test_samples} test images) "
-                    f"in CIFAR-10's file format, not CIFAR-10"]
+                    f"in CIFAR-10's file format, not CIFAR-10"], classes
 
 
-def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) -> dict:
+def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, certify: bool = False,
+        weights_from: Path | None = None) -> dict:
     spec = ScriptSpec.from_dict(raw)
     tried: list[str] = []
     shims = [block_network(tried)]
     work = _workdir(spec, script_dir, out)
-    staged, stand_in = _stage(spec, data_dir, work)
+    staged, stand_in, classes = _stage(spec, data_dir, work)
     probe = _probe_for(spec.framework, work)
     shims += stand_in + probe.stage_data(staged, stand_in=bool(stand_in))
     # on a GPU: the framework's allocator and the device through NVML (its baseline before the framework starts)
@@ -114,6 +125,8 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
     observer = Observer(spec, probe.sync, phases, probe.memory_now, Progress())
     observer.at_first_step.append(lambda: _on_its_device(spec, probe, sampler))
     probe.install(observer)
+    if certify:
+        probe.at_first_update(lambda: certify_side(spec, probe, classes, out.parent, weights_from))
     shims += _bounds(spec)
     globals_ = {}
     if spec.script.shim:
@@ -126,6 +139,8 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
     ended, failure = "the script ran to its end", None
     try:
         runpy.run_path(str(work / spec.script.path), init_globals=globals_, run_name="__main__")
+    except Certified:
+        return report.header(raw, "certified", None) | {"probe": {"shims": shims, "models": probe.models}}
     except StopScript:
         ended = f"the probe stopped the script at its bound ({', '.join(sorted(observer.bounded))})"
     except NoGpu as exc:
@@ -143,6 +158,40 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float) 
         return _failed(spec, "no training step observed (no optimizer step ran)", tried, kind="invalid-output")
     device = sampler.stop() if sampler else None
     return _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims, device, sampler)
+
+
+class Certified(StopScript):
+    """The certificate's side of the captured model is written: the script stops before its first update."""
+
+
+def certify_side(spec: ScriptSpec, probe, classes: int, folder: Path, weights_from: Path | None) -> None:
+    """The certificate's checks on the model the script trains, captured before its first update, into
+    folder/side.json: the PyTorch side also writes its initial weights and its batch, which the TensorFlow
+    side (``weights_from``) starts from. A script that trains two models is refused, naming them."""
+    out = {"schema": cert.SIDE_SCHEMA, "framework": spec.framework, "experiment": spec.experiment,
+           "variant": spec.variant, "profile": spec.profile, "run_id": spec.run_id, "status": "ok",
+           "message": None, "captured": list(probe.models), "source": "script"}
+
+    def work() -> None:
+        if probe.others:
+            raise cert.UnmappableModel(f"the script's optimizer steps more than one model ({', '.join(probe.models)}); "
+                                       f"the certificate compares one model per script and stops here")
+        other = np.load(weights_from / cert.INPUT_NAME) if weights_from else None
+        side = probe.captured(other)
+        out["input"] = ("its own standard normal numbers: the model does not take the PyTorch side's batch of shape "
+                        f"{tuple(other.shape)}" if weights_from and getattr(probe, "own_input", False)
+                        else "the PyTorch script's first batch")
+        weights_in = weights_from / cert.WEIGHTS_NAME if weights_from and not getattr(probe, "own_input", False) else None
+        certify_captured(side, out, classes, weights_in, None if weights_from else folder / cert.WEIGHTS_NAME)
+        if not weights_from:
+            np.save(folder / cert.INPUT_NAME, side.x_first)
+    probe.certifying = True
+    try:
+        guarded(out, work)
+    finally:
+        probe.certifying = False
+    write_json_atomic(folder / cert.SIDE_NAME, out)
+    raise Certified
 
 
 class NoGpu(RuntimeError):
@@ -222,13 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     raw = json.loads(args.spec.read_text())
     out = args.out.resolve()
     try:
-        result = run(raw, args.data_dir.resolve(), args.script_dir.resolve(), out, started)
+        result = run(raw, args.data_dir.resolve(), args.script_dir.resolve(), out, started, args.certify,
+                     args.weights_from.resolve() if args.weights_from else None)
     except Exception as exc:     # noqa: BLE001 - the probe itself failed: still a result
         tail = traceback.format_exc().splitlines()[-40:]
         result = report.header(raw, "failed", {"kind": "error", "message": f"{type(exc).__name__}: {exc}",
                                                "log_tail": tail})
     write_json_atomic(out, result)
-    return 0 if result["status"] == "ok" else 1
+    return 0 if result["status"] in ("ok", "certified") else 1
 
 
 if __name__ == "__main__":

@@ -258,7 +258,7 @@ def _declared(specs: dict[str, dict]) -> list[dict]:
     return declared + known
 
 
-def _skipped(name: str, reason: str) -> dict:
+def skipped(name: str, reason: str) -> dict:
     return {"name": name, "passed": None, "skipped": reason, "evidence": f"skipped: {reason}"}
 
 
@@ -413,7 +413,7 @@ def _add_reduced(result: dict, small: dict, reason: str, specs: dict[str, dict])
             result["checks"].append({**c, "evidence": f"at width {width:g} (reduced): {c['evidence']}",
                                      "width_multiplier": width})
         elif name != "weights_after_steps":
-            result["checks"].append(_skipped(name, f"the reduced-width certificate did not get to it: "
+            result["checks"].append(skipped(name, f"the reduced-width certificate did not get to it: "
                                                    f"{small['message'] or small['status']}"))
     result["neutralised"] = small.get("neutralised") or result["neutralised"]
     result["status"] = "fail" if any(c["passed"] is False for c in result["checks"]) else (
@@ -466,7 +466,7 @@ def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folde
                              f"{layers['mismatches'][0]}")
         reason = ("the two models have different parameters, so one set of weights cannot be loaded into both "
                   "(the same initial weights are what the logits, dropout and trajectory checks compare)")
-        checks += [_skipped(n, reason) for n in ("outputs", "logits", "dropout", "loss_trajectory",
+        checks += [skipped(n, reason) for n in ("outputs", "logits", "dropout", "loss_trajectory",
                                                    "loss_trajectory_fp32")]
         result["status"] = "fail"
         return

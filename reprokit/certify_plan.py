@@ -51,12 +51,16 @@ def pairs(specs: list[dict]) -> dict[str, list[dict]]:
                                f"there is no {label(missing[0])} run to hold it against", experiment, variant)
             out.setdefault(experiment, []).append(pair)
     for (experiment, variant), pair in scripts.items():
-        out.setdefault(experiment, []).append(not_run(pair, SCRIPTS_NOT_CERTIFIED, experiment, variant))
+        missing = [fw for fw in FRAMEWORKS if fw not in pair]
+        if missing:
+            pair = not_run(pair, f"the experiment has no {label(missing[0])} script to hold it against", experiment,
+                           variant)
+        out.setdefault(experiment, []).append(pair)
     return out
 
 
-SCRIPTS_NOT_CERTIFIED = ("the probe names the models the scripts' optimizers stepped, but the certificate does not "
-                         "yet check two scripts' own models against each other")
+def is_script(pair: dict) -> bool:
+    return all(pair[fw].get("source") == "script" for fw in FRAMEWORKS)
 
 
 def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str | None = None) -> dict:
@@ -72,6 +76,10 @@ def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str
 
 
 def _certified_part(spec: dict) -> dict:
+    if spec.get("source") == "script":        # the scripts' files, their data and where they run
+        return {"experiment": spec["experiment"], "profile": spec["profile"], "device": spec["device"],
+                "script": spec["script"], "data": {k: v for k, v in spec["data"].items() if k != "file"},
+                "provenance": spec["provenance"]}
     train = {k: v for k, v in spec["train"].items() if k not in UNCERTIFIED_TRAIN}
     data = {k: v for k, v in spec["data"].items() if k != "file"}
     return {"experiment": spec["experiment"], "profile": spec["profile"], "device": spec["device"],

@@ -16,6 +16,7 @@ from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS
 from reprokit import certify_plan, datasets, estimate, matrix, publish, schedule
 from reprokit.certificate import certify_many
+from reprokit.script_certificate import certify_scripts
 from reprokit.console import RunProgress, duration
 from reprokit.envs import ENVS, STATE
 from reprokit.errors import UserError
@@ -129,10 +130,15 @@ def _certificates(specs: list[dict], runner, state: Path, enabled: bool, budget:
         print(f"certificates: {len(todo)} to make for {sum(map(len, todo.values()))} variant pair(s) (same initial "
               f"weights, logits, steps, arithmetic); {len(entries) - sum(map(len, todo.values()))} cached or not run",
               flush=True)
-        made = certify_many([entries[ids[0]][1] for ids in todo.values()], runner,
-                            [state / "work" / f"cert-{k}" for k in todo], trajectory_budget=budget,
-                            trajectory_budget_why=budget_why, log=lambda line: print(line, flush=True))
-        for (key, ids), cert in zip(todo.items(), made):
+        log = lambda line: print(line, flush=True)      # noqa: E731
+        kits = {k: ids for k, ids in todo.items() if not certify_plan.is_script(entries[ids[0]][1])}
+        made = dict(zip(kits, certify_many([entries[ids[0]][1] for ids in kits.values()], runner,
+                                           [state / "work" / f"cert-{k}" for k in kits], trajectory_budget=budget,
+                                           trajectory_budget_why=budget_why, log=log)))
+        made |= {k: certify_scripts(entries[ids[0]][1], runner, state / "work" / f"cert-{k}", log=log)
+                 for k, ids in todo.items() if k not in kits}
+        for key, ids in todo.items():
+            cert = made[key]
             write_json_atomic(state / "certificates" / f"{key}.json", cert)
             for i in ids:
                 entries[i] = (entries[i][0], entries[i][1], cert)

@@ -791,7 +791,8 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client, test_base, data_dir, tmp_path):
+def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client, test_base, data_dir, tmp_path,
+                                                                              kit_python):
     """A Keras script of a user's own folder in the pinned TensorFlow image: its folder read-only, no network,
     the probe's result file like a kit run's."""
     from reprokit import script_plan
@@ -814,6 +815,19 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
         "tf.function graph"
     assert any("no network" in s for s in result["probe"]["shims"])
     assert_removed(client, spec["run_id"])
+    # The certificate's TensorFlow side in the container, from a PyTorch side made here (CI builds no PyTorch
+    # image): the PyTorch weights and batch mounted read-only, the script stopped at its first step.
+    from kits.common import certificate as cert
+    from reprokit import script_certificate
+    kit_python("pytorch")
+    both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
+                   allow_download=False)
+    pair = {s["framework"]: s for s in script_plan.specs_for(exp.name, exp.scripts, both, runner.describe, code())}
+    pt_out, pt, _ = script_certificate._side("pytorch", pair["pytorch"], LocalRunner(ENVS, data_dir, "cpu"),
+                                             tmp_path / "cert", None)
+    _, tf, why = script_certificate._side("tensorflow", pair["tensorflow"], runner, tmp_path / "cert", pt_out)
+    assert tf and tf["status"] == "ok" and tf["weights"]["source"] == "loaded", why or tf
+    assert cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, 1e-4)["passed"]
 
 
 # ---------------------------------------------------------------------------

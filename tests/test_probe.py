@@ -165,6 +165,10 @@ def test_a_planted_pair_is_explained_and_its_twin_is_not(kit_python, tmp_path, d
     assert "PyTorch, `script`: **grad-in-eval**" in planted and "TensorFlow, `script`: **eager-custom-loop**" in planted
     for code in ("scripts-differ", "grad-in-eval", "eager-custom-loop"):
         assert code not in twin
+    # the certificate on the captured models: the extra dropout is a layer without parameters, and a random one
+    assert "**Equivalence certificate: fail**" in planted and "dropout **FAIL**" in planted
+    assert "dropout rate 0.3, per element" in planted and "layers\\_without\\_parameters **FAIL**" in planted
+    assert "**Equivalence certificate: pass**" in twin and "logits pass" in twin and "loss\\_trajectory info" in twin
     assert "### The scripts, as the probe ran them" in twin and "Declared shims" in twin
     # a report of scripts is re-run with --from (the same specs, planned here) and compared like any other
     again = subprocess.run([sys.executable, "-m", "reprokit", "reproduce", "--from",

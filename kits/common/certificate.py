@@ -33,6 +33,7 @@ SIDE_SCHEMA = "reprokit.certificate-side/2"
 SIDE_NAME = "side.json"                 # with kits.certify --jobs: what each job writes to OUT/<name>/
 WEIGHTS_NAME = "initial-weights.npz"    # ... the PyTorch side's initial weights, read by the TensorFlow side
 AFTER_NAME = "after-steps.npz"          # ... each side's fp64 weights after the steps
+INPUT_NAME = "first-batch.npy"          # a script's certificate: the batch the PyTorch script's model received
 LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
 STEPS = 10                  # optimizer steps of the loss trajectory
 TRACE_BATCH = 2             # samples in the traced forward pass (arithmetic, layers without parameters)
@@ -290,7 +291,7 @@ def max_abs_diff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-def compare_logits(logits: dict[str, dict], rtol: float) -> dict:
+def compare_logits(logits: dict[str, dict], rtol: float, samples: str = "the first {n} test samples") -> dict:
     """The same initial weights on the same fixed batch: fp32 in evaluation mode (as the kit runs),
     fp64 in evaluation and in training mode (batch statistics). The largest difference is taken
     relative to the largest |logit|, so the tolerance means the same at any scale."""
@@ -317,7 +318,7 @@ def compare_logits(logits: dict[str, dict], rtol: float) -> dict:
             numbers[key] = {"max_abs_diff": diff, "max_abs_logit": scale, "relative": rel}
             parts.append(f"{key} mode max |diff| {diff:.2e} = {rel:.1e} of the largest |logit| {scale:.3g} "
                          f"{'<=' if ok else '>'} {rtol:g}")
-    evidence = f"logits of the same initial weights on the first {n} test samples: " + "; ".join(parts)
+    evidence = f"logits of the same initial weights on {samples.format(n=n)}: " + "; ".join(parts)
     return {"name": "logits", "passed": passed, "evidence": evidence, "numbers": numbers}
 
 
@@ -456,6 +457,66 @@ def compare_optimizer(read_back: dict[str, dict], spec_optimizer: dict[str, dict
     evidence = ("read back from the built optimizers: " + "; ".join(parts)
                 + (" - as their specs say" if not problems else f"; {'; '.join(problems)}"))
     return {"name": "optimizer", "passed": not problems, "evidence": evidence, "numbers": read_back}
+
+
+def compare_read_back_optimizers(read_back: dict[str, dict]) -> dict:
+    """Two scripts' optimizers, read back from the objects they stepped, against each other (no spec)."""
+    (fa, a), (fb, b) = read_back.items()
+    parts = [f"{label(f)} {o['class']}(" + ", ".join(f"{k}={o.get(k)!r}" for k in OPTIMIZER_FIELDS.get(o["name"], ("lr",)))
+             + ")" for f, o in read_back.items()]
+    if a["name"] != b["name"]:
+        problems = [f"{label(fa)} steps with {a['name']}, {label(fb)} with {b['name']}"]
+    else:
+        problems = [f"{key} is {a.get(key)!r} in {label(fa)} and {b.get(key)!r} in {label(fb)}"
+                    for key in OPTIMIZER_FIELDS.get(a["name"], ("lr",))
+                    if not (a.get(key) == b.get(key) if isinstance(a.get(key), bool) or a.get(key) is None
+                            else math.isclose(a[key], b.get(key) or 0.0, rel_tol=1e-6))]
+    for key, default in OPTIMIZER_DEFAULTS.items():
+        if (a.get(key) or default) != (b.get(key) or default):
+            problems.append(f"{key} is {a.get(key)!r} in {label(fa)} and {b.get(key)!r} in {label(fb)}")
+    evidence = "read back from the optimizers the scripts stepped: " + "; ".join(parts) + (
+        f"; {'; '.join(problems)}" if problems else " - the same")
+    return {"name": "optimizer", "passed": not problems, "evidence": evidence, "numbers": read_back}
+
+
+def layer_differences(sides: dict[str, dict]) -> list[str]:
+    """Every difference between two layer lists in words: layers of each kind, layers one set of weights
+    serves at several places, and the parameter totals."""
+    (fa, a), (fb, b) = sides.items()
+    counts = {f: {} for f in sides}
+    for f, side in sides.items():
+        for r in side["layers"]:
+            counts[f][r["kind"]] = max(counts[f].get(r["kind"], 0), r["index"])
+    out = [f"{kind} layers: {label(fa)} {counts[fa].get(kind, 0)}, {label(fb)} {counts[fb].get(kind, 0)}"
+           for kind in dict.fromkeys([*counts[fa], *counts[fb]]) if counts[fa].get(kind, 0) != counts[fb].get(kind, 0)]
+    out += [f"{label(f)} uses one set of weights at several places: {_some(side.get('shared') or [])}"
+            for f, side in sides.items() if side.get("shared")]
+    totals = {f: sum(r["count"] for r in side["layers"]) for f, side in sides.items()}
+    if totals[fa] != totals[fb]:
+        out.append(f"parameters: {label(fa)} {totals[fa]:,}, {label(fb)} {totals[fb]:,}")
+    return out
+
+
+def script_outputs(fw: str, outputs: dict) -> str | None:
+    """One sentence if a script's model returns what its own loss does not take, or not one row per class."""
+    who, layer = outputs["builder"], outputs["last_layer"]
+    n, classes = outputs["expected"]
+    if len(outputs["shape"]) != 2 or outputs["shape"][1] != classes:
+        return (f"{who} returns outputs of shape {shape_text(outputs['shape'])} from its last layer {layer}, but the "
+                f"data has {classes} classes: (batch, {classes}) expected")
+    if outputs["expects_logits"] and outputs["probabilities"]:
+        return (f"{who} returns probabilities (its last layer {layer} makes every row non-negative and sum to 1) "
+                f"into a {label(fw)} loss that takes logits")
+    if outputs["expects_logits"] is False and not outputs["probabilities"]:
+        return f"{who} returns logits from its last layer {layer} into a {label(fw)} loss that takes probabilities"
+    return None
+
+
+def as_probabilities(rows) -> np.ndarray:
+    """Softmax of logits, row by row (float64)."""
+    x = np.asarray(rows, np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def check_outputs(fw: str, outputs: dict) -> str | None:

@@ -63,6 +63,19 @@ class _NoDropout(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def read_optimizer(opt: torch.optim.Optimizer) -> dict:
+    """An optimizer read back from the object itself: its class and its first group's settings."""
+    g = opt.param_groups[0]
+    out = {"class": f"torch.optim.{type(opt).__name__}", "name": type(opt).__name__.lower(), "lr": float(g["lr"]),
+           "weight_decay": float(g.get("weight_decay", 0.0))}
+    if isinstance(opt, torch.optim.Adam):
+        out.update(beta1=float(g["betas"][0]), beta2=float(g["betas"][1]), epsilon=float(g["eps"]),
+                   amsgrad=bool(g["amsgrad"]))
+    elif isinstance(opt, torch.optim.SGD):
+        out.update(momentum=float(g["momentum"]), nesterov=bool(g["nesterov"]), dampening=float(g["dampening"]))
+    return out
+
+
 class Certifier(cert.Side):
     framework = "pytorch"
     backend_class = Backend
@@ -73,6 +86,10 @@ class Certifier(cert.Side):
         self.backend.build(self.arrays)
         self._steps = 0                   # optimizer steps taken since the build (for the per-step settings)
         self.model = self.backend.model
+        self._canonical()
+
+    def _canonical(self) -> None:
+        """The model in canonical form: traced once, then mapped (again after each rebuild)."""
         self.dtype = next(self.model.parameters()).dtype
         if self.trace is None:
             self.trace, order = self._trace()
@@ -99,17 +116,10 @@ class Certifier(cert.Side):
             raise RuntimeError(f"the float64 rebuild of the PyTorch model has {self.dtype} weights")
 
     def _read_optimizer(self) -> dict:
-        """The optimizer the kit built, read back from the object itself."""
-        opt = self.backend.optimizer
-        g = opt.param_groups[0]
-        out = {"class": f"torch.optim.{type(opt).__name__}", "name": type(opt).__name__.lower(), "lr": float(g["lr"]),
-               "weight_decay": float(g.get("weight_decay", 0.0))}
-        if isinstance(opt, torch.optim.Adam):
-            out.update(beta1=float(g["betas"][0]), beta2=float(g["betas"][1]), epsilon=float(g["eps"]),
-                       amsgrad=bool(g["amsgrad"]))
-        elif isinstance(opt, torch.optim.SGD):
-            out.update(momentum=float(g["momentum"]), nesterov=bool(g["nesterov"]), dampening=float(g["dampening"]))
-        return out
+        return read_optimizer(self.backend.optimizer)
+
+    def _mode(self, training: bool) -> None:
+        self.backend.set_mode(training)
 
     # -- canonical form ----------------------------------------------------------------------
 
@@ -121,7 +131,7 @@ class Certifier(cert.Side):
                  for m in self.model.modules() if not list(m.children())]
         x = self._inputs(self.x_trace)
         try:
-            self.backend.set_mode(True)
+            self._mode(True)
             return trace.trace(self.model, x, training=None), order
         except Exception as exc:
             if custom.from_the_kit(exc):
@@ -232,7 +242,7 @@ class Certifier(cert.Side):
         return self.backend._inputs(xb)
 
     def logits(self, x: np.ndarray, training: bool) -> list[list[float]]:
-        self.backend.set_mode(training)
+        self._mode(training)
         with torch.no_grad(), _NoDropout():
             out = self.model(self._inputs(x))
         return out.double().cpu().tolist()
@@ -240,7 +250,7 @@ class Certifier(cert.Side):
     def train_outputs(self, x: np.ndarray, passes: int) -> list[list[list[float]]]:
         """The outputs of ``passes`` forward passes in training mode, dropout as the kit trains (fp32)."""
         inputs = self._inputs(x)
-        self.backend.set_mode(True)
+        self._mode(True)
         with torch.no_grad():
             return [self.model(inputs).double().cpu().tolist() for _ in range(passes)]
 
@@ -281,7 +291,7 @@ class Certifier(cert.Side):
     def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
         """The kit's step, in the model's dtype: cross-entropy of the logits, zero_grad, backward, step,
         with the differences of neutralisable() removed step by step."""
-        self.backend.set_mode(True)
+        self._mode(True)
         optimizer = self.backend.optimizer
         losses = []
         with _NoDropout():
@@ -298,7 +308,7 @@ class Certifier(cert.Side):
 
     def training_loss(self, x: np.ndarray, y: np.ndarray) -> float:
         """The loss of a batch in training mode (batch statistics) without an update."""
-        self.backend.set_mode(True)
+        self._mode(True)
         with torch.no_grad(), _NoDropout():
             _, yb = self._batch(x, y)
             return float(F.cross_entropy(self.model(self._inputs(x)), yb))
@@ -306,3 +316,46 @@ class Certifier(cert.Side):
     def reset(self) -> None:
         """Leave nothing behind for the next certificate in this process."""
         torch.set_default_dtype(torch.float32)
+
+
+class Captured(Certifier):
+    """The model a user's script trains, as the probe captured it at the script's first optimizer step,
+    before the step changed it: the same canonical form as a kit model, read from the object itself (a
+    setting changed after construction shows), never rebuilt from code. "Training mode" is each module's
+    mode as the script trained it; the inputs are the batch its model received, as the script prepared it."""
+
+    def __init__(self, model: nn.Module, optimizer, first_batch: torch.Tensor, expects_logits: bool | None,
+                 who: str) -> None:
+        self.model, self.who, self.backend, self.trace = model, who, None, None
+        self.device = next(model.parameters()).device
+        self.trained_modes = {id(m): m.training for m in model.modules()}
+        self._expects_logits = expects_logits
+        self.x_first = first_batch.detach()[:cert.LOGITS_SAMPLES].float().cpu().numpy().transpose(0, 2, 3, 1).copy()
+        self.x_trace = self.x_first[:cert.TRACE_BATCH]
+        self._canonical()
+        self.optimizer = read_optimizer(optimizer)
+
+    def _mode(self, training: bool) -> None:
+        if not training:
+            self.model.eval()
+            return
+        for m in self.model.modules():
+            m.training = self.trained_modes[id(m)]
+
+    def _inputs(self, x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).to(self.device, self.dtype)
+
+    def expects_logits(self) -> bool | None:
+        return self._expects_logits
+
+    def environment(self) -> dict:
+        return {"framework": "pytorch", "framework_version": torch.__version__, "python": platform.python_version(),
+                "numpy": np.__version__, "device": self.device.type,
+                "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}}
+
+    def shared(self) -> list[str]:
+        """Layers with weights that the forward pass uses at more than one place: one set of weights, shared."""
+        modules = dict(self.model.named_modules())
+        counts = {n: self.order.count(n) for n in dict.fromkeys(self.order)}
+        return [f"{self._name(modules[n])} at {k} places" for n, k in counts.items()
+                if k > 1 and list(modules[n].parameters(recurse=False))]

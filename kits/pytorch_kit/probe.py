@@ -51,6 +51,10 @@ class TorchProbe:
         self._handles: list = []
         self._global: list = []
         self.device = None
+        self.optimizer = None                  # the first optimizer that stepped, and what the model received
+        self.first_batch: torch.Tensor | None = None
+        self.others: list[str] = []            # models outside the trained one that an optimizer steps
+        self.certifying = False                # the certificate's own passes: not the script's
 
     # -- what the run uses -----------------------------------------------------------------------------
 
@@ -152,23 +156,32 @@ class TorchProbe:
         self.observer.step_ends()
 
     def _find_model(self, optimizer) -> None:
-        """The outermost module whose parameters this optimizer steps, from the passes seen since the start."""
+        """The outermost module whose parameters this optimizer steps, from the passes seen since the start;
+        any other such module (a second model) is named in ``others``."""
         stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        for module, args in reversed(self._roots):
-            if any(id(p) in stepped for p in module.parameters()):
-                self.model = module
-                break
-        if self.model is None:
+        trained = [(module, args) for module, args in reversed(self._roots)
+                   if any(id(p) in stepped for p in module.parameters())]
+        if not trained:
             return
+        self.model, args = trained[0]
+        self.optimizer = optimizer
+        self.first_batch = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        mine = {id(p) for p in self.model.parameters()}
+        self.others = list(dict.fromkeys(_named(m) for m, _ in trained if m is not self.model
+                                         and any(id(p) not in mine for p in m.parameters())))
+        if stepped - mine and not self.others:
+            self.others.append("parameters outside any module it ran")
         for handle in self._global:
             handle.remove()
-        self.models.append(type(self.model).__name__)
+        self.models += [_named(self.model), *self.others]
         self._handles.append(self.model.register_forward_pre_hook(self._model_pre))
-        self._model_pre(self.model, next(args for m, args in reversed(self._roots) if m is self.model))
+        self._model_pre(self.model, args)
         self._roots.clear()
 
     @own_time
     def _model_pre(self, module, args) -> None:
+        if self.certifying:
+            return
         batch = next((a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.dim()), 0)
         self.observer.forward(int(batch), torch.is_grad_enabled(), module.training)
 
@@ -219,6 +232,23 @@ class TorchProbe:
                                                                          loader.num_workers))
         DataLoader.__iter__ = bounded_iter
 
+    # -- the certificate -------------------------------------------------------------------------------
+
+    def at_first_update(self, call) -> None:
+        """``call()`` at the first optimizer step, before it changes the weights (the pre-step hook)."""
+        self.observer.at_first_step.append(call)
+
+    def captured(self, _other_input=None):
+        """The trained model in the certificate's canonical form, as the probe captured it (PyTorch's side
+        runs first: its own batch is the certificate's input)."""
+        from kits.pytorch_kit.certify import Captured
+        if self.first_batch is None or self.first_batch.dim() != 4:
+            shape = None if self.first_batch is None else tuple(self.first_batch.shape)
+            raise ValueError(f"the model's first input is not a batch of images (N, C, H, W) but {shape}")
+        seen = self.observer.seen["loss_input_probe"]
+        return Captured(self.model, self.optimizer, self.first_batch, seen["expects_logits"] if seen else None,
+                        f"the PyTorch script's {type(self.model).__name__}")
+
     # -- what it saw -------------------------------------------------------------------------------------
 
     def environment(self) -> dict:
@@ -268,6 +298,10 @@ class TorchProbe:
             return {"total": 0, "trainable": 0}
         return {"total": sum(p.numel() for p in self.model.parameters()),
                 "trainable": sum(p.numel() for p in self.model.parameters() if p.requires_grad)}
+
+
+def _named(module: torch.nn.Module) -> str:
+    return f"{type(module).__name__} with {sum(p.numel() for p in module.parameters()):,} parameters"
 
 
 def _dtype(model) -> str:

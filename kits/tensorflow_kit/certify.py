@@ -34,20 +34,39 @@ def _layers(model: keras.Model):
             yield layer
 
 
+def read_optimizer(opt) -> dict:
+    """An optimizer read back from the object itself: its class and settings."""
+    out = {"class": f"keras.optimizers.{type(opt).__name__}", "name": type(opt).__name__.lower(),
+           "lr": float(np.asarray(opt.learning_rate)), "weight_decay": opt.weight_decay}
+    if isinstance(opt, keras.optimizers.Adam):
+        out.update(beta1=float(opt.beta_1), beta2=float(opt.beta_2), epsilon=float(opt.epsilon),
+                   amsgrad=bool(opt.amsgrad))
+    elif isinstance(opt, keras.optimizers.SGD):
+        out.update(momentum=float(opt.momentum), nesterov=bool(opt.nesterov))
+    return out
+
+
 class Certifier(cert.Side):
     framework = "tensorflow"
     backend_class = Backend
+    trained_with = True                    # the training argument of the model's passes in training mode
 
     def _build(self) -> None:
         """Build the kit's model and optimizer (again); the first build is traced, later ones (the same
         builder, freshly initialised) reuse what the trace found, by layer number."""
         self.backend.build(self.arrays)
         self.model = self.backend.model
+        self._canonical()
+        self._step = self._kit_step(self.backend.loss_fn, self.backend.optimizer)
+        self._passes = self._training_passes()
+
+    def _canonical(self) -> None:
+        """The model in canonical form: traced once, then mapped (again after each rebuild)."""
         self.dtype = tf.as_dtype(self.model.trainable_variables[0].dtype)
         if self.trace is None:
             x = self._inputs(self.x_trace)
             try:
-                self.trace = trace.trace(self.model, tuple(x.shape), x.dtype, training=True)
+                self.trace = trace.trace(self.model, tuple(x.shape), x.dtype, training=self.trained_with)
             except Exception as exc:
                 if custom.from_the_kit(exc):
                     raise
@@ -55,7 +74,9 @@ class Certifier(cert.Side):
                                       f"{custom.one_line(exc)}{custom.where(exc)}") from None
             self.dense_rows: dict[int, list[int] | None] = {}
         self.params = self._map()
-        model, loss_fn, optimizer = self.model, self.backend.loss_fn, self.backend.optimizer
+
+    def _kit_step(self, loss_fn, optimizer):
+        model = self.model
 
         def step(x, y):
             with tf.GradientTape() as tape:
@@ -63,14 +84,17 @@ class Certifier(cert.Side):
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
-        self._step = tf.function(step)
+        return tf.function(step)
+
+    def _training_passes(self):
+        model, training = self.model, self.trained_with
 
         def passes(x, n):
             out = tf.TensorArray(tf.float32, size=n)
             for i in tf.range(n):          # one graph loop: fresh dropout masks on every pass
-                out = out.write(i, tf.cast(model(x, training=True), tf.float32))
+                out = out.write(i, tf.cast(model(x, training=training), tf.float32))
             return out.stack()
-        self._passes = tf.function(passes)
+        return tf.function(passes)
 
     def dropout_off(self) -> None:
         """Every Dropout rate to 0 (SpatialDropout2D is a Dropout too); before any step is traced."""
@@ -95,16 +119,7 @@ class Certifier(cert.Side):
             raise RuntimeError(f"the float64 rebuild of the Keras model has {self.dtype.name} weights")
 
     def _read_optimizer(self) -> dict:
-        """The optimizer the kit built, read back from the object itself."""
-        opt = self.backend.optimizer
-        out = {"class": f"keras.optimizers.{type(opt).__name__}", "name": type(opt).__name__.lower(),
-               "lr": float(np.asarray(opt.learning_rate)), "weight_decay": opt.weight_decay}
-        if isinstance(opt, keras.optimizers.Adam):
-            out.update(beta1=float(opt.beta_1), beta2=float(opt.beta_2), epsilon=float(opt.epsilon),
-                       amsgrad=bool(opt.amsgrad))
-        elif isinstance(opt, keras.optimizers.SGD):
-            out.update(momentum=float(opt.momentum), nesterov=bool(opt.nesterov))
-        return out
+        return read_optimizer(self.backend.optimizer)
 
     def _map(self) -> list[tuple[dict, keras.Variable, list[int] | None]]:
         params = []
@@ -175,7 +190,7 @@ class Certifier(cert.Side):
         return self.backend._inputs(xb)
 
     def logits(self, x: np.ndarray, training: bool) -> list[list[float]]:
-        out = self.model(self._inputs(x), training=training)
+        out = self.model(self._inputs(x), training=self.trained_with if training else False)
         return np.asarray(out, np.float64).tolist()
 
     def train_outputs(self, x: np.ndarray, passes: int) -> list[list[list[float]]]:
@@ -213,3 +228,41 @@ class Certifier(cert.Side):
     def reset(self) -> None:
         """Leave nothing behind for the next certificate in this process (one may certify several)."""
         keras.backend.clear_session()
+
+
+class Captured(Certifier):
+    """The model a user's script trains, as the probe captured it before its first optimizer step: the same
+    canonical form as a kit model, read from the object itself, never rebuilt from code. Its passes in
+    training mode take the training argument the script gave its model; the inputs are the PyTorch side's
+    batch (``x``, NHWC, as the other script prepared it) or, where the model takes another shape, standard
+    normal numbers of its own input shape (then its logits are not comparable)."""
+
+    def __init__(self, model, optimizer, x: np.ndarray, trained_with: bool, expects_logits: bool | None,
+                 who: str) -> None:
+        self.model, self.who, self.backend, self.trace = model, who, None, None
+        self.trained_with = bool(trained_with)
+        self._expects_logits = expects_logits
+        self.x_first = x
+        self.x_trace = x[:cert.TRACE_BATCH]
+        self._canonical()
+        self._passes = self._training_passes()
+        self.optimizer = read_optimizer(optimizer)
+
+    def _inputs(self, x: np.ndarray) -> tf.Tensor:
+        return tf.convert_to_tensor(x.astype(np.float32))
+
+    def expects_logits(self) -> bool | None:
+        return self._expects_logits
+
+    def environment(self) -> dict:
+        return {"framework": "tensorflow", "framework_version": tf.__version__, "keras_version": keras.__version__,
+                "python": platform.python_version(), "numpy": np.__version__,
+                "device": "gpu" if tf.config.list_physical_devices("GPU") else "cpu",
+                "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                                "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
+
+    def shared(self) -> list[str]:
+        """Layers with weights that the model's graph calls at more than one place (their inbound nodes: a
+        functional or Sequential model's; a subclassed model's calls are not recorded there)."""
+        return [f"{layer.name} ({type(layer).__name__}) at {len(layer._inbound_nodes)} places"
+                for layer in _layers(self.model) if layer.weights and len(getattr(layer, "_inbound_nodes", ())) > 1]

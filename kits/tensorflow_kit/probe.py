@@ -16,6 +16,7 @@ counters and a read of them per step, which waits for the device):
 """
 from __future__ import annotations
 
+import inspect
 import os
 import platform
 import sys
@@ -68,6 +69,11 @@ class KerasProbe:
             self.rows = tf.Variable(tf.zeros(3, tf.float32), trainable=False)
         self._last = np.zeros(5, np.int64), 0.0
         self._logits_loss: bool | None = None
+        self.optimizer = None
+        self.others: list[str] = []            # variables an optimizer steps outside the trained model
+        self.trained_with: bool | None = None  # the training argument of the first pass (a Python value)
+        self.certifying = False                # the certificate's own passes: not the script's
+        self._first_update: list = []
 
     # -- what the run uses -----------------------------------------------------------------------------
 
@@ -134,7 +140,7 @@ class KerasProbe:
         probe = self
 
         def call(layer, *args, **kwargs):
-            if not isinstance(layer, keras.Model) or probe._depth:
+            if not isinstance(layer, keras.Model) or probe._depth or probe.certifying:
                 return real(layer, *args, **kwargs)
             probe._depth += 1
             try:
@@ -152,6 +158,10 @@ class KerasProbe:
             return
         training = kwargs.get("training")
         training = bool(training) if training is not None and not tf.is_tensor(training) else training
+        if self.model is None:
+            self._first_shape = tuple(first.shape)
+            if not tf.is_tensor(training):
+                self.trained_with = bool(training)
         if tf.executing_eagerly() and not self.in_keras:
             self._last_model = model
             self.observer.forward(int(first.shape[0]), bool(training), bool(training), timed=False)
@@ -168,8 +178,9 @@ class KerasProbe:
         def apply_gradients(optimizer, grads_and_vars, *args, **kwargs):
             pairs = list(grads_and_vars)
             if probe.model is None:
-                probe._find_model([v for _, v in pairs])
+                probe._find_model(optimizer, [v for _, v in pairs])
             if tf.executing_eagerly() and not probe.in_keras:
+                probe.first_update()
                 probe.observer.step_begins()
                 out = real(optimizer, pairs, *args, **kwargs)
                 probe.eager_steps += 1
@@ -182,12 +193,16 @@ class KerasProbe:
         keras.optimizers.Optimizer.apply_gradients = apply_gradients
 
     @own_time
-    def _find_model(self, variables) -> None:
+    def _find_model(self, optimizer, variables) -> None:
         stepped = {id(v) for v in variables}
         model = getattr(self, "_last_model", None)
         if model is not None and any(id(v) in stepped for v in model.trainable_variables):
-            self.model = model
-            self.models.append(type(model).__name__)
+            mine = {id(v) for v in model.trainable_variables}
+            self._found(model, optimizer, ["variables outside the model it ran"] if stepped - mine else [])
+
+    def _found(self, model, optimizer, others: list[str]) -> None:
+        self.model, self.optimizer, self.others = model, optimizer, others
+        self.models += [f"{type(model).__name__} with {model.count_params():,} parameters", *others]
 
     def _hook_losses(self) -> None:
         real = keras.losses.Loss.__call__
@@ -320,6 +335,31 @@ class KerasProbe:
         self.pipeline_note = (f"data wait: the fit's tf.data input on its own over {n} batches, timed after training "
                               f"(Keras fit runs it inside the traced step, where its wait cannot be told apart)")
 
+    # -- the certificate -------------------------------------------------------------------------------
+
+    def at_first_update(self, call) -> None:
+        """``call()`` before the first optimizer step changes the weights: eagerly at apply_gradients, at the
+        first batch of Keras fit, or before the first call of a tf.function whose trace holds a step."""
+        self._first_update.append(call)
+
+    def first_update(self) -> None:
+        calls, self._first_update = self._first_update, []
+        for call in calls:
+            call()
+
+    def captured(self, other_input: np.ndarray | None):
+        """The trained model in the certificate's canonical form, its input the PyTorch side's batch where the
+        model takes that shape, else standard normal numbers of its own input shape."""
+        from kits.tensorflow_kit.certify import Captured
+        shape = _input_shape(self.model, getattr(self, "_first_shape", None))
+        if other_input is not None and tuple(other_input.shape[1:]) == shape:
+            x = other_input
+        else:
+            x = np.random.default_rng(0).standard_normal((8, *shape)).astype(np.float32)
+        self.own_input = x is not other_input
+        return Captured(self.model, self.optimizer, x, self.trained_with is not False, self._logits_loss,
+                        f"the TensorFlow script's {type(self.model).__name__}")
+
     # -- what it saw -------------------------------------------------------------------------------------
 
     def input_reader(self) -> str | None:
@@ -402,6 +442,25 @@ class KerasProbe:
                 "(it never downloads)"]
 
 
+def _expects_logits(loss) -> bool | None:
+    """Whether the loss a model was compiled with takes logits (its from_logits); None if not one loss."""
+    if isinstance(loss, str):
+        loss = keras.losses.get(loss)
+    if isinstance(loss, keras.losses.Loss):
+        return bool(loss.get_config().get("from_logits", False))
+    parameter = inspect.signature(loss).parameters.get("from_logits") if callable(loss) else None
+    return bool(parameter.default) if parameter is not None else None
+
+
+def _input_shape(model, seen) -> tuple:
+    """(H, W, C) of the model's input: its own Input, or the first batch it was called with."""
+    inputs = getattr(model, "inputs", None)
+    shape = tuple(inputs[0].shape[1:]) if inputs else tuple(seen[1:]) if seen is not None else ()
+    if len(shape) != 3 or None in shape:
+        raise ValueError(f"the TensorFlow model's input shape is not known before its first step ({shape or 'none'})")
+    return tuple(int(d) for d in shape)
+
+
 class _Watched:
     """A function the script made with tf.function: after each call, the graph's counters become events."""
 
@@ -409,9 +468,17 @@ class _Watched:
         self._compiled, self._probe = compiled, probe
 
     def __call__(self, *args, **kwargs):
+        probe = self._probe
+        if probe.certifying:
+            return self._compiled(*args, **kwargs)
+        if probe._first_update and probe.model is None:
+            # Trace without running: a step inside shows the model, before the first update changes it.
+            self._compiled.get_concrete_function(*args, **kwargs)
+            if probe.model is not None:
+                probe.first_update()
         out = self._compiled(*args, **kwargs)
-        if not self._probe.in_keras:
-            self._probe.report_graph()
+        if not probe.in_keras:
+            probe.report_graph()
         return out
 
     def __get__(self, obj, objtype=None):
@@ -428,6 +495,13 @@ class _Report(keras.callbacks.Callback):
         super().__init__()
         self.probe = probe
         probe._last_model = model
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.probe._first_update and self.probe.model is None:
+            self.probe._found(self.model, self.model.optimizer, [])
+            self.probe.trained_with = True
+            self.probe._logits_loss = _expects_logits(self.model.loss)
+            self.probe.first_update()
 
     def on_train_batch_end(self, batch, logs=None):
         self.probe.report_graph("train")

@@ -1,0 +1,192 @@
+"""The equivalence certificate of two scripts: the models they train, as the probe captured them.
+
+Each script runs under the probe with ``--certify``, through the runner the timed runs use,
+PyTorch's first. At the script's first optimizer step, before the update, the probe puts the model
+that the optimizer steps into the certificate's canonical form (kits/common/certificate.py), from
+the object itself as the script built and changed it, and stops the script. The PyTorch side also
+writes its initial weights and the batch its model received; the TensorFlow script then runs to its
+own first step, and its model starts from those weights on that batch. Compared:
+
+- ``optimizer``: the two optimizers the scripts stepped, read back, against each other;
+- ``layers``: per-layer canonical shapes and counts; where the lists differ, every difference named
+  (layers of each kind, one set of weights used at several places, the totals);
+- ``flops`` and ``layers_without_parameters``: each model's traced arithmetic and the layers between;
+- ``outputs``: one row per class of the data, as logits or probabilities as each script's own loss takes;
+- ``logits`` and ``dropout``: the same weights on the same batch, in evaluation mode and over many
+  training-mode passes in the mode each script trained in; compared as probabilities where one
+  script's model returns probabilities and the other's logits.
+
+The loss trajectories are not checked here: they need each script's own loss and optimizer replayed
+in fp64, and the certificate says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from kits.common import certificate as cert
+from kits.common.files import write_json_atomic
+from kits.common.names import FRAMEWORKS, label
+from reprokit.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances
+from reprokit.runners.base import RESULT_NAME, spec_call
+
+NOT_REPLAYED = ("not checked for scripts: the trajectory replays each script's own loss and optimizer in fp64 from "
+                "the same weights, which the probe does not do")
+SAMPLES = "the first {n} samples of the batch the PyTorch script's model received at its first step"
+
+
+def certify_scripts(pair: dict[str, dict], runner, work: Path, tolerances: dict | None = None,
+                    log=lambda line: None) -> dict:
+    """Certify that two scripts train the same model. Returns (and writes to ``work/certificate.json``) a
+    certificate of the kit's shape (reprokit/certificate.py), with ``source: "script"`` and the models the
+    probe captured in each."""
+    t0 = time.perf_counter()
+    tol = validate_tolerances(tolerances)
+    result = _new(pair, tol, runner)
+    sides: dict[str, dict] = {}
+    folders: dict[str, Path] = {}
+    for fw in FRAMEWORKS:
+        log(f"certificate: the {label(fw)} script runs to its first step under the probe ...")
+        folders[fw], side, why = _side(fw, pair[fw], runner, work, folders.get("pytorch"))
+        if side is None or side.get("status") != "ok":
+            result["message"] = why if side is None else f"the {label(fw)} side: {side.get('message')}"
+            result["status"] = "fail" if side and side.get("status") in ("unmappable", "bad-model") else "error"
+            break
+        sides[fw] = side
+        result["frameworks"][fw] = side.get("environment", {})
+        result["captured"][fw] = side.get("captured", [])
+    if len(sides) == len(FRAMEWORKS):
+        _compare(result, sides, tol)
+    result["summary"] = _summary(result)
+    result["wall_s"] = time.perf_counter() - t0
+    write_json_atomic(work / "certificate.json", result)
+    return result
+
+
+def _side(fw: str, spec: dict, runner, work: Path, weights_from: Path | None) -> tuple[Path, dict | None, str]:
+    """One script under the probe to its first step: (its output folder, its side or None, why not)."""
+    folder = work / fw
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True))
+    call = spec_call(spec, spec_path, folder / "out", runner.data_dir)
+    extra = ("--weights-from", weights_from) if weights_from else ()
+    call = dataclasses.replace(call, args=(*call.args, "--certify", *extra), label=f"certify-{spec['run_id']}",
+                               inputs=(*call.inputs, *((weights_from,) if weights_from else ())))
+    outcome = runner.run(call, lambda event: None)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    if outcome.timed_out:
+        return call.output, None, f"the {label(fw)} script did not reach its first step within {call.timeout_s:.0f} s"
+    try:
+        return call.output, json.loads((call.output / cert.SIDE_NAME).read_text()), ""
+    except (OSError, json.JSONDecodeError):
+        return call.output, None, _why_no_side(fw, call.output, outcome)
+
+
+def _why_no_side(fw: str, output: Path, outcome) -> str:
+    """The script ended before its first step: the run's own failure, or that no step came."""
+    try:
+        failure = json.loads((output / RESULT_NAME).read_text()).get("failure") or {}
+    except (OSError, json.JSONDecodeError):
+        failure = {}
+    if failure.get("message"):
+        return f"the {label(fw)} script trained no model the certificate could capture: {failure['message']}"
+    tail = "\n".join(outcome.log_tail[-10:])
+    return f"the {label(fw)} script ended (exit {outcome.exit_code}) before its first optimizer step:\n{tail}"
+
+
+def _new(pair: dict[str, dict], tol: dict, runner) -> dict:
+    pt = pair["pytorch"]
+    return {"schema": SCHEMA, "source": "script", "experiment": pt["experiment"], "profile": pt["profile"],
+            "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS}, "pitfalls": {fw: [] for fw in FRAMEWORKS},
+            "status": "error", "summary": "", "message": None, "checks": [], "declared_differences": [],
+            "neutralised": [], "spec_differences": [], "captured": {},
+            "scripts": {fw: pair[fw]["script"]["path"] for fw in FRAMEWORKS},
+            "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()
+                           if k == "logits_rtol"},
+            "setup": None, "frameworks": {},
+            "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in FRAMEWORKS}}
+
+
+def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
+    pt, tf = sides["pytorch"], sides["tensorflow"]
+    result["setup"] = pt.get("setup")
+    checks = result["checks"]
+    checks.append(cert.compare_read_back_optimizers({fw: s["optimizer"] for fw, s in sides.items()}))
+    layers = cert.compare_layers({fw: s["layers"] for fw, s in sides.items()})
+    differences = cert.layer_differences(sides)
+    if differences:
+        layers["evidence"] += "; differences: " + "; ".join(differences)
+        layers["mismatches"] = [*layers.get("mismatches", []), *differences]
+    checks.append(layers)
+    checks.append(cert.compare_flops(sides))
+    checks.append(cert.compare_structure(sides))
+    problems = [p for p in (cert.script_outputs(fw, s["outputs"]) for fw, s in sides.items()) if p]
+    unknown = [label(fw) for fw, s in sides.items() if s["outputs"]["expects_logits"] is None]
+    checks.append({"name": "outputs", "passed": not problems,
+                   "evidence": "; ".join(problems) if problems else
+                   f"both return {cert.shape_text(pt['outputs']['shape'])} outputs, as their own losses take them"
+                   + (f" (the loss of {', '.join(unknown)} is not one the probe knows: what it takes is not "
+                      f"checked)" if unknown else "")})
+    same = _not_comparable(layers, tf)
+    if same:
+        checks += [skipped(n, same) for n in ("logits", "dropout")]
+    else:
+        as_p, how = _space(sides)
+        checks.append(_logits(sides, as_p, how, tol["logits_rtol"]))
+        dropout = cert.compare_dropout({fw: (cert.as_probabilities(s["train_outputs"]).tolist() if as_p[fw]
+                                             else s["train_outputs"]) for fw, s in sides.items()})
+        dropout["evidence"] = how + dropout["evidence"]
+        checks.append(dropout)
+    checks.append(skipped("loss_trajectory", NOT_REPLAYED))
+    result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
+
+
+def _not_comparable(layers: dict, tf: dict) -> str | None:
+    """Why the same weights cannot be run through both models, or None."""
+    if not layers["mapped"]:
+        return ("the two models have different parameters, so one set of weights cannot be loaded into both "
+                "(the same initial weights are what the logits and dropout checks compare)")
+    if not tf.get("weights") or tf["weights"]["source"] != "loaded":
+        return f"the TensorFlow model did not start from the PyTorch weights: it ran on {tf.get('input')}"
+    return None
+
+
+def _space(sides: dict[str, dict]) -> tuple[dict[str, bool], str]:
+    """Which side's outputs to turn into probabilities: where one model returns probabilities and the other
+    logits, both are compared as probabilities."""
+    probs = {fw: bool(s["outputs"]["probabilities"]) for fw, s in sides.items()}
+    if len(set(probs.values())) == 1:
+        return dict.fromkeys(sides, False), ""
+    logits_side = next(fw for fw, p in probs.items() if not p)
+    return ({fw: fw == logits_side for fw in sides},
+            f"as probabilities (softmax of {label(logits_side)}'s logits; the other model ends in a softmax): ")
+
+
+def _logits(sides: dict[str, dict], as_p: dict[str, bool], how: str, rtol: float) -> dict:
+    rows = {fw: {"fp32": {mode: cert.as_probabilities(out).tolist() if as_p[fw] else out
+                          for mode, out in s["logits"]["fp32"].items()}} for fw, s in sides.items()}
+    check = cert.compare_logits(rows, rtol, SAMPLES)
+    check["evidence"] = how + check["evidence"]
+    return check
+
+
+def _summary(result: dict) -> str:
+    status, checks, message = result["status"], result["checks"], result["message"]
+    if not checks:
+        return f"{'not certified' if status == 'fail' else 'no certificate'}: {message}"
+    failed = [c for c in checks if c["passed"] is False]
+    if failed:
+        return "NOT the same model: " + "; ".join(f"{c['name']}: {c['evidence']}" for c in failed)
+    by = {c["name"]: c for c in checks}
+    n = by["layers"]["numbers"]["parameters"]["pytorch"]
+    if by["logits"].get("skipped"):
+        return (f"the same {n:,} parameters layer by layer and the same arithmetic; the outputs of the same weights "
+                f"{by['logits']['evidence']}; the loss trajectories are not checked for scripts")
+    logits = max(v["relative"] for v in by["logits"]["numbers"].values() if v)
+    return (f"the same model in both scripts, as captured at their first step: {n:,} parameters layer by layer, the "
+            f"same arithmetic and layers without parameters, logits of the same weights within {logits:.1e} of "
+            f"their scale, dropout alike; the loss trajectories are not checked for scripts")
