@@ -18,6 +18,7 @@ import os
 import runpy
 import shutil
 import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -117,7 +118,10 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     work = _workdir(spec, script_dir, out)
     staged, stand_in, classes = _stage(spec, data_dir, work)
     probe = _probe_for(spec.framework, work)
-    shims += stand_in + probe.stage_data(staged, stand_in=bool(stand_in))
+    tfds = spec.data.tfds                     # TFDS's own cifar10, where the data step prepared it: checked
+    tfds_root = data_dir / datalib.TFDS_ROOT if tfds and datalib.verified_folder(data_dir / tfds.dir, tfds.sha256) \
+        else None
+    shims += stand_in + probe.stage_data(staged, bool(stand_in), tfds_root)
     # on a GPU: the framework's allocator and the device through NVML (its baseline before the framework starts)
     sampler = DeviceSampler() if spec.device == "gpu" else None
     counters = [*probe.gpu_counters(), sampler] if sampler else [ResidentPeak()]
@@ -127,7 +131,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     probe.install(observer)
     if certify:
         probe.at_first_update(lambda: certify_side(spec, probe, classes, out.parent, weights_from))
-    shims += _bounds(spec)
+    shims += _bounds(spec) + _requirements(spec, data_dir, work)
     globals_ = {}
     if spec.script.shim:
         shims.append(f"the declared shim {spec.script.shim} runs first, in the script's namespace")
@@ -206,6 +210,28 @@ def _on_its_device(spec: ScriptSpec, probe, sampler) -> None:
     if sampler:
         uuid, pci = probe.device_ids()
         sampler.watch(uuid, pci)
+
+
+def _requirements(spec: ScriptSpec, data_dir: Path, work: Path) -> list[str]:
+    """The script's extra requirements, installed from the wheels the host fetched (no index, each wheel's hash
+    checked) into the work folder, which the script's imports then search after the lock's packages."""
+    req = spec.script.requirements
+    if not req or not req.install:
+        return [f"its requirements {req.file}: all already in the framework's lock ({', '.join(req.in_lock)})"] \
+            if req else []
+    wheels = data_dir / datalib.SCRIPT_WHEELS / datalib.wheels_key(req.install)
+    target, listed = work / ".reprokit-requirements", work / ".reprokit-requirements.txt"
+    listed.write_text("\n".join(req.install) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+                           "--require-hashes", "--no-deps", "--no-compile", "--no-cache-dir", "--disable-pip-version-check",
+                           "--target", str(target), "-r", str(listed)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise datalib.DataError(f"the requirements of {spec.script.path} did not install from {wheels}: "
+                                f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    sys.path.append(str(target))
+    names = [line.split()[0] for line in req.install]
+    return [f"its requirements {req.file} installed from hash-checked wheels, after the lock's packages: "
+            f"{', '.join(names)}" + (f" (already in the lock: {', '.join(req.in_lock)})" if req.in_lock else "")]
 
 
 def _bounds(spec: ScriptSpec) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS
-from reprokit import certify_plan, datasets, estimate, matrix, publish, schedule
+from reprokit import certify_plan, datasets, estimate, matrix, publish, schedule, script_requirements
 from reprokit.certificate import certify_many
 from reprokit.script_certificate import certify_scripts
 from reprokit.console import RunProgress, duration
@@ -175,6 +175,7 @@ def reproduce(argv: list[str] | None = None) -> int:
     ray_local = m.serving is not None and m.runner.name == "local"
     if todo and not ray_local:                 # Ray nodes build their own virtualenvs
         m.runner.prepare({s["framework"] for s in todo})
+    script_requirements.fetch(m.specs, m.runner.data_dir)       # scripts' extra wheels: the one download
     certificates = _certificates(m.specs, m.runner, state, args.certify,
                                  *certify_plan.trajectory_budget(m.device, m.gpu_name))
 

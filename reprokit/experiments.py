@@ -41,7 +41,7 @@ class Experiment:
     def scripts(self) -> dict[str, dict]:
         """A script experiment's scripts by framework (reprokit/script_plan.script_entry); {} for a spec one."""
         from reprokit.script_plan import script_entry
-        return {fw: script_entry(value, self.path) for fw, value in self.doc.get("scripts", {}).items()}
+        return {fw: script_entry(value, self.path, fw) for fw, value in self.doc.get("scripts", {}).items()}
 
     def resolved(self, profile: str) -> dict:
         """The experiment with the profile's overrides applied (already validated)."""

@@ -16,7 +16,7 @@ import hashlib
 from pathlib import Path
 
 from kits.common.spec import ScriptSpec
-from reprokit import datasets
+from reprokit import datasets, script_requirements
 from reprokit.errors import UserError
 from reprokit.plan import TIMEOUT_S, Options, run_id
 
@@ -27,8 +27,9 @@ BOUNDS = {"quick": (3, 1, 3, 1), "standard": (300, 2, 300, 5), "full": (None, No
 STAND_IN = "learnable"          # a CIFAR-10-shaped generated set that a small CNN learns (reprokit/datasets.py)
 
 
-def script_entry(value: str | dict, experiment_file: Path) -> dict:
-    """A script as the experiment file gives it, resolved: its folder (absolute), path in it, args, shim."""
+def script_entry(value: str | dict, experiment_file: Path, framework: str) -> dict:
+    """A script as the experiment file gives it, resolved: its folder (absolute), path in it, args, shim and
+    extra requirements (reprokit/script_requirements.py)."""
     entry = {"path": value} if isinstance(value, str) else dict(value)
     folder = (experiment_file.parent / entry.get("folder", ".")).resolve()
     path = folder / entry["path"]
@@ -38,8 +39,10 @@ def script_entry(value: str | dict, experiment_file: Path) -> dict:
     shim = entry.get("shim")
     if shim and not (folder / shim).is_file():
         raise UserError(f"{experiment_file}: scripts: the shim {shim} is not a file in {folder}")
+    requirements = entry.get("requirements")
     return {"folder": folder, "path": path.relative_to(folder).as_posix(), "args": list(entry.get("args", [])),
-            "shim": shim}
+            "shim": shim, "requirements": script_requirements.entry(folder, requirements, framework, experiment_file)
+            if requirements else None}
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -59,9 +62,11 @@ def _data(opts: Options) -> dict:
         datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)   # where torchvision reads
     if prepared is None:
         train, test = datasets.expected_counts(request)
-        return {"dataset": name, "file": None, "sha256": None, "train_samples": train, "test_samples": test}
+        return {"dataset": name, "file": None, "sha256": None, "train_samples": train, "test_samples": test,
+                "tfds": None}
     return {"dataset": name, "file": prepared.file, "sha256": prepared.sha256,
-            "train_samples": prepared.train_samples, "test_samples": prepared.test_samples}
+            "train_samples": prepared.train_samples, "test_samples": prepared.test_samples,
+            "tfds": datasets.tfds_prepared(opts.data_dir) if name == "cifar10" else None}
 
 
 def _bounds(opts: Options, epochs: int | None) -> tuple[dict, int]:
@@ -83,7 +88,7 @@ def specs_for(name: str, scripts: dict[str, dict], opts: Options, describe, code
             continue
         files = _files(entry["folder"])
         script = {"path": entry["path"], "args": entry["args"], "folder": str(entry["folder"]), "files": files,
-                  "shim": entry["shim"]}
+                  "shim": entry["shim"], "requirements": entry["requirements"]}
         for repeat in range(opts.repeats):
             spec = {"schema": SCHEMA, "run_id": "", "experiment": name, "variant": variant, "framework": framework,
                     "profile": opts.profile, "device": opts.device, "repeat": repeat, "source": "script",

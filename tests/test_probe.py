@@ -106,11 +106,11 @@ def test_a_missing_script_is_refused_before_any_run(tmp_path, capsys):
 
 
 def test_keras_loops_are_seen_whether_eager_traced_or_fit(kit_python, tmp_path, data_dir):
-    """The same small Keras model in an eager custom loop, a tf.function loop and model.fit: the probe sees the
-    same training (batches, steps, phases) in all three, and how each ran."""
+    """The same small Keras model in an eager custom loop, a tf.function loop and model.fit (over arrays, and over
+    tfds.load's dataset): the probe sees the same training (batches, steps, phases) in all, and how each ran."""
     kit_python("tensorflow")
     runs = {name: _probe(tmp_path, data_dir, SCRIPTS / f"{name}.py", name, framework="tensorflow")[1]
-            for name in ("keras_eager", "keras_graph", "keras_fit")}
+            for name in ("keras_eager", "keras_graph", "keras_fit", "keras_tfds")}
     seen = {name: _observed(r) for name, r in runs.items()}
     for s in seen.values():
         assert s["batch"]["configured"] == s["batch"]["max"] == 32 and s["steps"] == [3] and s["eval"] == (96, [32])
@@ -122,6 +122,10 @@ def test_keras_loops_are_seen_whether_eager_traced_or_fit(kit_python, tmp_path, 
     assert seen["keras_fit"]["input"] == "Keras fit's own batches of the script's arrays"
     assert seen["keras_fit"]["bounded"] == ["fit"] and runs["keras_fit"]["probe"]["ended"] == "the script ran to its end"
     assert "Dense" in seen["keras_graph"]["layers"] and "Dropout" not in seen["keras_graph"]["layers"]
+    # tfds.load('cifar10') would download: on the stand-in it gets the same arrays as TFDS's elements, declared
+    assert seen["keras_tfds"]["input"] == "Keras fit over the script's own tf.data dataset"
+    assert any(s.startswith("tfds.load('cifar10') gives the kit's CIFAR-10 arrays") for s in
+               runs["keras_tfds"]["probe"]["shims"])
 
 
 def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):

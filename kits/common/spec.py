@@ -195,6 +195,16 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
+class Requirements:
+    """A script's extra requirements (reprokit/script_requirements.py): its file, what the lock already pins, and
+    the hash-pinned lines the probe installs from the host's wheels."""
+    file: str
+    sha256: str
+    install: list
+    in_lock: list
+
+
+@dataclass(frozen=True)
 class Script:
     """A user's own training script, run unmodified: its file in its folder (given to the probe as a path)."""
     path: str                                # relative to the folder
@@ -202,6 +212,7 @@ class Script:
     folder: str                              # the folder on the host (the runner shows it to the probe read-only)
     files: dict                              # every .py under the folder, relative name -> sha256
     shim: str | None = None                  # a declared file run before the script (defines what a post left out)
+    requirements: Requirements | None = None  # extra, hash-pinned, layered on the framework's lock
 
 
 @dataclass(frozen=True)
@@ -220,6 +231,7 @@ class ScriptData:
     sha256: str | None
     train_samples: int
     test_samples: int
+    tfds: Tfds | None = None                 # TFDS's cifar10 where the data step prepared it (tfds.load reads it)
 
 
 @dataclass(frozen=True)

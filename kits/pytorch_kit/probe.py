@@ -88,7 +88,7 @@ class TorchProbe:
         return ("each waits for the GPU's queued work" if self._on_gpu() else
                 "on a CPU nothing waits; on a GPU each would wait for the queued work")
 
-    def stage_data(self, staged: Path, stand_in: bool) -> list[str]:
+    def stage_data(self, staged: Path, stand_in: bool, _tfds_root: Path | None) -> list[str]:
         """torchvision's CIFAR10(root, download=...) finds the staged batches at its root (linked there), and
         on a generated stand-in its md5 check passes: both declared."""
         try:

@@ -424,22 +424,58 @@ class KerasProbe:
         leaves = [layer for layer in self.model._flatten_layers(include_self=False) if not layer._layers]
         return [type(layer).__name__ for layer in leaves]
 
-    def stage_data(self, staged: Path, stand_in: bool) -> list[str]:
-        """keras.datasets.cifar10.load_data() reads the staged batches with Keras's own load_batch, as it reads
-        its downloaded ones (it never downloads); declared."""
-        from keras.src.datasets import cifar10
+    def stage_data(self, staged: Path, stand_in: bool, tfds_root: Path | None) -> list[str]:
+        """Where the script's readers find CIFAR-10, each declared: keras.datasets.cifar10.load_data() reads the
+        staged batches with Keras's own load_batch (it never downloads); tfds.load('cifar10') reads TFDS's own
+        dataset where the data step prepared it (``tfds_root``, checked), else the same arrays as TFDS's elements."""
         folder = staged / "cifar-10-batches-py"
 
         def load_data():
-            parts = [cifar10.load_batch(str(folder / f"data_batch_{i}")) for i in range(1, 6)]
-            x_test, y_test = cifar10.load_batch(str(folder / "test_batch"))
-            x_train = np.concatenate([x for x, _ in parts]).transpose(0, 2, 3, 1)
-            y_train = np.concatenate([np.asarray(y) for _, y in parts]).astype("uint8").reshape(-1, 1)
-            return (x_train, y_train), (x_test.transpose(0, 2, 3, 1), np.asarray(y_test, "uint8").reshape(-1, 1))
+            (x_train, y_train), (x_test, y_test) = _batches(folder)
+            return (x_train, y_train.astype("uint8").reshape(-1, 1)), (x_test, y_test.astype("uint8").reshape(-1, 1))
+        from keras.src.datasets import cifar10
         for module in (keras.datasets.cifar10, cifar10):
             module.load_data = load_data
         return ["keras.datasets.cifar10.load_data() reads the kit's CIFAR-10 batches with Keras's own load_batch "
-                "(it never downloads)"]
+                "(it never downloads)", *_stage_tfds(folder, tfds_root)]
+
+
+def _batches(folder: Path):
+    """((x_train, y_train), (x_test, y_test)) of CIFAR-10's python batches, NHWC, read with Keras's load_batch."""
+    from keras.src.datasets import cifar10
+    parts = [cifar10.load_batch(str(folder / f"data_batch_{i}")) for i in range(1, 6)]
+    x_test, y_test = cifar10.load_batch(str(folder / "test_batch"))
+    return ((np.concatenate([x for x, _ in parts]).transpose(0, 2, 3, 1),
+             np.concatenate([np.asarray(y) for _, y in parts]).astype(np.int64)),
+            (x_test.transpose(0, 2, 3, 1), np.asarray(y_test, np.int64)))
+
+
+def _stage_tfds(folder: Path, tfds_root: Path | None) -> list[str]:
+    """tfds.load('cifar10'), which would download: TFDS's own prepared dataset, or the staged arrays."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        return []
+    real = tfds.load
+    if tfds_root is not None:
+        def load(name, *args, **kwargs):
+            if str(name).split(":")[0] == "cifar10":
+                kwargs.update(data_dir=str(tfds_root), download=False, try_gcs=False)
+            return real(name, *args, **kwargs)
+        tfds.load = load
+        return ["tfds.load('cifar10') reads TFDS's own cifar10, prepared by the data step and checked against the "
+                "spec (it never downloads)"]
+
+    def from_arrays(name, split=None, *args, **kwargs):
+        if str(name).split(":")[0] != "cifar10":
+            return real(name, split, *args, **kwargs)
+        (x_train, y_train), (x_test, y_test) = _batches(folder)
+        made = {"train": tf.data.Dataset.from_tensor_slices({"image": x_train, "label": y_train}),
+                "test": tf.data.Dataset.from_tensor_slices({"image": x_test, "label": y_test})}
+        return [made[s] for s in split] if isinstance(split, (list, tuple)) else made[split] if split else made
+    tfds.load = from_arrays
+    return ["tfds.load('cifar10') gives the kit's CIFAR-10 arrays as TFDS's {'image', 'label'} elements, in the "
+            "files' order (TFDS's own dataset is not prepared: `nox -s data` prepares it)"]
 
 
 def _expects_logits(loss) -> bool | None:
