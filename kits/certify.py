@@ -207,8 +207,8 @@ def _same_weights(side, out: dict, x, weights_in: Path | None, weights_out: Path
     return initial
 
 
-def certify_captured(side, out: dict, classes: int, weights_in: Path | None = None, weights_out: Path | None = None,
-                     dropout_passes: int = cert.DROPOUT_PASSES) -> dict:
+def certify_captured(side, out: dict, classes: int, device: str, weights_in: Path | None = None,
+                     weights_out: Path | None = None) -> dict:
     """The certificate's checks on a model a script trains (a ``Captured`` side, at the script's first step):
     what it is, what it returns, and its fp32 outputs from the same weights in both, in evaluation mode and
     over many training-mode passes. The trajectories need the scripts' own loss and optimizer replayed in
@@ -217,16 +217,24 @@ def certify_captured(side, out: dict, classes: int, weights_in: Path | None = No
     _canonical(side, out)
     out["shared"] = side.shared()
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
+    per_pass = n_drop * max(out["flops"]["forward"], 1)
+    dropout_passes = int(min(cert.DROPOUT_PASSES, max(cert.MIN_PASSES, cert.PASSES_BUDGET_FLOPS[device] // per_pass)))
     out["setup"] = {"logits_samples": len(x), "trace_batch": len(side.x_trace),
                     "inputs": "the first samples of the batch the PyTorch script's model received at its first step, "
                               "as the script prepared them",
                     "dropout": f"on in the trace and in {dropout_passes} training-mode passes on {n_drop} samples "
-                               f"(fp32); off in the logits, in evaluation and in training mode",
+                               f"(fp32; {cert.DROPOUT_PASSES} where they cost under "
+                               f"{cert.PASSES_BUDGET_FLOPS[device]:.0e} FLOPs on a {device.upper()}); off in the "
+                               f"logits, in evaluation and in training mode",
                     "modes": "training mode is each model's mode, or training argument, as its script trained it",
                     "precision": "fp32, as the scripts ran"}
     out["outputs"] = _outputs(side, side.logits(x, training=False), len(x), classes)
-    initial = _same_weights(side, out, x, weights_in, weights_out, f"the {side.framework} script's own "
-                                                                    f"initialisation, captured at its first step")
+    try:
+        initial = _same_weights(side, out, x, weights_in, weights_out, f"the {side.framework} script's own "
+                                                                        f"initialisation, captured at its first step")
+    except cert.WeightsMismatch as exc:      # other layers: what the model is was still found, and is compared
+        out["weights"] = {"source": "refused", "message": str(exc)}
+        return out
     side.load(initial)
     out["train_outputs"] = side.train_outputs(x[:n_drop], dropout_passes)
     # Training mode without dropout (batch statistics where BatchNorm trains): what the steps compute.

@@ -186,7 +186,8 @@ def certify_side(spec: ScriptSpec, probe, classes: int, folder: Path, weights_fr
                         f"{tuple(other.shape)}" if weights_from and getattr(probe, "own_input", False)
                         else "the PyTorch script's first batch")
         weights_in = weights_from / cert.WEIGHTS_NAME if weights_from and not getattr(probe, "own_input", False) else None
-        certify_captured(side, out, classes, weights_in, None if weights_from else folder / cert.WEIGHTS_NAME)
+        certify_captured(side, out, classes, spec.device, weights_in,
+                         None if weights_from else folder / cert.WEIGHTS_NAME)
         if not weights_from:
             np.save(folder / cert.INPUT_NAME, side.x_first)
     probe.certifying = True

@@ -35,7 +35,14 @@ class Experiment:
     @property
     def variants(self) -> dict[str, dict]:
         """Named lists of pitfalls; "fixed" (none) is implicit."""
-        return self.doc.get("variants", {})
+        return {k: v for k, v in self.doc.get("variants", {}).items() if "scripts" not in v}
+
+    @property
+    def script_variants(self) -> dict[str, dict[str, dict]]:
+        """Variants that run the posted scripts themselves (``verbatim``): name -> their scripts by framework."""
+        from reprokit.script_plan import script_entry
+        return {name: {fw: script_entry(value, self.path, fw) for fw, value in v["scripts"].items()}
+                for name, v in self.doc.get("variants", {}).items() if "scripts" in v}
 
     @property
     def scripts(self) -> dict[str, dict]:
@@ -96,10 +103,12 @@ def load(path: Path) -> Experiment:
     experiment = Experiment(path=path, doc=doc)
     for profile in PROFILES:
         _check(experiment.resolved(profile), f"{path} (profile {profile})")
-    stray = set(experiment.scripts) - set(experiment.frameworks)   # also refuses a script that is not there
-    if stray:
-        raise UserError(f"{path}: scripts: {', '.join(sorted(stray))} is not among experiment.frameworks "
-                        f"({', '.join(experiment.frameworks)})")
+    for where, scripts in [("scripts", experiment.scripts),      # each also refuses a script that is not there
+                           *((f"variants.{n}.scripts", s) for n, s in experiment.script_variants.items())]:
+        stray = set(scripts) - set(experiment.frameworks)
+        if stray:
+            raise UserError(f"{path}: {where}: {', '.join(sorted(stray))} is not among experiment.frameworks "
+                            f"({', '.join(experiment.frameworks)})")
     for name, variant in experiment.variants.items():
         for pitfall in variant["pitfalls"]:
             if pitfall not in PITFALLS:

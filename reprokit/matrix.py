@@ -177,8 +177,12 @@ def planned(args, experiments: dict, profile: str, device: str, describe) -> tup
         exp = experiments[name]
         if exp.scripts:
             specs += script_plan.specs_for(name, exp.scripts, o, describe, code(extra_dirs), epochs=args.epochs)
-        else:
-            specs += planning.specs_for(exp, o, describe, code(extra_dirs))
+            continue
+        specs += planning.specs_for(exp, o, describe, code(extra_dirs))
+        for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
+            if variant in o.variants:
+                specs += script_plan.specs_for(name, scripts, o, describe, code(extra_dirs), epochs=args.epochs,
+                                               variant=variant)
     return specs, claims
 
 

@@ -82,11 +82,13 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], di
     for name in opts.variants:
         if name == "fixed":
             continue
+        if name in exp.script_variants:
+            continue        # the posted scripts themselves: reprokit/script_plan.py plans them
         if name not in exp.variants:
             if name in ("as_posted",):
                 continue    # asked for every experiment; this one has none
             raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
-                            f"it has: fixed, {', '.join(exp.variants) or '(no others)'}")
+                            f"it has: fixed, {', '.join([*exp.variants, *exp.script_variants]) or '(no others)'}")
         out[name] = (exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {}))
         for pitfall in exp.variants[name]["pitfalls"]:
             if opts.ablation or pitfall in opts.alone:

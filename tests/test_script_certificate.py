@@ -7,6 +7,9 @@ a script that trains two models or none is named and stops the certificate.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from reprokit import script_plan
 from reprokit.envs import ENVS
 from reprokit.experiments import from_scripts, load
 from reprokit.plan import Options
-from reprokit.provenance import code
+from reprokit.provenance import REPO, code
 from reprokit.runners.local import LocalRunner
 from reprokit.script_certificate import certify_scripts
 
@@ -42,9 +45,8 @@ def test_a_batchnorm_epsilon_changed_after_construction_is_seen(kit_python, tmp_
     same = certify_scripts(pair, runner, tmp_path / "same")
     assert same["status"] == "pass", same["summary"]
     checks = _checks(same)
-    # Keras counts BatchNorm's moving statistics as parameters, PyTorch keeps them as buffers; the canonical
-    # layers hold both
-    assert same["captured"] == {"pytorch": ["Sequential with 322 parameters"],
+    # BatchNorm's moving statistics counted in both, as Keras counts them
+    assert same["captured"] == {"pytorch": ["Sequential with 338 parameters"],
                                 "tensorflow": ["Sequential with 338 parameters"]}
     assert checks["layers"]["numbers"]["parameters"] == {"pytorch": 338, "tensorflow": 338}
     assert checks["logits"]["numbers"]["fp32 train"]["relative"] < 1e-5
@@ -76,3 +78,27 @@ def test_a_script_that_trains_two_models_or_none_stops_the_certificate(kit_pytho
     assert none["status"] == "error" and none["message"] == (
         "the PyTorch script trained no model the certificate could capture: no training step observed (no optimizer "
         "step ran)"), none["message"]
+
+
+def test_the_probes_process_never_imports_the_kits_pitfall_module(kit_python, tmp_path, data_dir):
+    """What the probe reports of a script comes from the frameworks, never from the kit's pitfall switches: the
+    module that holds them is not even imported, in a measured run or a certificate side, in either framework."""
+    pair = _pair(load(SCRIPTS / "twin_pair.toml"), data_dir)
+    from reprokit import datasets
+    datasets.prepare({"dataset": pair["pytorch"]["data"]["dataset"], "train_samples": None, "test_samples": None,
+                      "seed": 0}, data_dir, allow_download=False)
+    for fw, extra in (("pytorch", ["--certify"]), ("tensorflow", ["--certify", "--weights-from",
+                                                                  str(tmp_path / "pytorch-certify")]),
+                      ("pytorch", []), ("tensorflow", [])):
+        spec = tmp_path / f"{fw}.json"
+        spec.write_text(json.dumps(pair[fw]))
+        out = tmp_path / f"{fw}{'-certify' if extra else ''}" / "result.json"
+        proc = subprocess.run([str(kit_python(fw)), "-X", "importtime", "-m", "kits.probe", "--spec", str(spec),
+                               "--out", str(out), "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS), *extra],
+                              cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
+        assert "kits.common.observe" in imported and "kits.common.pitfalls" not in imported, (fw, extra)
+        if extra:
+            assert json.loads((out.parent / "side.json").read_text())["status"] == "ok"

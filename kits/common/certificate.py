@@ -41,6 +41,10 @@ DROPOUT_SAMPLES = 4         # samples, and passes, of the training-mode outputs 
 DROPOUT_PASSES = 128        # enough to tell dropout 0.1 from 0.2 at ALPHA (measured on a dense layer's logits)
 RANDOM_SPREAD = 1e-5        # outputs whose relative spread over passes is below this are not random
 FP32_FLOOR = 2.0 ** -23     # the same-framework baseline is never taken below one float32 rounding
+# A captured model cannot be rebuilt narrower: its dropout passes are cut to this many forward FLOPs (about
+# a minute of a 2-core CPU; seconds of a GPU), never below MIN_PASSES.
+PASSES_BUDGET_FLOPS = {"cpu": 1e12, "gpu": 1e14}
+MIN_PASSES = 16
 
 
 

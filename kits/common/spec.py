@@ -14,7 +14,9 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from kits.common.pitfalls import Pitfalls
+if typing.TYPE_CHECKING:
+    from kits.common.pitfalls import Pitfalls
+
 
 
 class SpecError(ValueError):
@@ -255,24 +257,25 @@ class ScriptSpec:
     limits: Limits
     differences: list
     provenance: dict
-    pitfalls: Pitfalls
+    pitfalls: list                           # always empty: a script carries no switch of the kit's
     pitfall_summaries: dict
 
     @classmethod
     def from_dict(cls, d: dict) -> ScriptSpec:
-        return parse(cls, d, "spec")
+        spec = parse(cls, d, "spec")
+        if spec.pitfalls or spec.pitfall_summaries:
+            raise SpecError("spec.pitfalls: a script's spec carries no pitfalls (the script is run as written)")
+        return spec
 
     def to_dict(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["pitfalls"] = self.pitfalls.names()
-        return out
+        return dataclasses.asdict(self)
 
 
 def parse(kind, value, path: str):
     """A spec dataclass (nested ones too) from a JSON object, refusing missing and unknown fields."""
     if not isinstance(value, dict):
         raise SpecError(f"{path} must be an object, got {value!r}")
-    hints = typing.get_type_hints(kind)
+    hints = _hints(kind)
     fields = {f.name: f for f in dataclasses.fields(kind)}
     unknown = set(value) - set(fields)
     if unknown:
@@ -287,9 +290,17 @@ def parse(kind, value, path: str):
     return kind(**args)
 
 
+def _hints(kind) -> dict:
+    """The fields' types; the pitfalls module only for a kit run's spec (a probed script's process never loads it)."""
+    if any(f.type == "Pitfalls" for f in dataclasses.fields(kind)):
+        from kits.common.pitfalls import Pitfalls
+        return typing.get_type_hints(kind, localns={"Pitfalls": Pitfalls})
+    return typing.get_type_hints(kind)
+
+
 def _value(hint, value, path: str):
-    if hint is Pitfalls:
-        return Pitfalls.of(value, path)
+    if getattr(hint, "__name__", None) == "Pitfalls":
+        return hint.of(value, path)
     nested = [t for t in (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,))
               if dataclasses.is_dataclass(t)]
     if nested and value is not None:

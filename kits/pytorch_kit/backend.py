@@ -15,6 +15,7 @@ from kits.common.measure import WindowTimer, now, rss_bytes
 from kits.common.pitfalls import Pitfall
 from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 from kits.pytorch_kit import models, posted_input, trace
+from kits.pytorch_kit.canonical import parameter_counts
 
 
 class Backend(FeederMixin):
@@ -117,7 +118,7 @@ class Backend(FeederMixin):
         else:
             self.feeder = NumpyFeeder(arrays, self.spec, self._to_device)
             self.input_reader = NumpyFeeder.READER
-        return {"parameters": models.parameter_counts(self.model)}
+        return {"parameters": parameter_counts(self.model)}
 
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training (the memory phases

@@ -83,9 +83,3 @@ def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> nn.Mo
     return model
 
 
-def parameter_counts(model: nn.Module) -> dict:
-    """Trainable weights, plus BatchNorm's running statistics in the total, as Keras counts them."""
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
-    stats = sum(b.numel() for name, b in model.named_buffers() if name.endswith(("running_mean", "running_var")))
-    return {"total": trainable + frozen + stats, "trainable": trainable}

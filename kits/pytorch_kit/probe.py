@@ -241,7 +241,7 @@ class TorchProbe:
     def captured(self, _other_input=None):
         """The trained model in the certificate's canonical form, as the probe captured it (PyTorch's side
         runs first: its own batch is the certificate's input)."""
-        from kits.pytorch_kit.certify import Captured
+        from kits.pytorch_kit.canonical import Captured
         if self.first_batch is None or self.first_batch.dim() != 4:
             shape = None if self.first_batch is None else tuple(self.first_batch.shape)
             raise ValueError(f"the model's first input is not a batch of images (N, C, H, W) but {shape}")
@@ -294,14 +294,14 @@ class TorchProbe:
         return [type(m).__name__ for m in self.model.modules() if not list(m.children())]
 
     def parameters(self) -> dict:
-        if self.model is None:
-            return {"total": 0, "trainable": 0}
-        return {"total": sum(p.numel() for p in self.model.parameters()),
-                "trainable": sum(p.numel() for p in self.model.parameters() if p.requires_grad)}
+        """As a kit run counts them: BatchNorm's running statistics in the total, as Keras counts them."""
+        from kits.pytorch_kit.canonical import parameter_counts
+        return parameter_counts(self.model) if self.model is not None else {"total": 0, "trainable": 0}
 
 
 def _named(module: torch.nn.Module) -> str:
-    return f"{type(module).__name__} with {sum(p.numel() for p in module.parameters()):,} parameters"
+    from kits.pytorch_kit.canonical import parameter_counts
+    return f"{type(module).__name__} with {parameter_counts(module)['total']:,} parameters"
 
 
 def _dtype(model) -> str:

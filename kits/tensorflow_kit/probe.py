@@ -350,7 +350,7 @@ class KerasProbe:
     def captured(self, other_input: np.ndarray | None):
         """The trained model in the certificate's canonical form, its input the PyTorch side's batch where the
         model takes that shape, else standard normal numbers of its own input shape."""
-        from kits.tensorflow_kit.certify import Captured
+        from kits.tensorflow_kit.canonical import Captured
         shape = _input_shape(self.model, getattr(self, "_first_shape", None))
         if other_input is not None and tuple(other_input.shape[1:]) == shape:
             x = other_input
