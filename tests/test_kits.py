@@ -134,8 +134,11 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     package = {"pytorch": "kits.pytorch_kit.models", "tensorflow": "kits.tensorflow_kit.models"}[fw]
     size = resolved["data"]["input_size"]
     trace = package.replace("models", "trace")
+    # the PyTorch kit counts in its canonical form, which the probe's process imports without the kit's models
+    counts = package.replace("models", "canonical") if fw == "pytorch" else package
     device = ", 'cpu'" if fw == "pytorch" else ""
-    code = (f"import json, sys; from {package} import build, parameter_counts; from {trace} import training_flops; "
+    code = (f"import json, sys; from {package} import build; from {counts} import parameter_counts; "
+            f"from {trace} import training_flops; "
             f"from kits.common.spec import Model, parse; "
             f"cfg = parse(Model, json.loads(sys.argv[1]), 'model'); m = build(cfg, {size}); "
             f"print(json.dumps({{**parameter_counts(m), 'flops': training_flops(m, {size}{device})}}))")
