@@ -132,16 +132,17 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     if certify:
         probe.at_first_update(lambda: certify_side(spec, probe, classes, out.parent, weights_from))
     shims += _bounds(spec) + _requirements(spec, data_dir, work)
-    globals_ = {}
     if spec.script.shim:
         shims.append(f"the declared shim {spec.script.shim} runs first, in the script's namespace")
-        globals_ = runpy.run_path(str(work / spec.script.shim))
+    # the shim runs where the script does: its relative paths (a dataset root "./") land in the work folder
     sys.argv = [str(work / spec.script.path), *map(str, spec.script.args)]
     sys.path.insert(0, str(work))
     os.chdir(work)
     phases.start(WARMUP)
-    ended, failure = "the script ran to its end", None
+    ended, failure, running = "the script ran to its end", None, f"the declared shim {spec.script.shim}"
     try:
+        globals_ = runpy.run_path(str(work / spec.script.shim)) if spec.script.shim else {}
+        running = "the script"
         runpy.run_path(str(work / spec.script.path), init_globals=globals_, run_name="__main__")
     except Certified:
         return report.header(raw, "certified", None) | {"probe": {"shims": shims, "models": probe.models}}
@@ -151,9 +152,9 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
         return _failed(spec, str(exc), [], kind="no-gpu")
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            failure = _failed(spec, f"the script exited with status {exc.code}", tried)
+            failure = _failed(spec, f"{running} exited with status {exc.code}", tried)
     except BaseException as exc:     # noqa: BLE001 - whatever the script raises is its result
-        failure = _failed(spec, f"the script raised {type(exc).__name__}: {exc}", tried)
+        failure = _failed(spec, f"{running} raised {type(exc).__name__}: {exc}", tried)
     if failure:
         return failure
     probe.finish()

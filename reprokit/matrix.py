@@ -182,7 +182,7 @@ def planned(args, experiments: dict, profile: str, device: str, describe) -> tup
         for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
             if variant in o.variants:
                 specs += script_plan.specs_for(name, scripts, o, describe, code(extra_dirs), epochs=args.epochs,
-                                               variant=variant)
+                                               variant=variant, setting=exp.resolved(o.profile))
     return specs, claims
 
 

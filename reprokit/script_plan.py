@@ -53,9 +53,13 @@ def _files(folder: Path) -> dict[str, str]:
     return found
 
 
-def _data(opts: Options) -> dict:
-    name = opts.dataset or (STAND_IN if opts.profile == "quick" else "cifar10")
-    request = {"dataset": name, "train_samples": None, "test_samples": None, "seed": 0}
+def _data(opts: Options, setting: dict | None) -> dict:
+    """A script experiment's data by profile (the stand-in on quick), or the experiment's own where its
+    posted scripts run beside the kit (``setting``: the resolved profile), so both read the same file."""
+    given = setting["data"] if setting else {"dataset": STAND_IN if opts.profile == "quick" else "cifar10"}
+    name = opts.dataset or given["dataset"]
+    request = {"dataset": name, "train_samples": given.get("train_samples"), "test_samples": given.get("test_samples"),
+               "seed": setting["train"]["seed"] if setting else 0}
     prepared = (datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download) if opts.prepare_data
                 else datasets.prepared(request, opts.data_dir))
     if name == "cifar10" and opts.prepare_data:
@@ -69,19 +73,30 @@ def _data(opts: Options) -> dict:
             "tfds": datasets.tfds_prepared(opts.data_dir) if name == "cifar10" else None}
 
 
-def _bounds(opts: Options, epochs: int | None) -> tuple[dict, int]:
-    steps, default_epochs, eval_steps, warmup = BOUNDS[opts.profile]
-    if opts.max_steps:
+def _bounds(opts: Options, epochs: int | None, setting: dict | None) -> tuple[dict, int]:
+    """The probe's bounds by profile; where posted scripts run beside the kit, the kit's own: its steps per
+    epoch, epochs and warmup steps (counted over epochs, as the kit counts them), and evaluation over the
+    whole test set, as the kit evaluates."""
+    if setting:
+        train = setting["train"]
+        steps, default_epochs, eval_steps, warmup = (train.get("max_steps_per_epoch"), train["epochs"], None,
+                                                     train["warmup_steps"])
+    else:
+        steps, default_epochs, eval_steps, warmup = BOUNDS[opts.profile]
+    if opts.max_steps and setting:
+        steps = min(steps or opts.max_steps, opts.max_steps)
+    elif opts.max_steps:
         steps = eval_steps = min(steps or opts.max_steps, opts.max_steps)
         warmup = min(warmup, max(1, steps - 1))
     return {"max_steps": steps, "epochs": epochs or default_epochs, "eval_steps": eval_steps}, warmup
 
 
 def specs_for(name: str, scripts: dict[str, dict], opts: Options, describe, code: dict,
-              epochs: int | None = None, variant: str = VARIANT, differences: list | None = None) -> list[dict]:
-    """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each."""
-    data = _data(opts)
-    bounds, warmup = _bounds(opts, epochs)
+              epochs: int | None = None, variant: str = VARIANT, setting: dict | None = None) -> list[dict]:
+    """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each;
+    ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds."""
+    data = _data(opts, setting)
+    bounds, warmup = _bounds(opts, epochs, setting)
     out = []
     for framework, entry in scripts.items():
         if framework not in opts.frameworks:
@@ -96,7 +111,7 @@ def specs_for(name: str, scripts: dict[str, dict], opts: Options, describe, code
                     "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5,
                                 "step_timing": True},
                     "warmup_steps": warmup, "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
-                    "differences": list(differences or []), "provenance": {**code, **describe(framework)},
+                    "differences": [], "provenance": {**code, **describe(framework)},
                     "pitfalls": [], "pitfall_summaries": {}}
             spec = ScriptSpec.from_dict(spec).to_dict()      # every field explicit, or the plan has a bug
             spec["run_id"] = run_id(spec)

@@ -631,3 +631,38 @@ def test_a_report_off_the_published_setting_says_how_from_its_results(real, expe
             "`learnable` data, not CIFAR-10; the standard profile's length, not the posts' epochs.") in text
     published = [setting(r, "full", "gpu", "cifar10", None) for r in real]
     assert "published setting" not in report.render("p", published, experiments).split("## ")[0]
+
+
+def test_the_posted_code_beside_its_reconstruction_agrees_differs_or_is_not_comparable(real, experiments,
+                                                                                        certificates):
+    """The rule, fixed before the run, comes out each way: the same setting with each PyTorch / TensorFlow ratio
+    within 10% agrees; a ratio beyond it differs; another setting (one parameter more) is not comparable and
+    judges no ratio; a missing run is not measured."""
+    base = [r for r in real if r["experiment"] == MEMORY]
+    fixed = next(c for c in certificates[MEMORY] if set(c["variant"].values()) == {"fixed"})
+    certs = {MEMORY: [{**copy.deepcopy(fixed), "variant": {fw: v for fw in fixed["variant"]}}
+                      for v in ("verbatim", "as_posted")]}
+
+    def section(edit=None, drop=None):
+        runs = [derive(r, v, [], edit if (v, r["framework"]) == ("verbatim", "pytorch") else None)
+                for r in base for v in ("verbatim", "as_posted") if (v, r["framework"]) != drop]
+        text = report.render("t", runs, experiments, certificates=certs)
+        first = [line for line in text.splitlines() if line.startswith("- **The posted code itself")]
+        return text[text.index("### The posted code beside its reconstruction"):], first
+
+    same, first = section()
+    assert "**Reconstruction:** **agrees**: the same setting, and each PyTorch / TensorFlow ratio within 10%" in same
+    assert len(first) == 1 and "**agrees**" in first[0] and "(#the-posted-code-beside-its-reconstruction-" in first[0]
+    flops = fixed["checks"][[c["name"] for c in fixed["checks"]].index("flops")]["numbers"]["per_sample"]["pytorch"]
+    assert f"| PyTorch: training FLOPs per sample    | {flops:,}" in same
+    pt, tf = (pick(base, MEMORY, fw) for fw in ("pytorch", "tensorflow"))
+    ratio = metrics.value(pt, "samples_per_s") / metrics.value(tf, "samples_per_s")
+    assert f"| PyTorch / TensorFlow throughput       | {ratio:.2f}x" in same
+    slower, _ = section(scale_time(1.5))
+    assert "| PyTorch / TensorFlow throughput       | " + f"{ratio / 1.5:.2f}x" in slower
+    assert "**Reconstruction:** **differs** on the same setting: throughput differs (+50%)" in slower
+    wider, _ = section(lambda r: r["model"]["parameters"].update(total=r["model"]["parameters"]["total"] + 1))
+    assert "**Reconstruction:** **not comparable** on this setting: the parameters differ" in wider
+    assert "| not comparable |" in wider and "agrees" not in wider and "(+50%)" not in wider
+    missing, _ = section(drop=("verbatim", "tensorflow"))
+    assert "**Reconstruction:** **not measured**: no finished TensorFlow run of `verbatim`" in missing

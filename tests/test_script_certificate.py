@@ -27,10 +27,14 @@ pytestmark = pytest.mark.slow
 
 
 def _pair(exp, data_dir: Path) -> dict[str, dict]:
+    return _pair_of(exp, exp.scripts, data_dir)
+
+
+def _pair_of(exp, scripts: dict[str, dict], data_dir: Path) -> dict[str, dict]:
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
                    allow_download=False)
-    specs = script_plan.specs_for(exp.name, exp.scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
-                                                                           "image": None}, code())
+    specs = script_plan.specs_for(exp.name, scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
+                                                                       "image": None}, code())
     return {s["framework"]: s for s in specs}
 
 
@@ -102,3 +106,24 @@ def test_the_probes_process_never_imports_the_kits_pitfall_module(kit_python, tm
         assert "kits.common.observe" in imported and "kits.common.pitfalls" not in imported, (fw, extra)
         if extra:
             assert json.loads((out.parent / "side.json").read_text())["status"] == "ok"
+
+
+def test_the_seed_004_posts_code_is_certified_apart_where_the_posts_differ(kit_python, tmp_path, data_dir):
+    """The seed's own scripts, verbatim with their shims (kits/experiments/seed004): the captured models show
+    what the post's readers found by hand - PyTorch reuses one BatchNorm per width and ends in softmax into
+    CrossEntropyLoss, Keras has one BatchNorm per convolution and a Dense more - and nothing that is not there
+    (Keras's Sequential.add leaves stale graph nodes that must not read as shared layers)."""
+    from reprokit.experiments import BUILTIN_DIR
+    kit_python("pytorch"), kit_python("tensorflow")
+    exp = load(BUILTIN_DIR / "simplecnn_cifar10_memory.toml")
+    cert = certify_scripts(_pair_of(exp, exp.script_variants["verbatim"], data_dir),
+                           LocalRunner(ENVS, data_dir, "cpu"), tmp_path)
+    checks = _checks(cert)
+    assert cert["status"] == "fail" and not checks["layers"]["passed"]
+    layers = checks["layers"]["evidence"]
+    assert "batchnorm layers: PyTorch 4, TensorFlow 10" in layers and "dense layers: PyTorch 1, TensorFlow 2" in layers
+    assert "PyTorch uses one set of weights at several places: Batchnorm_1 (BatchNorm2d) at 2 places" in layers
+    assert "TensorFlow uses one set of weights" not in layers
+    assert checks["outputs"]["evidence"].startswith(
+        "the PyTorch script's SimpleCNN returns probabilities (every row of its outputs is non-negative and sums to "
+        "1; the last layer it calls is dropout1d (Dropout)) into a PyTorch loss that takes logits"), checks["outputs"]

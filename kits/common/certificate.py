@@ -509,8 +509,8 @@ def script_outputs(fw: str, outputs: dict) -> str | None:
         return (f"{who} returns outputs of shape {shape_text(outputs['shape'])} from its last layer {layer}, but the "
                 f"data has {classes} classes: (batch, {classes}) expected")
     if outputs["expects_logits"] and outputs["probabilities"]:
-        return (f"{who} returns probabilities (its last layer {layer} makes every row non-negative and sum to 1) "
-                f"into a {label(fw)} loss that takes logits")
+        return (f"{who} returns probabilities (every row of its outputs is non-negative and sums to 1; the last "
+                f"layer it calls is {layer}) into a {label(fw)} loss that takes logits")
     if outputs["expects_logits"] is False and not outputs["probabilities"]:
         return f"{who} returns logits from its last layer {layer} into a {label(fw)} loss that takes probabilities"
     return None

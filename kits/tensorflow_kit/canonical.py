@@ -30,6 +30,16 @@ def _layers(model: keras.Model):
             yield layer
 
 
+def _graph_nodes(model: keras.Model) -> set[int]:
+    """The ids of the nodes in the graph of a functional or Sequential model and of the models in it."""
+    graph = getattr(model, "_functional", None) or model
+    nodes = {id(n) for ns in getattr(graph, "_nodes_by_depth", {}).values() for n in ns}
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            nodes |= _graph_nodes(layer)
+    return nodes
+
+
 def read_optimizer(opt) -> dict:
     """An optimizer read back from the object itself: its class and settings."""
     out = {"class": f"keras.optimizers.{type(opt).__name__}", "name": type(opt).__name__.lower(),
@@ -167,7 +177,10 @@ class Captured(Canonical):
                                 "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
 
     def shared(self) -> list[str]:
-        """Layers with weights that the model's graph calls at more than one place (their inbound nodes: a
-        functional or Sequential model's; a subclassed model's calls are not recorded there)."""
-        return [f"{layer.name} ({type(layer).__name__}) at {len(layer._inbound_nodes)} places"
-                for layer in _layers(self.model) if layer.weights and len(getattr(layer, "_inbound_nodes", ())) > 1]
+        """Layers with weights that the model's graph calls at more than one place. Only the nodes of the
+        model's own graph count: Sequential.add rebuilds the graph at each layer, leaving every earlier
+        layer with a stale inbound node per rebuild; a subclassed model's calls are not recorded at all."""
+        nodes = _graph_nodes(self.model)
+        places = {f"{layer.name} ({type(layer).__name__})": sum(id(n) in nodes for n in layer._inbound_nodes)
+                  for layer in _layers(self.model) if layer.weights}
+        return [f"{name} at {n} places" for name, n in places.items() if n > 1]

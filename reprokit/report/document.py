@@ -13,6 +13,7 @@ from reprokit.report import (
     claims_section,
     first_screen,
     plots,
+    reconstruction,
     runs,
     sections,
     stats,
@@ -105,7 +106,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
             out.append(f"### PyTorch and TensorFlow, `{main}` variant")
         out += [sections.side_by_side(fixed), sections.memory_note(fixed)]
     else:
-        out.append(f"The `{main}` variant did not finish, so there is no like-for-like comparison here.")
+        out.append(f"No finished `{main}` pair in these results, so there is no like-for-like comparison here.")
     probed = sections.probed(by_variant)
     if probed:
         out.append("### The scripts, as the probe ran them\n\n" + probed)
@@ -122,6 +123,9 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
         out.append("### Findings at run time\n\n" + found)
     if fixed:
         out.append("### What differs between the two runs\n\n" + sections.differences(fixed))
+    rebuilt = reconstruction.section(exp_name, exp, by_variant, certs)
+    if rebuilt:
+        out.append(rebuilt)
     posted = sections.posted_numerics(exp, by_variant)
     if posted:
         out.append("### As posted: each framework's own numerics\n\n" + posted)
@@ -136,7 +140,7 @@ def _render(name: str, results: list[dict], experiments: dict[str, Experiment], 
     out = [_banner(name, results)]
     if order:
         out.append("## Answers\n\n" + "\n\n".join(
-            first_screen.answers(e, experiments.get(e), grouped[e], found) for e in order) +
+            first_screen.answers(e, experiments.get(e), grouped[e], found, certificates.get(e, [])) for e in order) +
             "\n\nFigures are medians over repeats; ratios are PyTorch / TensorFlow. A bracket is the range of the "
             "repeats below 6 repeats, an interval with its coverage from 6 on: "
             "[how the figures are computed](details.md#how-the-figures-are-computed).")

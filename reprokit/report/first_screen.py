@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kits.common.names import FRAMEWORKS, LABELS
-from reprokit.report import metrics, runs, stats
+from reprokit.report import metrics, reconstruction, runs, stats
 from reprokit.report.markdown import md
 from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import FIXED, POSTED, SCRIPT, VERBATIM
@@ -107,7 +107,8 @@ def _verdicts(exp_name: str, found: list[Verdict]) -> str | None:
     return f"- **Verdicts{indicative}:** {counts}. Each with its reasons: [Claims](#claims)."
 
 
-def answers(exp_name: str, exp, by_variant: dict[str, dict[str, list[dict]]], found: list[Verdict]) -> str:
+def answers(exp_name: str, exp, by_variant: dict[str, dict[str, list[dict]]], found: list[Verdict],
+            certs: list[dict]) -> str:
     """One block of at most eight lines for one experiment."""
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     label = seed_label(exp)
@@ -123,6 +124,9 @@ def answers(exp_name: str, exp, by_variant: dict[str, dict[str, list[dict]]], fo
     elif exp is not None and exp.variants:
         lines.append("- **The posted comparison:** its `as_posted` variant is not in these results, so this report "
                      "cannot say what it measured.")
+    rebuilt = reconstruction.first_screen_line(exp_name, by_variant, certs)
+    if rebuilt:
+        lines.append(rebuilt)
     for quantity, reading in headlines(exp_name, found):
         line = _ratio(by_variant, quantity, reading)
         if line:

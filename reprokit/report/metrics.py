@@ -275,6 +275,8 @@ _ALL = (
              "training time until the target test accuracy", "lower", _time_to_target),
     Quantity("effective_batch_size", "batch", "samples per step", "samples per training step, as observed in the "
              "tensors", None, lambda r, _: Reading(field(r, "effective.batch_size.mean"))),
+    Quantity("train_steps_per_epoch", "count", "steps per epoch", "training steps per epoch, as observed", None,
+             lambda r, _: Reading(_mean(field(r, "effective.train_steps_per_epoch")))),
     Quantity("train_samples_per_epoch", "samples", "samples per epoch", "training samples per epoch, as observed",
              None, lambda r, _: Reading(_mean(field(r, "effective.train_samples_per_epoch")))),
     Quantity("final_test_accuracy", "fraction", "final test accuracy", "test accuracy after the last epoch, per "

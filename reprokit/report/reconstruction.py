@@ -1,0 +1,148 @@
+"""The posted code beside its reconstruction: does the kit's ``as_posted`` variant stand in for the post's own
+scripts, run unmodified as the ``verbatim`` variant?
+
+Everything is read from the two variants' result files and from their pairs' certificates (the training FLOPs
+per sample of the models each side trained: one counter for the kit's models and the scripts' captured ones).
+The rules are fixed before any run: a row of the setting (samples per step, steps per epoch, parameters,
+training FLOPs per sample) is the same when it is equal in both variants; a PyTorch / TensorFlow ratio agrees
+when the reconstruction's is within ``RATIO_TOLERANCE`` of the posted code's. The ratios are judged only on
+the same setting: where a row differs (a quick profile's narrower model), they are *not comparable*, and
+said so; a quantity one of the four runs lacks is *not measured*.
+"""
+from __future__ import annotations
+
+from kits.common.names import LABELS
+from reprokit.report import metrics, units
+from reprokit.report.markdown import anchor, md, table
+from reprokit.report.runs import POSTED, VERBATIM
+
+RATIO_TOLERANCE = 0.10
+SETTING = ("effective_batch_size", "train_steps_per_epoch", "parameters")
+RATIOS = ("samples_per_s", "peak_memory_bytes")
+HEADING = "The posted code beside its reconstruction"
+
+
+class Judged:
+    """The comparison of one experiment, read once: its table's rows, and its conclusion in one sentence."""
+
+    def __init__(self, by_variant: dict[str, dict[str, list[dict]]], certs: list[dict]):
+        self.by_variant = by_variant
+        self.frameworks = sorted(set(by_variant[VERBATIM]) & set(by_variant[POSTED]))
+        self.flops = {v: _flops(certs, v) for v in (VERBATIM, POSTED)}
+        self.rows: list[list[str]] = []
+        self.differs: list[str] = []          # the setting's rows that differ, in either framework
+        self.missing = [f"no finished {LABELS[fw]} run of `{v}`" for v in (VERBATIM, POSTED)    # what cannot be read
+                        for fw in ("pytorch", "tensorflow") if not by_variant[v].get(fw)]
+        self.verdicts: dict[str, str] = {}    # a ratio's short name -> its verdict
+        for fw in self.frameworks:
+            for name in SETTING:
+                self._setting_row(fw, metrics.QUANTITIES[name].short, *(self._median(v, fw, name)
+                                                                        for v in (VERBATIM, POSTED)))
+            self._setting_row(fw, "training FLOPs per sample", *(self.flops[v].get(fw) if self.flops[v] else None
+                                                                 for v in (VERBATIM, POSTED)))
+        for name in RATIOS:
+            self._ratio_row(name)
+
+    def _median(self, variant: str, fw: str, name: str) -> float | None:
+        try:
+            return metrics.median(self.by_variant[variant][fw], name)
+        except metrics.NotMeasured as exc:
+            self.missing.append(f"{metrics.QUANTITIES[name].short} ({LABELS[fw]}, `{variant}`): {exc.reason}")
+            return None
+
+    def _setting_row(self, fw: str, what: str, posted_code: float | None, rebuilt: float | None) -> None:
+        if posted_code is None or rebuilt is None:
+            verdict = "not measured"
+        elif posted_code == rebuilt:
+            verdict = "same"
+        else:
+            verdict = "**differs**"
+            self.differs.append(what)
+        self.rows.append([f"{LABELS[fw]}: {what}", _count(posted_code), _count(rebuilt), "equal", verdict])
+
+    def _ratio_row(self, name: str) -> None:
+        q = metrics.QUANTITIES[name]
+        pair = [self._ratio(v, name) for v in (VERBATIM, POSTED)]
+        rule = f"within {RATIO_TOLERANCE:.0%}"
+        if None in pair:
+            verdict = "not measured"
+        elif self.differs:
+            verdict = "not comparable"
+        else:
+            off = pair[1] / pair[0] - 1
+            verdict = f"agrees ({off:+.0%})" if abs(off) <= RATIO_TOLERANCE else f"**differs** ({off:+.0%})"
+        self.verdicts[q.short] = verdict
+        self.rows.append([f"PyTorch / TensorFlow {q.short}",
+                          *(f"{x:.2f}x" if x is not None else "not measured" for x in pair), rule, verdict])
+
+    def _ratio(self, variant: str, name: str) -> float | None:
+        if set(self.frameworks) != {"pytorch", "tensorflow"}:
+            return None
+        a, b = (self._median(variant, fw, name) for fw in ("pytorch", "tensorflow"))
+        return a / b if a is not None and b else None
+
+    def conclusion(self) -> str:
+        if self.differs:
+            named = list(dict.fromkeys(self.differs))
+            rows = ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+            return (f"**not comparable** on this setting: the {rows} differ, so the ratios are not judged (run both "
+                    f"variants at the same size, e.g. `--profile standard`)")
+        verdicts = self.verdicts
+        if "not measured" in verdicts.values():
+            return "**not measured**: " + "; ".join(self.missing)
+        off = [f"{what} {v.replace('**', '')}" for what, v in verdicts.items() if v.startswith("**differs")]
+        if off:
+            return f"**differs** on the same setting: {', '.join(off)}: the reconstruction does not stand in here"
+        return (f"**agrees**: the same setting, and each PyTorch / TensorFlow ratio within {RATIO_TOLERANCE:.0%} of "
+                f"the posted code's")
+
+
+def _flops(certs: list[dict], variant: str) -> dict[str, float] | None:
+    """Training FLOPs per sample by framework, from the certificate of the variant's own pair."""
+    for cert in certs:
+        if set(cert.get("variant", {}).values()) == {variant}:
+            check = next((c for c in cert.get("checks", []) if c["name"] == "flops"), None)
+            if check and (check.get("numbers") or {}).get("per_sample"):
+                return check["numbers"]["per_sample"]
+    return None
+
+
+def _count(x: float | None) -> str:
+    if x is None:
+        return "not measured"
+    return f"{x:,.0f}" if float(x).is_integer() else units.sig(x)
+
+
+def _present(by_variant: dict) -> bool:
+    return bool(by_variant.get(VERBATIM)) and bool(by_variant.get(POSTED))
+
+
+def heading(exp_name: str) -> str:
+    return f"{HEADING}: {exp_name}"
+
+
+def first_screen_line(exp_name: str, by_variant: dict, certs: list[dict]) -> str | None:
+    if not _present(by_variant):
+        return None
+    link = f"#{anchor(heading(exp_name))}"
+    return (f"- **The posted code itself (`verbatim`) against the reconstruction:** "
+            f"{Judged(by_variant, certs).conclusion()} ([the comparison]({link})).")
+
+
+def section(exp_name: str, exp, by_variant: dict, certs: list[dict]) -> str | None:
+    """The table and its conclusion, with what the reconstruction declares it changed; None without both."""
+    if not _present(by_variant):
+        return None
+    judged = Judged(by_variant, certs)
+    out = [f"### {md(heading(exp_name))}",
+           "Does the `as_posted` variant, the kit's rebuild of the posts' code from the spec, stand in for the "
+           "posted scripts themselves (`verbatim`, run unmodified under the probe)? Each row's rule was fixed "
+           "before the run; the ratios are judged only where the setting is the same. Training FLOPs per sample "
+           "come from each pair's certificate.",
+           table(judged.rows, ["", "posted code (`verbatim`)", "rebuilt (`as_posted`)", "rule", "verdict"]),
+           f"**Reconstruction:** {judged.conclusion()}."]
+    description = ((exp.doc.get("variants") or {}).get(POSTED) or {}).get("description") if exp else None
+    if description:
+        out.append(f"What the reconstruction declares it rebuilt: {md(description)}. The posted scripts ran after "
+                   f"their declared shims, listed under *The scripts, as the probe ran them*.")
+    return "\n\n".join(out)
