@@ -216,6 +216,7 @@ def certify_captured(side, out: dict, classes: int, device: str, weights_in: Pat
     x = side.x_first
     _canonical(side, out)
     out["shared"] = side.shared()
+    out["modes"] = side.modes()
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
     per_pass = n_drop * max(out["flops"]["forward"], 1)
     dropout_passes = int(min(cert.DROPOUT_PASSES, max(cert.MIN_PASSES, cert.PASSES_BUDGET_FLOPS[device] // per_pass)))

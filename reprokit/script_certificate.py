@@ -11,6 +11,8 @@ own first step, and its model starts from those weights on that batch. Compared:
 - ``layers``: per-layer canonical shapes and counts; where the lists differ, every difference named
   (layers of each kind, one set of weights used at several places, the totals);
 - ``flops`` and ``layers_without_parameters``: each model's traced arithmetic and the layers between;
+- ``modes``: whether each model trained in training mode; where a script left its dropout or BatchNorm
+  in evaluation mode, the layers without parameters again as each model is built;
 - ``outputs``: one row per class of the data, as logits or probabilities as each script's own loss takes;
 - ``logits`` and ``dropout``: the same weights on the same batch, in evaluation mode and over many
   training-mode passes in the mode each script trained in; compared as probabilities where one
@@ -26,6 +28,7 @@ import json
 import time
 from pathlib import Path
 
+from kits.common import arithmetic
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS, label
@@ -124,6 +127,7 @@ def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
     checks.append(layers)
     checks.append(cert.compare_flops(sides))
     checks.append(cert.compare_structure(sides))
+    checks.append(_modes(sides))
     problems = [p for p in (cert.script_outputs(fw, s["outputs"]) for fw, s in sides.items()) if p]
     unknown = [label(fw) for fw, s in sides.items() if s["outputs"]["expects_logits"] is None]
     checks.append({"name": "outputs", "passed": not problems,
@@ -143,6 +147,23 @@ def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
         checks.append(dropout)
     checks.append(skipped("loss_trajectory", NOT_REPLAYED))
     result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
+
+
+def _modes(sides: dict[str, dict]) -> dict:
+    """The modes the models trained in, from the captured objects: a script that trains with its dropout or
+    BatchNorm in evaluation mode trains another model than it builds. Where one does, the layers without
+    parameters are compared again as each model is built (every module in training mode)."""
+    off = {fw: (s.get("modes") or {}).get("in_eval") or [] for fw, s in sides.items()}
+    if not any(off.values()):
+        return {"name": "modes", "passed": True, "evidence": "both models trained in training mode"}
+    parts = [f"{label(fw)}'s model trained with {len(names)} layer(s) in evaluation mode ({', '.join(names[:4])}"
+             f"{f' and {len(names) - 4} more' if len(names) > 4 else ''}): dropout off, BatchNorm on its running "
+             f"statistics" for fw, names in off.items() if names]
+    (fa, a), (fb, b) = ((fw, s["modes"].get("ops_as_built") or s["ops"]) for fw, s in sides.items())
+    built = arithmetic.first_structure_difference(a, b, label(fa), label(fb))
+    parts.append("as built (every layer in training mode), " + (f"a layer without parameters differs: {built}"
+                                                                if built else "the same layers without parameters"))
+    return {"name": "modes", "passed": False, "evidence": "; ".join(parts), "numbers": off}
 
 
 def _not_comparable(layers: dict, tf: dict) -> str | None:

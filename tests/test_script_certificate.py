@@ -124,6 +124,16 @@ def test_the_seed_004_posts_code_is_certified_apart_where_the_posts_differ(kit_p
     assert "batchnorm layers: PyTorch 4, TensorFlow 10" in layers and "dense layers: PyTorch 1, TensorFlow 2" in layers
     assert "PyTorch uses one set of weights at several places: Batchnorm_1 (BatchNorm2d) at 2 places" in layers
     assert "TensorFlow uses one set of weights" not in layers
+    # the post calls model.eval() once and train() never: the captured modules say so, and as built its
+    # dropout drops whole channels where Keras's drops elements
+    modes = checks["modes"]["evidence"]
+    assert not checks["modes"]["passed"] and modes.startswith(
+        "PyTorch's model trained with 8 layer(s) in evaluation mode (Batchnorm_1 (BatchNorm2d), Batchnorm_2 "
+        "(BatchNorm2d), Batchnorm_3 (BatchNorm2d), Batchnorm_4 (BatchNorm2d) and 4 more): dropout off, BatchNorm on "
+        "its running statistics; as built (every layer in training mode), a layer without parameters differs"), modes
+    assert ("PyTorch has padding (1, 1, 1, 1) (top, bottom, left, right); dropout rate 0.3, one mask value shared "
+            "over H,W" in modes and "TensorFlow has padding (1, 1, 1, 1) (top, bottom, left, right); dropout rate "
+            "0.3, per element" in modes), modes
     assert checks["outputs"]["evidence"].startswith(
         "the PyTorch script's SimpleCNN returns probabilities (every row of its outputs is non-negative and sums to "
         "1; the last layer it calls is dropout1d (Dropout)) into a PyTorch loss that takes logits"), checks["outputs"]

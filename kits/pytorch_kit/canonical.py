@@ -252,6 +252,23 @@ class Captured(Canonical):
                 "numpy": np.__version__, "device": self.device.type,
                 "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}}
 
+    def modes(self) -> dict:
+        """The modules that act otherwise in training (dropout, batch norm) that the script left in evaluation
+        mode while it trained, and, where there are any, the trace of the model as built: every module in
+        training mode, its state restored after (that pass updates BatchNorm's running statistics)."""
+        acting = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+        off = [self._name(m) for m in self.model.modules() if isinstance(m, acting) and not self.trained_modes[id(m)]]
+        if not off:
+            return {"in_eval": [], "ops_as_built": None}
+        state = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.train()
+        try:
+            ops = trace.trace(self.model, self._inputs(self.x_trace), training=None).ops
+        finally:
+            self.model.load_state_dict(state)
+            self._mode(True)
+        return {"in_eval": off, "ops_as_built": ops}
+
     def shared(self) -> list[str]:
         """Layers with weights that the forward pass uses at more than one place: one set of weights, shared."""
         modules = dict(self.model.named_modules())

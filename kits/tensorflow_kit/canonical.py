@@ -176,6 +176,15 @@ class Captured(Canonical):
                 "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                                 "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
 
+    def modes(self) -> dict:
+        """Where the script called its model with training=False in its training steps: the trace of the model
+        as built (training=True) beside it."""
+        if self.trained_with:
+            return {"in_eval": [], "ops_as_built": None}
+        x = self._inputs(self.x_trace)
+        return {"in_eval": [f"{self.model.name} (called with training=False)"],
+                "ops_as_built": trace.trace(self.model, tuple(x.shape), x.dtype, training=True).ops}
+
     def shared(self) -> list[str]:
         """Layers with weights that the model's graph calls at more than one place. Only the nodes of the
         model's own graph count: Sequential.add rebuilds the graph at each layer, leaving every earlier
