@@ -6,7 +6,9 @@ store. Each task asks for one GPU (``num_gpus=1``; CPU runs ask for their
 threads), and on its node:
 
 - stages what the run needs, once per node and checked: the dataset file
-  (through Ray), verified against the spec's sha256; under Docker the image,
+  (through Ray), verified against the spec's sha256; a user's script folder
+  and its extra requirements' wheels (the probe checks the .py files against
+  the spec's sha256 and installs the wheels hash-checked); under Docker the image,
   streamed from a `docker save` on the head's engine into the node's (a
   one-time socket on the head's cluster address) and verified by image id
   (its tag is named after its content);
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -36,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kits.common.data import SCRIPT_WHEELS, wheels_key
 from kits.common.spec import Threads
 from reprokit import provenance, results
 from reprokit.console import RunProgress
@@ -83,6 +87,9 @@ class _Head:
         self.files = files
         self.docker_host = docker_host
         self.events: list[tuple[str, dict]] = []
+
+    def names(self) -> list[str]:
+        return sorted(self.files)
 
     def size(self, name: str) -> int:
         return os.path.getsize(self.files[name])
@@ -216,11 +223,38 @@ def check(job_runner: str, device: str, address: str) -> tuple[list[str], int]:
     return serving, sum(int(f["resources"].get(resource, 0)) for f in facts if f["node_id"] in serving)
 
 
-def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path]) -> tuple[object, dict]:
-    """The Head actor serving the data files (and, under Docker, each image as a `docker save` stream)."""
+def script_files(specs: list[dict], data_dir: Path) -> dict[str, str]:
+    """What the head serves of the users' scripts, by name: every file of each script's folder (a node has
+    no copy of it), and the wheels of its extra requirements, which the host downloaded into its data folder."""
+    files = {}
+    for spec in specs:
+        if spec.get("source") != "script":
+            continue
+        folder = Path(spec["script"]["folder"])
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if path.is_file() and "__pycache__" not in rel.parts and not rel.parts[0].startswith("."):
+                files[f"script/{_folder_key(spec)}/{rel.as_posix()}"] = str(path)
+        install = (spec["script"].get("requirements") or {}).get("install")
+        if install:
+            wheels = Path(data_dir) / SCRIPT_WHEELS / wheels_key(install)
+            files.update({f"data/{SCRIPT_WHEELS}/{wheels.name}/{p.name}": str(p) for p in sorted(wheels.iterdir())})
+    return files
+
+
+def _folder_key(spec: dict) -> str:
+    """A script folder's name on the nodes: the folder and the sha256 of the .py files the spec hashed."""
+    body = json.dumps([spec["script"]["folder"], spec["script"]["files"]], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path],
+                  scripts: dict[str, str] | None = None) -> tuple[object, dict]:
+    """The Head actor serving the data files and the scripts' (and, under Docker, each image as a `docker
+    save` stream)."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    files = {f"data/{name}": str(path) for name, path in data_files.items()}
+    files = {**{f"data/{name}": str(path) for name, path in data_files.items()}, **(scripts or {})}
     staged = {}
     if runner.name == "docker":
         for fw in sorted(frameworks):
@@ -416,6 +450,33 @@ def stage_data(head, spec: dict, data_dir: Path) -> bool:
         return True
 
 
+def stage_script(head, spec: dict, node_dir: Path) -> dict:
+    """The spec's script folder (and its extra requirements' wheels) copied to this node once; the spec as
+    this node runs it, its folder the copy (the probe checks the .py files against the spec's sha256)."""
+    key = _folder_key(spec)
+    folder = node_dir / "scripts" / key
+    install = (spec["script"].get("requirements") or {}).get("install")
+    with _locked(node_dir / ".stage.lock"):
+        names = _ray().get(head.names.remote())
+        _copy_once(head, names, f"script/{key}/", folder)
+        if install:
+            key = wheels_key(install)
+            _copy_once(head, names, f"data/{SCRIPT_WHEELS}/{key}/", node_dir / "data" / SCRIPT_WHEELS / key)
+    return {**spec, "script": {**spec["script"], "folder": str(folder)}}
+
+
+def _copy_once(head, names: list[str], prefix: str, root: Path) -> None:
+    """The head's files named under prefix into root, once: a marker beside root says the copy is whole."""
+    done = root.with_name(root.name + ".staged")
+    if done.exists():
+        return
+    for name in (n for n in names if n.startswith(prefix)):
+        dest = root / name[len(prefix):]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _fetch(head, name, dest)
+    done.write_text("")
+
+
 def stage_image(head, image: dict, client, node_dir: Path) -> bool:
     """The head's image in this node's engine under its tag, with the same image id; True if loaded now."""
     import docker.errors
@@ -520,12 +581,17 @@ def _node_run(job: Job, spec: dict) -> dict | None:
         if problem:
             raise UserError(f"{problem}; update this node's checkout of reprokit.")
         staged["data"] = stage_data(job.head, spec, node_dir / "data")
+        here = stage_script(job.head, spec, node_dir) if spec.get("source") == "script" else spec
+        if here is not spec:
+            staged["script"] = here["script"]["folder"]
         if job.runner == "docker":
             staged["image"] = stage_image(job.head, job.images[spec["framework"]], runner.client, node_dir)
         staged["seconds"] = round(time.perf_counter() - t0, 3)
         runner.prepare({spec["framework"]})
         with _slot(node_dir, job.device) as placement:
-            result = run_placed(runner, spec, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)
+            result = run_placed(runner, here, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)
+        if result is not None and here is not spec:
+            result["spec"] = spec                # as planned: the folder on the head, where its id was made
     except KeyboardInterrupt:
         return None
     except UserError as exc:

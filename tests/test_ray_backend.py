@@ -188,6 +188,30 @@ def test_each_node_runs_the_pinned_image_in_its_own_engine(cluster, tiny_dir, tm
     assert Path("/sys/class/net/docker0").exists() == cluster.had_docker0, "the node's engine left the host's alone"
 
 
+def test_a_users_script_folder_is_staged_to_the_node_that_runs_it(cluster, tmp_path, kit_python, data_dir):
+    """A script and the helper module it imports, in a folder of the user's: the node runs a copy staged from
+    the head (checked against the spec's sha256 by the probe), and the result keeps the folder as planned."""
+    kit_python("pytorch")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name in ("torch_twin.py", "helpers.py"):
+        shutil.copy(REPO / "tests" / "user_scripts" / name, folder / name)
+    cmd = [sys.executable, "-m", "reprokit", "reproduce", "--script", f"pytorch={folder / 'torch_twin.py'}",
+           "--frameworks", "pytorch", "--backend", "ray", "--ray-address", cluster.address, "--ray-runner", "local",
+           "--no-certify", "--state-dir", str(tmp_path / "state"), "--reports-dir", str(tmp_path / "reports"),
+           "--data-dir", str(data_dir), "--name", "mine"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    (r,) = _stored(tmp_path)
+    assert r["status"] == "ok" and results.problems(r) is None and r["spec"]["script"]["folder"] == str(folder)
+    staged = Path(r["launcher"]["node"]["staged"]["script"])
+    node = next(n for n in ("n1", "n2") if r["launcher"]["node"]["id"] == cluster.node_id(n))
+    assert staged.parent == cluster.root / node / "scripts"
+    assert sorted(p.name for p in staged.iterdir()) == ["helpers.py", "torch_twin.py"]
+    assert all((staged / n).read_bytes() == (folder / n).read_bytes() for n in ("helpers.py", "torch_twin.py"))
+    assert r["effective"]["batch_size"]["configured"] == 32 and r["model"]["parameters"]["total"] > 0
+
+
 def test_a_lost_node_is_retried_elsewhere_and_nothing_is_lost(cluster, tiny_dir, tmp_path, kit_python):
     kit_python("pytorch"), kit_python("tensorflow")          # the nodes share the lock files' environments
     cmd = _cmd(cluster, tiny_dir, tmp_path, "--ray-runner", "local")
