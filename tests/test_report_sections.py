@@ -666,3 +666,27 @@ def test_the_posted_code_beside_its_reconstruction_agrees_differs_or_is_not_comp
     assert "| not comparable |" in wider and "agrees" not in wider and "(+50%)" not in wider
     missing, _ = section(drop=("verbatim", "tensorflow"))
     assert "**Reconstruction:** **not measured**: no finished TensorFlow run of `verbatim`" in missing
+
+
+def test_the_reference_report_of_the_posted_code_renders_its_table_from_its_files(experiments):
+    """reports/verbatim-standard-cpu-bounded: seed 004's posted scripts and the as_posted rebuild, run at the
+    same standard setting with 5 steps per epoch on this CPU. Each ratio cell and verdict is recomputed here."""
+    folder = REPO / "reports" / "verbatim-standard-cpu-bounded"
+    found = [json.loads(p.read_text()) for p in sorted((folder / "results").glob("*.json"))]
+    certs = {MEMORY: [json.loads(p.read_text()) for p in sorted(folder.glob("certificate-*.json"))]}
+    assert {r["spec"].get("source", "kit") for r in found} == {"script", "kit"}
+    text = report.render("r", found, experiments, certificates=certs)
+    assert "at most 5 training steps per epoch" in text.split("## ")[0]
+    section = text[text.index("### The posted code beside its reconstruction"):]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                              for line in section.splitlines() if line.startswith("| "))}
+    for name, short in (("samples_per_s", "throughput"), ("peak_memory_bytes", "peak memory")):
+        ratio = {v: statistics.median(metrics.value(r, name) for r in found if r["variant"] == v and
+                                      r["framework"] == "pytorch") /
+                 statistics.median(metrics.value(r, name) for r in found if r["variant"] == v and
+                                   r["framework"] == "tensorflow") for v in ("verbatim", "as_posted")}
+        off = ratio["as_posted"] / ratio["verbatim"] - 1
+        verdict = f"agrees ({off:+.0%})" if abs(off) <= 0.10 else f"**differs** ({off:+.0%})"
+        assert rows[f"PyTorch / TensorFlow {short}"] == [f"{ratio['verbatim']:.2f}x", f"{ratio['as_posted']:.2f}x",
+                                                         "within 10%", verdict], rows
+    assert [cells[-1] for label, cells in rows.items() if ": " in label] == ["same"] * 8

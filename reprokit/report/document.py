@@ -54,7 +54,9 @@ def _not_published(results: list[dict], profiles: list[str]) -> list[str]:
     why = []
     if any(s.get("device", "cpu") == "cpu" for s in specs):
         why.append("it ran on a CPU")
-    bounded = sorted({s["train"].get("max_steps_per_epoch") for s in specs} - {None})
+    # a kit run's cap, or the probe's bound on a script
+    bounded = sorted({s["train"].get("max_steps_per_epoch") if "train" in s else s["bounds"]["max_steps"]
+                      for s in specs} - {None})
     if bounded:
         why.append(f"at most {', '.join(f'{n:,}' for n in bounded)} training steps per epoch")
     generated = sorted({s["data"]["dataset"] for s in specs} - {"cifar10"})

@@ -81,6 +81,12 @@ class Judged:
         a, b = (self._median(variant, fw, name) for fw in ("pytorch", "tensorflow"))
         return a / b if a is not None and b else None
 
+    def memory_by_phase(self) -> str | None:
+        """Where the memory ratio differs: each phase's peak of both variants, and where the gap appears."""
+        if not self.verdicts.get(metrics.QUANTITIES["peak_memory_bytes"].short, "").startswith("**differs"):
+            return None
+        return _memory_explained(self)
+
     def conclusion(self) -> str:
         if self.differs:
             named = list(dict.fromkeys(self.differs))
@@ -95,6 +101,40 @@ class Judged:
             return f"**differs** on the same setting: {', '.join(off)}: the reconstruction does not stand in here"
         return (f"**agrees**: the same setting, and each PyTorch / TensorFlow ratio within {RATIO_TOLERANCE:.0%} of "
                 f"the posted code's")
+
+
+PHASES = (("warmup", "warmup_peak_memory_bytes"), ("training", "train_peak_memory_bytes"),
+          ("evaluation", "eval_peak_memory_bytes"))
+
+
+def _by_phase(judged: Judged, fw: str) -> list[tuple[str, float, float]] | None:
+    """(phase, posted code's median peak, rebuilt's) for one framework; None where a phase was not read."""
+    rows = []
+    for phase, name in PHASES:
+        pair = [judged._median(v, fw, name) for v in (VERBATIM, POSTED)]
+        if None in pair:
+            return None
+        rows.append((phase, pair[0], pair[1]))
+    return rows
+
+
+def _memory_explained(judged: Judged) -> str | None:
+    phases = {fw: _by_phase(judged, fw) for fw in judged.frameworks}
+    if not all(phases.values()):
+        return None
+    # the framework whose peak moved most between the two; the first phase where most of that gap is there
+    fw = max(phases, key=lambda f: abs(max(p for _, p, _ in phases[f]) - max(r for _, _, r in phases[f])))
+    gap = max(p for _, p, _ in phases[fw]) - max(r for _, _, r in phases[fw])
+    first = next((ph for ph, p, r in phases[fw] if gap and (p - r) / gap >= 0.5), None)
+    shown = "; ".join(f"{LABELS[f]}: " + ", ".join(f"{ph} {units.memory(p)} vs {units.memory(r)}" for ph, p, r in rows)
+                      for f, rows in phases.items())
+    cause = {"warmup": "before its first measured step: what the process holds before training (its data as it "
+                       "was loaded, its framework's setup), not what the steps add",
+             "training": "in its training steps", "evaluation": "in its evaluation passes"}
+    return (f"Peak memory by phase, median, posted code vs rebuilt: {shown}. The gap is largest in "
+            f"{LABELS[fw]} ({'+' if gap >= 0 else '-'}{units.memory(abs(gap))} in the posted code)"
+            + (f", and most of it is there already {cause[first]}." if first == "warmup" else
+               f", most of it {cause[first]}." if first else "."))
 
 
 def _flops(certs: list[dict], variant: str) -> dict[str, float] | None:
@@ -141,6 +181,9 @@ def section(exp_name: str, exp, by_variant: dict, certs: list[dict]) -> str | No
            "come from each pair's certificate.",
            table(judged.rows, ["", "posted code (`verbatim`)", "rebuilt (`as_posted`)", "rule", "verdict"]),
            f"**Reconstruction:** {judged.conclusion()}."]
+    where = judged.memory_by_phase()
+    if where:
+        out.append(where)
     description = ((exp.doc.get("variants") or {}).get(POSTED) or {}).get("description") if exp else None
     if description:
         out.append(f"What the reconstruction declares it rebuilt: {md(description)}. The posted scripts ran after "
