@@ -186,10 +186,10 @@ def reproduce(argv: list[str] | None = None) -> int:
                            None if None in after else sum(after) / m.at_once)
 
     if m.serving is not None and todo:
-        from reprokit import cluster
+        from reprokit import cluster, node_staging
         data_files = {s["data"]["file"]: args.data_dir.resolve() / s["data"]["file"] for s in todo}
         head, images = cluster.stage_on_head(m.runner, {s["framework"] for s in todo}, data_files,
-                                             cluster.script_files(todo, args.data_dir.resolve()))
+                                             node_staging.script_files(todo, args.data_dir.resolve()))
         job = cluster.Job(m.runner.name, m.device, head, images, tuple(str(d.resolve()) for d in args.experiments))
         failures, interrupted = cluster.run_all(job, todo, m.serving, store, progress_for)
     elif todo:

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import logging
 import os
 import secrets
@@ -39,18 +37,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kits.common.data import SCRIPT_WHEELS, wheels_key
 from kits.common.spec import Threads
 from reprokit import provenance, results
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
+from reprokit.node_staging import CHUNK, stage_data, stage_image, stage_script
 from reprokit.schedule import Ledger, run_placed
 from reprokit.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
 
 NODE_DIR_ENV = "REPROKIT_NODE_DIR"
 FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch
 NODE_LABEL = "ray.io/node-id"
-CHUNK = 8 << 20
 PROGRESS_EVERY_S = 2.0
 STOP_GRACE_S = 60
 LOST_KINDS = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError")
@@ -223,31 +220,6 @@ def check(job_runner: str, device: str, address: str) -> tuple[list[str], int]:
     return serving, sum(int(f["resources"].get(resource, 0)) for f in facts if f["node_id"] in serving)
 
 
-def script_files(specs: list[dict], data_dir: Path) -> dict[str, str]:
-    """What the head serves of the users' scripts, by name: every file of each script's folder (a node has
-    no copy of it), and the wheels of its extra requirements, which the host downloaded into its data folder."""
-    files = {}
-    for spec in specs:
-        if spec.get("source") != "script":
-            continue
-        folder = Path(spec["script"]["folder"])
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder)
-            if path.is_file() and "__pycache__" not in rel.parts and not rel.parts[0].startswith("."):
-                files[f"script/{_folder_key(spec)}/{rel.as_posix()}"] = str(path)
-        install = (spec["script"].get("requirements") or {}).get("install")
-        if install:
-            wheels = Path(data_dir) / SCRIPT_WHEELS / wheels_key(install)
-            files.update({f"data/{SCRIPT_WHEELS}/{wheels.name}/{p.name}": str(p) for p in sorted(wheels.iterdir())})
-    return files
-
-
-def _folder_key(spec: dict) -> str:
-    """A script folder's name on the nodes: the folder and the sha256 of the .py files the spec hashed."""
-    body = json.dumps([spec["script"]["folder"], spec["script"]["files"]], sort_keys=True)
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
 def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path],
                   scripts: dict[str, str] | None = None) -> tuple[object, dict]:
     """The Head actor serving the data files and the scripts' (and, under Docker, each image as a `docker
@@ -397,107 +369,6 @@ def _node_facts(job_runner: str) -> dict:
             import docker
             facts["nvidia_runtime"] = host_checks.nvidia_runtime_available(docker.from_env(timeout=30))
     return facts
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock between the tasks of one node (a file lock in the node's folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fetch(head, name: str, dest: Path) -> None:
-    """Copy one of the head's files here, chunk by chunk, through the object store."""
-    ray = _ray()
-    size = ray.get(head.size.remote(name))
-    tmp = dest.with_name(f".{dest.name}.part")
-    with open(tmp, "wb") as fh:
-        for offset in range(0, size, CHUNK):
-            fh.write(ray.get(head.read.remote(name, offset, CHUNK)))
-    os.replace(tmp, dest)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def stage_data(head, spec: dict, data_dir: Path) -> bool:
-    """The spec's dataset in this node's cache, checksum-verified once per node; True if it was copied now."""
-    name, sha = spec["data"]["file"], spec["data"]["sha256"]
-    path = data_dir / name
-    verified = data_dir / ".verified" / f"{name}.sha256"
-    with _locked(data_dir / ".stage.lock"):
-        if path.exists() and verified.exists() and verified.read_text() == sha:
-            return False
-        _fetch(head, f"data/{name}", path)
-        got = _sha256(path)
-        if got != sha:
-            path.unlink()
-            raise UserError(f"the dataset {name} staged to this node has sha256 {got[:12]}, not the "
-                            f"{sha[:12]} of the spec; the copy was removed.")
-        path.chmod(0o644)
-        verified.parent.mkdir(exist_ok=True)
-        verified.write_text(sha)
-        return True
-
-
-def stage_script(head, spec: dict, node_dir: Path) -> dict:
-    """The spec's script folder (and its extra requirements' wheels) copied to this node once; the spec as
-    this node runs it, its folder the copy (the probe checks the .py files against the spec's sha256)."""
-    key = _folder_key(spec)
-    folder = node_dir / "scripts" / key
-    install = (spec["script"].get("requirements") or {}).get("install")
-    with _locked(node_dir / ".stage.lock"):
-        names = _ray().get(head.names.remote())
-        _copy_once(head, names, f"script/{key}/", folder)
-        if install:
-            key = wheels_key(install)
-            _copy_once(head, names, f"data/{SCRIPT_WHEELS}/{key}/", node_dir / "data" / SCRIPT_WHEELS / key)
-    return {**spec, "script": {**spec["script"], "folder": str(folder)}}
-
-
-def _copy_once(head, names: list[str], prefix: str, root: Path) -> None:
-    """The head's files named under prefix into root, once: a marker beside root says the copy is whole."""
-    done = root.with_name(root.name + ".staged")
-    if done.exists():
-        return
-    for name in (n for n in names if n.startswith(prefix)):
-        dest = root / name[len(prefix):]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _fetch(head, name, dest)
-    done.write_text("")
-
-
-def stage_image(head, image: dict, client, node_dir: Path) -> bool:
-    """The head's image in this node's engine under its tag, with the same image id; True if loaded now."""
-    import docker.errors
-
-    def present() -> bool:
-        try:
-            return client.images.get(image["ref"]).id == image["id"]
-        except docker.errors.ImageNotFound:
-            return False
-
-    with _locked(node_dir / ".images.lock"):
-        if present():
-            return False
-        host, port, token = _ray().get(head.image_stream.remote(image["ref"]))
-        with socket.create_connection((host, port), timeout=600) as conn:
-            conn.sendall(token.encode())
-            client.images.load(iter(lambda: conn.recv(CHUNK), b""))
-        if not present():
-            raise UserError(f"the image {image['ref']} loaded on this node does not have the head's id "
-                            f"{image['id'][:19]}.")
-        return True
 
 
 @contextlib.contextmanager

@@ -21,7 +21,6 @@ from reprokit.report import (
 )
 from reprokit.report.claims import Claim
 from reprokit.report.markdown import anchor, md
-from reprokit.report.runs import FIXED
 from reprokit.report.verdicts import Verdict, evaluate
 
 PLOT_SUFFIXES = ("-throughput.png", "-memory.png")
