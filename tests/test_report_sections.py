@@ -664,6 +664,9 @@ def test_the_posted_code_beside_its_reconstruction_agrees_differs_or_is_not_comp
     wider, _ = section(lambda r: r["model"]["parameters"].update(total=r["model"]["parameters"]["total"] + 1))
     assert "**Reconstruction:** **not comparable** on this setting: the parameters differ" in wider
     assert "| not comparable |" in wider and "agrees" not in wider and "(+50%)" not in wider
+    warmup_only, _ = section(lambda r: r["timing"].update(samples_per_s=0.0))     # every step a warmup step
+    assert ("**Reconstruction:** **not measured**: throughput (PyTorch, `verbatim`): no training step after the "
+            f"{pt['timing']['warmup_steps']} warmup steps") in warmup_only
     missing, _ = section(drop=("verbatim", "tensorflow"))
     assert "**Reconstruction:** **not measured**: no finished TensorFlow run of `verbatim`" in missing
 

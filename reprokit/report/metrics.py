@@ -241,6 +241,15 @@ def _mfu(r: dict, _: str) -> Reading:
     return Reading(flops * field(r, "timing.samples_per_s") / top, f"peak: {where}")
 
 
+def _throughput(r: dict) -> Reading:
+    """A run whose every step was a warmup step timed none: its 0.0 is no throughput."""
+    rate = field(r, "timing.samples_per_s")
+    if not rate:
+        raise NotMeasured(f"no training step after the {field(r, 'timing.warmup_steps')} warmup steps: run more "
+                          f"steps than the warmup", short="no step after warmup")
+    return Reading(rate)
+
+
 def _time_to_target(r: dict, _: str) -> Reading:
     target = field(r, "timing.target_accuracy")
     if r["timing"].get("time_to_target_s") is None:
@@ -250,7 +259,7 @@ def _time_to_target(r: dict, _: str) -> Reading:
 
 _ALL = (
     Quantity("samples_per_s", "sample_rate", "throughput", "training samples per second after warmup", "higher",
-             lambda r, _: Reading(field(r, "timing.samples_per_s"))),
+             lambda r, _: _throughput(r)),
     Quantity("steps_per_s", "step_rate", "step rate", "training steps per second of training time", "higher",
              lambda r, _: Reading(_steps(r)[0] / _steps(r)[1])),
     Quantity("step_time_s", "time", "time per step", "training time per step (epoch time / steps)", "lower",

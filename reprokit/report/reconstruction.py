@@ -95,7 +95,8 @@ class Judged:
                     f"variants at the same size, e.g. `--profile standard`)")
         verdicts = self.verdicts
         if "not measured" in verdicts.values():
-            return "**not measured**: " + "; ".join(self.missing)
+            more = f"; and {len(self.missing) - 2} more" if len(self.missing) > 2 else ""
+            return "**not measured**: " + "; ".join(self.missing[:2]) + more
         off = [f"{what} {v.replace('**', '')}" for what, v in verdicts.items() if v.startswith("**differs")]
         if off:
             return f"**differs** on the same setting: {', '.join(off)}: the reconstruction does not stand in here"
