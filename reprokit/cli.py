@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -257,12 +258,19 @@ def prepare_data(argv: list[str]) -> int:
 VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data}
 
 
+def _terminated(signum, frame):
+    """A stop from outside (kill, a CI's timeout) ends as Ctrl-C does: the run in progress stopped with its
+    process group, finished results kept; else the kit's process would train on, orphaned."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in VERBS:
         print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit data [options]   "
               "(see reprokit VERB --help)", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return VERBS[argv[0]](argv[1:])
     except UserError as exc:

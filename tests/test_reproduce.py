@@ -57,7 +57,8 @@ def test_reproduce_writes_results_and_report_then_resumes(kit_python, tiny_dir, 
             in (report_dir / "report.md").read_text())
 
 
-def test_ctrl_c_keeps_finished_results_and_records_nothing_unfinished(kit_python, tiny_dir, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_ctrl_c_keeps_finished_results_and_records_nothing_unfinished(kit_python, tiny_dir, tmp_path, stop):
     kit_python("pytorch"), kit_python("tensorflow")
     # Finish PyTorch first, then interrupt TensorFlow while it trains.
     # The certificate is tested elsewhere (and here in the first test): skipped, the report says so.
@@ -71,10 +72,13 @@ def test_ctrl_c_keeps_finished_results_and_records_nothing_unfinished(kit_python
             break
         if "[run 1/1]" in line and line.rstrip().endswith(("ok", "s")) and "· ok ·" in line:
             pytest.fail("the run finished before it could be interrupted")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, "".join(lines) + rest
     assert "interrupted: finished results are kept" in rest
+    # and the kit's process went with it: nothing still runs on this state folder
+    left = subprocess.run(["pgrep", "-f", str(tmp_path / "state")], capture_output=True, text=True).stdout.split()
+    assert not left, left
     stored = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
     assert [r["framework"] for r in stored] == ["pytorch"]
     resumed = _reproduce(tiny_dir, tmp_path, "--no-certify")
