@@ -105,6 +105,27 @@ class LoaderPass:
         return True
 
 
+class Bounded:
+    """A loader's iterator, ended where its pass's bounds say (the script's loop sees it run out)."""
+
+    def __init__(self, inner, bound: LoaderPass) -> None:
+        self._inner, self._bound = inner, bound
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._bound.more():
+            raise StopIteration
+        return self._fetch()
+
+    def _fetch(self):
+        return next(self._inner)
+
+    def __len__(self):
+        return len(self._inner)
+
+
 class Observer:
     def __init__(self, spec: ScriptSpec, sync, phases: PhaseMemory, memory_now, progress: Progress) -> None:
         self.spec, self.phases, self.memory_now, self.progress = spec, phases, memory_now, progress

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from kits.common.measure import now
-from kits.common.observe import HookClock, Observer, own_time
+from kits.common.observe import Bounded, HookClock, Observer, own_time
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__")
 
@@ -228,7 +228,7 @@ class TorchProbe:
         probe = self
 
         def bounded_iter(loader):
-            return _Bounded(real_iter(loader), probe.observer.loader_pass(id(loader), loader.batch_size,
+            return Bounded(real_iter(loader), probe.observer.loader_pass(id(loader), loader.batch_size,
                                                                          loader.num_workers))
         DataLoader.__iter__ = bounded_iter
 
@@ -308,24 +308,6 @@ def _dtype(model) -> str:
     if model is None:
         return "float32"
     return str(next(model.parameters()).dtype).split(".")[-1]
-
-
-class _Bounded:
-    """A DataLoader's iterator, ended where the probe's bounds say (the script's loop sees it run out)."""
-
-    def __init__(self, inner, bound) -> None:
-        self._inner, self._bound = inner, bound
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if not self._bound.more():
-            raise StopIteration
-        return next(self._inner)
-
-    def __len__(self):
-        return len(self._inner)
 
 
 class _AllocatorPeaks:

@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 from keras.src.layers.layer import Layer  # noqa: E402
 
 from kits.common.measure import rss_bytes  # noqa: E402
-from kits.common.observe import HookClock, Observer, own_time  # noqa: E402
+from kits.common.observe import Bounded, HookClock, Observer, own_time  # noqa: E402
 
 
 STEPS, FORWARDS, BATCH, TRAINING, CORRECT = range(5)       # the packed counters' places
@@ -297,7 +297,7 @@ class KerasProbe:
             inner = real_iter(dataset)
             if probe.in_keras:
                 return inner
-            return _Bounded(inner, probe.observer.loader_pass(id(dataset), None, None))
+            return _TimedBounded(inner, probe.observer.loader_pass(id(dataset), None, None))
         tf.data.Dataset.__iter__ = bounded_iter
 
     # -- the graph's counters ------------------------------------------------------------------------
@@ -552,26 +552,14 @@ class _Report(keras.callbacks.Callback):
         self.probe.observer.epoch_ends()
 
 
-class _Bounded:
-    """A tf.data iterator, ended where the probe's bounds say (the script's loop sees it run out); the time the
-    loop waits in it is the data wait."""
+class _TimedBounded(Bounded):
+    """A tf.data iterator, bounded; the time the loop waits in it is the data wait."""
 
-    def __init__(self, inner, bound) -> None:
-        self._inner, self._bound = inner, bound
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if not self._bound.more():
-            raise StopIteration
+    def _fetch(self):
         t0 = time.perf_counter()
         batch = next(self._inner)
         self._bound.observer.fetched(time.perf_counter() - t0)
         return batch
-
-    def __len__(self):
-        return len(self._inner)
 
 
 class _GuardedPeak:
