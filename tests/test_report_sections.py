@@ -693,3 +693,6 @@ def test_the_reference_report_of_the_posted_code_renders_its_table_from_its_file
         assert rows[f"PyTorch / TensorFlow {short}"] == [f"{ratio['verbatim']:.2f}x", f"{ratio['as_posted']:.2f}x",
                                                          "within 10%", verdict], rows
     assert [cells[-1] for label, cells in rows.items() if ": " in label] == ["same"] * 8
+    # with repeats each variant gets its own test, said with its name where their outcomes differ
+    memory = next(line for line in text.splitlines() if line.startswith("- **PyTorch / TensorFlow, peak memory**"))
+    assert re.search(r"As posted: Mann-Whitney U p = [0-9.]+: .*; verbatim: Mann-Whitney U p = [0-9.]+: ", memory), memory

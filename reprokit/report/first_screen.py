@@ -65,13 +65,15 @@ def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading:
             parts.append(f"{variant.replace('_', ' ')} not measured")
             continue
         parts.append(f"{variant.replace('_', ' ')} {stats.ratio(a, b).text()}")
-        tests.append(stats.difference(a, b).text())
+        tests.append((variant.replace('_', ' '), stats.difference(a, b).text()))
     if not parts:
         return ""
     ahead = "below" if q.better == "lower" else "above"
     head = f"**PyTorch / TensorFlow, {q.short}**" + (f" ({q.better} is better: {ahead} 1 favours PyTorch)"
                                                       if q.better else "")
-    tested = "; ".join(dict.fromkeys(tests))
+    # one sentence where every variant's test says the same (a single repeat), else each named
+    texts = list(dict.fromkeys(t for _, t in tests))
+    tested = texts[0] if len(texts) == 1 else "; ".join(f"{v}: {t}" for v, t in tests)
     return f"- {head}: {', '.join(parts)}" + (f". {tested[0].upper()}{tested[1:]}." if tested else ".")
 
 
