@@ -20,6 +20,11 @@ RATIO_TOLERANCE = 0.10
 SETTING = ("effective_batch_size", "train_steps_per_epoch", "parameters")
 RATIOS = ("samples_per_s", "peak_memory_bytes")
 HEADING = "The posted code beside its reconstruction"
+PHASES = (("warmup", "warmup_peak_memory_bytes"), ("training", "train_peak_memory_bytes"),
+          ("evaluation", "eval_peak_memory_bytes"))
+CAUSES = {"warmup": "there already before its first measured step: what the process holds before training (its "
+                    "data as it was loaded, its framework's setup), not what the steps add",
+          "training": "in its training steps", "evaluation": "in its evaluation passes"}
 
 
 class Judged:
@@ -85,7 +90,27 @@ class Judged:
         """Where the memory ratio differs: each phase's peak of both variants, and where the gap appears."""
         if not self.verdicts.get(metrics.QUANTITIES["peak_memory_bytes"].short, "").startswith("**differs"):
             return None
-        return _memory_explained(self)
+        phases = {fw: self._phase_peaks(fw) for fw in self.frameworks}
+        if not all(phases.values()):
+            return None
+        gaps = {f: max(p for _, p, _ in rows) - max(r for _, _, r in rows) for f, rows in phases.items()}
+        fw = max(gaps, key=lambda f: abs(gaps[f]))          # the framework whose peak moved most
+        gap = gaps[fw]
+        first = next((ph for ph, p, r in phases[fw] if gap and (p - r) / gap >= 0.5), None)  # most of the gap
+        shown = "; ".join(f"{LABELS[f]}: " + ", ".join(f"{ph} {units.memory(p)} vs {units.memory(r)}"
+                                                       for ph, p, r in rows) for f, rows in phases.items())
+        where = ("." if first is None else f", and most of it is {CAUSES[first]}." if first == "warmup"
+                 else f", most of it {CAUSES[first]}.")
+        return (f"Peak memory by phase, median, posted code vs rebuilt: {shown}. The gap is largest in "
+                f"{LABELS[fw]} ({'+' if gap >= 0 else '-'}{units.memory(abs(gap))} in the posted code){where}")
+
+    def _phase_peaks(self, fw: str) -> list[tuple[str, float, float]] | None:
+        """(phase, the posted code's median peak, the rebuilt's); None where a phase was not read."""
+        try:
+            return [(phase, *(metrics.median(self.by_variant[v][fw], name) for v in (VERBATIM, POSTED)))
+                    for phase, name in PHASES]
+        except metrics.NotMeasured:
+            return None
 
     def conclusion(self) -> str:
         if self.differs:
@@ -102,40 +127,6 @@ class Judged:
             return f"**differs** on the same setting: {', '.join(off)}: the reconstruction does not stand in here"
         return (f"**agrees**: the same setting, and each PyTorch / TensorFlow ratio within {RATIO_TOLERANCE:.0%} of "
                 f"the posted code's")
-
-
-PHASES = (("warmup", "warmup_peak_memory_bytes"), ("training", "train_peak_memory_bytes"),
-          ("evaluation", "eval_peak_memory_bytes"))
-
-
-def _by_phase(judged: Judged, fw: str) -> list[tuple[str, float, float]] | None:
-    """(phase, posted code's median peak, rebuilt's) for one framework; None where a phase was not read."""
-    rows = []
-    for phase, name in PHASES:
-        pair = [judged._median(v, fw, name) for v in (VERBATIM, POSTED)]
-        if None in pair:
-            return None
-        rows.append((phase, pair[0], pair[1]))
-    return rows
-
-
-def _memory_explained(judged: Judged) -> str | None:
-    phases = {fw: _by_phase(judged, fw) for fw in judged.frameworks}
-    if not all(phases.values()):
-        return None
-    # the framework whose peak moved most between the two; the first phase where most of that gap is there
-    fw = max(phases, key=lambda f: abs(max(p for _, p, _ in phases[f]) - max(r for _, _, r in phases[f])))
-    gap = max(p for _, p, _ in phases[fw]) - max(r for _, _, r in phases[fw])
-    first = next((ph for ph, p, r in phases[fw] if gap and (p - r) / gap >= 0.5), None)
-    shown = "; ".join(f"{LABELS[f]}: " + ", ".join(f"{ph} {units.memory(p)} vs {units.memory(r)}" for ph, p, r in rows)
-                      for f, rows in phases.items())
-    cause = {"warmup": "before its first measured step: what the process holds before training (its data as it "
-                       "was loaded, its framework's setup), not what the steps add",
-             "training": "in its training steps", "evaluation": "in its evaluation passes"}
-    return (f"Peak memory by phase, median, posted code vs rebuilt: {shown}. The gap is largest in "
-            f"{LABELS[fw]} ({'+' if gap >= 0 else '-'}{units.memory(abs(gap))} in the posted code)"
-            + (f", and most of it is there already {cause[first]}." if first == "warmup" else
-               f", most of it {cause[first]}." if first else "."))
 
 
 def _flops(certs: list[dict], variant: str) -> dict[str, float] | None:
