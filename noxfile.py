@@ -52,6 +52,19 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def lint(session: nox.Session) -> None:
+    """Lint and type-check: `ruff check .` over the project, then mypy on reprokit/ and kits/common/.
+
+    Both take their settings from pyproject.toml ([tool.ruff], [tool.mypy]: strict module by module).
+    Options after -- go to ruff, e.g. `nox -s lint -- --statistics`.
+    """
+    _host(session, "ruff>=0.17,<0.18", "mypy>=2.4,<2.5",
+          "types-docker", "types-jsonschema", "types-requests", "types-tabulate")
+    session.run("ruff", "check", ".", *session.posargs)
+    session.run("mypy")
+
+
+@nox.session
 def images(session: nox.Session) -> None:
     """Build the pinned Docker image of each framework (only those missing); options after --."""
     _host(session)
@@ -122,7 +135,9 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def wheelhouse(session: nox.Session) -> None:
-    """Wheels for an offline GPU box's host side; there: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate`.
+    """Wheels for an offline GPU box's host side.
+
+    There: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate`.
 
     scripts/gpu_check runs the kit with the box's own Python and PyTorch (numpy comes with it); the
     host side (planning, result validation, the report) also imports jsonschema, fastjsonschema and
@@ -159,3 +174,15 @@ def wheelhouse(session: nox.Session) -> None:
         session.run("python", "-m", "pip", "download", "--only-binary=:all:", "--no-deps", "--require-hashes",
                     "--python-version", args.python_version, "--platform", args.platform, "--implementation", "cp",
                     "-d", dest, "-r", str(extra))
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Regenerate docs/options.md from the parsers and build docs/ into site/ (git-ignored); a broken link fails.
+
+    mkdocs.yml sets strict mode and link validation, so a warning (a missing page or anchor, a page left
+    out of the nav) is an error. Options after -- go to `mkdocs build`.
+    """
+    _host(session, "mkdocs>=1.6,<2")
+    session.run("python", "scripts/gen_options_doc.py")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)

@@ -90,9 +90,11 @@ def main() -> int:
         return statistics.median(r[key] for r in rows)
 
     over = sorted(r["overhead"] for r in rows)
-    print(f"image {runner.recipe(args.framework).tag}, {args.runs} runs (after 1 warm-up), engine {runner._engine_version}")
+    print(f"image {runner.recipe(args.framework).tag}, {args.runs} runs (after 1 warm-up), "
+          f"engine {runner._engine_version}")
     print(f"  run_spec() wall                 median {med('total'):.3f} s")
-    print(f"  kit process lifetime (engine)   median {med('process'):.3f} s   (kit's own timing.wall_s {med('kit_wall'):.3f} s)")
+    print(f"  kit process lifetime (engine)   median {med('process'):.3f} s   "
+          f"(kit's own timing.wall_s {med('kit_wall'):.3f} s)")
     print(f"  create + start                  median {med('start'):.3f} s")
     print(f"  orchestrator overhead           median {statistics.median(over):.3f} s   "
           f"min {over[0]:.3f}  max {over[-1]:.3f}   target < {TARGET_S} s")

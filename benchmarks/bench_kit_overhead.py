@@ -203,7 +203,7 @@ def runner_overhead(framework: str, runner: LocalRunner, spec: dict, work: Path,
     (which counts from the process's start: interpreter start and imports are the kit's own time)."""
     spec = tiny(spec)
     rows = []
-    for i in range(runs + 1):          # run 0 warms the page cache (and the CPU peak's cache where empty): dropped
+    for _ in range(runs + 1):          # run 0 warms the page cache (and the CPU peak's cache where empty): dropped
         t0 = time.perf_counter()
         result = run_spec(runner, spec, work / f"overhead-{framework}", lambda e: None)
         total = time.perf_counter() - t0
@@ -219,7 +219,8 @@ def runner_overhead(framework: str, runner: LocalRunner, spec: dict, work: Path,
     over = sorted(r["overhead"] for r in rows)
     peaks = sorted({r["peak"].split(":")[0] for r in rows})
     log(f"  {framework:<10} process launch -> result collected {med['total']:.2f} s; kit timing.wall_s "
-        f"{med['kit_wall']:.2f} s (of which interpreter start, imports, data load, model build {med['kit_setup']:.2f} s); "
+        f"{med['kit_wall']:.2f} s (of which interpreter start, imports, data load, model build "
+        f"{med['kit_setup']:.2f} s); "
         f"runner overhead median {med['overhead']:.2f} s (min {over[0]:.2f}, max {over[-1]:.2f}, {runs} runs): "
         f"after the kit's measurements (CPU peak, findings, result written, exit) "
         f"{med['process'] - med['kit_wall']:.2f} s, launch and collect (spawn, schema check) "

@@ -30,7 +30,7 @@ from pathlib import Path
 from reprokit.envs import ENVS
 from reprokit.experiments import from_scripts
 from reprokit.plan import Options
-from reprokit.provenance import REPO, code
+from reprokit.provenance import code
 from reprokit.report import stats
 from reprokit.runners.base import KitCall, spec_call
 from reprokit.runners.local import LocalRunner
@@ -56,7 +56,8 @@ def plain(python: Path, script: Path) -> float:
 
 
 def probed(runner: LocalRunner, spec: dict, work: Path) -> tuple[float, float]:
-    """The probed script's seconds per step by its own clock, and the probe's own code's (probe.own_seconds_per_step)."""
+    """The probed script's seconds per step by its own clock, and the probe's own code's
+    (probe.own_seconds_per_step)."""
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps(spec))
     call = spec_call(spec, spec_path, work / "out", runner.data_dir)

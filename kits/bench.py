@@ -39,167 +39,16 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import importlib
 import itertools
 import json
-import os
 import random
 import sys
 import time
 from pathlib import Path
 
 from kits.common import data as datalib
-from kits.common.names import PROGRESS_MARKER
-from kits.common.spec import Model, Threads, parse
-
-
-def _sched(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
-    """The batches the kit's first epoch uses, in its order: the same index arrays."""
-    order = datalib.epoch_order(len(arrays.x_train), spec["train"]["seed"], 1, spec["data"]["shuffle"])
-    idx = list(datalib.batches(order, spec["train"]["batch_size"], spec["data"]["drop_last"]))
-    return idx[:warmup + steps]
-
-
-def _model(spec: dict):
-    """The spec's model block, typed as the kits' builders take it."""
-    return parse(Model, spec["model"], "model")
-
-
-def _scale_resize(spec: dict) -> tuple[float, int | None]:
-    data = spec["data"]
-    return (1.0 / 255.0 if data["scale"] == "unit" else 1.0,
-            data["input_size"] if data["resize"] == "bilinear" else None)
-
-
-# --- PyTorch ----------------------------------------------------------------------------------
-
-def bare_pytorch(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
-    """Wall and process CPU seconds for `steps` steps after `warmup`: the plainest fast eager loop."""
-    import torch
-    import torch.nn.functional as F
-
-    from kits.pytorch_kit import models
-
-    torch.manual_seed(spec["train"]["seed"])
-    device = torch.device("cuda" if spec["device"] == "gpu" else "cpu")
-    scale, resize = _scale_resize(spec)
-    model = models.build(_model(spec), spec["data"]["input_size"]).to(device)
-    model.train()
-    opt = spec["train"]["optimizer"]
-    if opt["name"] == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]),
-                                     eps=opt["epsilon"])
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
-                                    nesterov=opt["nesterov"])
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    # Every batch this loop takes, as tensors on the device before the clock starts: no numpy slicing or
-    # conversion inside the timed steps (the kit slices and converts each batch inside its own).
-    staged = [(torch.from_numpy(arrays.x_train[idx]).to(device), torch.from_numpy(arrays.y_train[idx]).to(device))
-              for idx in _sched(spec, arrays, warmup, steps)]
-    sync()
-    t0 = c0 = 0.0
-    for i, (x, y) in enumerate(staged):
-        if i == warmup:
-            sync()
-            t0, c0 = time.perf_counter(), time.process_time()
-        x = x.permute(0, 3, 1, 2).float().mul_(scale).contiguous()
-        if resize:
-            x = F.interpolate(x, size=(resize, resize), mode="bilinear", align_corners=False, antialias=False)
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-    sync()
-    return time.perf_counter() - t0, time.process_time() - c0
-
-
-def _pytorch_process_setup(spec: dict) -> None:
-    """Thread pools as the kit sets them, once; later kit Backends may ask again for the same.
-
-    torch refuses a second set_num_interop_threads in one process even with the
-    same value; a kit runs once per process, the bench many times. Asking for
-    the value already in force becomes a no-op here, any other value still fails.
-    """
-    import torch
-
-    threads = Threads(**spec["numerics"]["cpu_threads"])
-    torch.set_num_threads(threads.intra())
-    torch.set_num_interop_threads(threads.inter_op)
-    original = torch.set_num_interop_threads
-
-    def same_or_fail(n: int) -> None:
-        if n != torch.get_num_interop_threads():
-            original(n)
-
-    torch.set_num_interop_threads = same_or_fail
-
-
-# --- TensorFlow -------------------------------------------------------------------------------
-
-def bare_tensorflow(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
-    """Wall and process CPU seconds for `steps` steps after `warmup`: a tf.function step with a tape."""
-    import keras
-    import tensorflow as tf
-
-    from kits.tensorflow_kit import models
-
-    keras.utils.set_random_seed(spec["train"]["seed"])
-    scale, resize = _scale_resize(spec)
-    model = models.build(_model(spec), spec["data"]["input_size"])
-    opt = spec["train"]["optimizer"]
-    if opt["name"] == "adam":
-        optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"], beta_2=opt["beta2"],
-                                          epsilon=opt["epsilon"])
-    else:
-        optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
-                                         nesterov=opt["nesterov"])
-    optimizer.build(model.trainable_variables)       # its slots before the trace, as the kit builds them
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def train_step(x, y):
-        x = tf.cast(x, tf.float32) * scale
-        if resize:
-            x = tf.image.resize(x, (resize, resize), method="bilinear", antialias=False)
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    staged = [(tf.constant(arrays.x_train[idx]), tf.constant(arrays.y_train[idx]))     # as for PyTorch above
-              for idx in _sched(spec, arrays, warmup, steps)]
-    t0 = c0 = 0.0
-    loss = None
-    for i, (x, y) in enumerate(staged):
-        if i == warmup:
-            if loss is not None:
-                loss.numpy()              # the warmup's last step has finished
-            t0, c0 = time.perf_counter(), time.process_time()
-        loss = train_step(x, y)
-    loss.numpy()                          # steps chain through the variables: the last one done means all
-    return time.perf_counter() - t0, time.process_time() - c0
-
-
-def _tensorflow_process_setup(spec: dict) -> None:
-    """Thread pools before the first op, as the kit's Backend sets them (it may repeat the same values)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    threads = Threads(**spec["numerics"]["cpu_threads"])
-    tf.config.threading.set_intra_op_parallelism_threads(threads.intra())
-    tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
-    if spec["device"] != "gpu":
-        tf.config.set_visible_devices([], "GPU")
-
-
-BARE = {"pytorch": bare_pytorch, "tensorflow": bare_tensorflow}
-SETUP = {"pytorch": _pytorch_process_setup, "tensorflow": _tensorflow_process_setup}
-
+from kits.common.names import PROGRESS_MARKER, kit_module
 
 # --- the kit ----------------------------------------------------------------------------------
 
@@ -298,7 +147,7 @@ def _side(side: str, spec: dict, data_dir: Path, arrays: datalib.Arrays, warmup:
     if side == "untimed":                 # the kit with its per-step timing off: what the timing costs
         untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
         return {"untimed_sps": untimed["kit_sps"], "untimed_outer_sps": untimed["outer_sps"]}
-    wall, cpu = BARE[spec["framework"]](spec, arrays, warmup, steps)
+    wall, cpu = importlib.import_module(kit_module(spec["framework"], "bare")).loop(spec, arrays, warmup, steps)
     samples = steps * spec["train"]["batch_size"]
     return {"bare_sps": samples / wall, "bare_cpu_sps": samples / cpu}
 
@@ -351,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     frameworks = {s["framework"] for s in specs}
     if len(frameworks) != 1:
         raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
-    SETUP[specs[0]["framework"]](specs[0])
+    importlib.import_module(kit_module(specs[0]["framework"], "bare")).process_setup(specs[0])
     _tell(f"  kits.bench seed {seed}: --seed {seed} draws the same round orders again")
     out = []
     for spec in specs:

@@ -59,9 +59,8 @@ from kits.common import arithmetic, custom
 from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
+from kits.common.names import FRAMEWORKS, kit_module
 from kits.common.spec import RunSpec
-
-SIDES = {"pytorch": "kits.pytorch_kit.certify", "tensorflow": "kits.tensorflow_kit.certify"}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -74,7 +73,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", required=True, type=Path, help="folder with the prepared dataset")
     parser.add_argument("--out", type=Path, help="where to write this side's findings (JSON)")
     weights = parser.add_mutually_exclusive_group()
-    weights.add_argument("--weights-in", type=Path, help="canonical .npz to load instead of this kit's own initialisation")
+    weights.add_argument("--weights-in", type=Path,
+                         help="canonical .npz to load instead of this kit's own initialisation")
     weights.add_argument("--weights-out", type=Path, help="export this kit's initial weights to this canonical .npz")
     parser.add_argument("--weights-after-out", type=Path, help="export the weights after the optimizer steps here")
     parser.add_argument("--steps", type=int, default=cert.STEPS, help="optimizer steps of the trajectories")
@@ -110,7 +110,7 @@ def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = 
     x, y = cert.fixed_batch(arrays)
     batches = cert.step_batches(spec, arrays, steps)
     clock = _Clock(out)
-    side = importlib.import_module(SIDES[spec.framework]).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
+    side = importlib.import_module(kit_module(spec.framework, "certify")).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
     clock("build and trace")
     try:
         _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
@@ -260,8 +260,8 @@ def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, w
     try:
         spec = RunSpec.from_dict(json.loads(Path(spec_path).read_text()))
         framework = spec.framework
-        if framework not in SIDES:
-            raise ValueError(f"framework {framework!r} is not one of {', '.join(SIDES)}")
+        if framework not in FRAMEWORKS:
+            raise ValueError(f"framework {framework!r} is not one of {', '.join(FRAMEWORKS)}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         message = f"{spec_path} is not a readable RunSpec: {exc}"
         write_json_atomic(out_path, {"schema": cert.SIDE_SCHEMA, "status": "failed", "message": message})

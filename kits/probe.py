@@ -13,6 +13,7 @@ trains nothing, still leaves a result: failed, with the reason and its traceback
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import runpy
@@ -28,10 +29,11 @@ import numpy as np
 
 from kits.certify import certify_captured, guarded
 from kits.common import certificate as cert
-from kits.common import detectors, environment, report
 from kits.common import data as datalib
+from kits.common import detectors, environment, report
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
+from kits.common.names import kit_module
 from kits.common.nvml import DeviceSampler
 from kits.common.observe import HookClock, Observer, StopScript
 from kits.common.phases import WARMUP, PhaseMemory
@@ -75,11 +77,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _probe_for(framework: str, script_dir: Path):
-    if framework == "pytorch":
-        from kits.pytorch_kit.probe import TorchProbe
-        return TorchProbe(script_dir)
-    from kits.tensorflow_kit.probe import KerasProbe
-    return KerasProbe(script_dir)
+    return importlib.import_module(kit_module(framework, "probe")).Probe(script_dir)
 
 
 def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
@@ -186,7 +184,8 @@ def certify_side(spec: ScriptSpec, probe, classes: int, folder: Path, weights_fr
         out["input"] = ("its own standard normal numbers: the model does not take the PyTorch side's batch of shape "
                         f"{tuple(other.shape)}" if weights_from and getattr(probe, "own_input", False)
                         else "the PyTorch script's first batch")
-        weights_in = weights_from / cert.WEIGHTS_NAME if weights_from and not getattr(probe, "own_input", False) else None
+        weights_in = (weights_from / cert.WEIGHTS_NAME if weights_from and not getattr(probe, "own_input", False)
+                      else None)
         certify_captured(side, out, classes, spec.device, weights_in,
                          None if weights_from else folder / cert.WEIGHTS_NAME)
         if not weights_from:
@@ -225,8 +224,9 @@ def _requirements(spec: ScriptSpec, data_dir: Path, work: Path) -> list[str]:
     target, listed = work / ".reprokit-requirements", work / ".reprokit-requirements.txt"
     listed.write_text("\n".join(req.install) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
-                           "--require-hashes", "--no-deps", "--no-compile", "--no-cache-dir", "--disable-pip-version-check",
-                           "--target", str(target), "-r", str(listed)], capture_output=True, text=True)
+                           "--require-hashes", "--no-deps", "--no-compile", "--no-cache-dir",
+                           "--disable-pip-version-check", "--target", str(target), "-r", str(listed)],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         raise datalib.DataError(f"the requirements of {spec.script.path} did not install from {wheels}: "
                                 f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")

@@ -20,14 +20,12 @@ from kits.common import cpu_peak, detectors, environment, nvidia_smi, report
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
-from kits.common.names import label
+from kits.common.names import kit_module, label
 from kits.common.nvml import DeviceSampler
 from kits.common.phases import PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import RunSpec
 from kits.common.training import train
-
-BACKENDS = {"pytorch": "kits.pytorch_kit.backend", "tensorflow": "kits.tensorflow_kit.backend"}
 
 
 class NoGpuError(RuntimeError):
@@ -54,7 +52,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     # Every device's baseline before the framework touches one; then the framework names its own.
     sampler = DeviceSampler() if spec.device == "gpu" else None
-    backend = importlib.import_module(BACKENDS[spec.framework]).Backend(spec)
+    backend = importlib.import_module(kit_module(spec.framework, "backend")).Backend(spec)
     env = backend.environment()
     if spec.device == "gpu" and env["device"] != "gpu":
         raise NoGpuError(_no_gpu(spec, env, backend.no_gpu_reason()))
@@ -70,7 +68,8 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     # count cannot read still trains; the result says why it has no count (and MFU is not measured).
     try:
         flops = backend.training_flops()
-        model.update(flops_per_sample=flops["training"], flops_counted={k: v for k, v in flops.items() if k != "training"})
+        model.update(flops_per_sample=flops["training"],
+                     flops_counted={k: v for k, v in flops.items() if k != "training"})
     except Exception as exc:      # noqa: BLE001 - any failure of the count is recorded, not fatal
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     phases = PhaseMemory(counters)
@@ -127,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(spec, args.data_dir, started)
     except (Exception, SystemExit) as exc:   # a failed run must still leave a result
         tail = traceback.format_exc().splitlines()[-40:]
-        failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}", "log_tail": tail}
+        failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}",
+                   "log_tail": tail}
         write_json_atomic(args.out, report.header(spec, "failed", failure))
         print("\n".join(tail), file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """The equivalence certificate of an experiment, checked before any timing.
 
-``certify`` (one experiment) and ``certify_many`` (several, for the price of one) run
+``certify_many`` (one experiment or several, for the price of one) runs
 ``python -m kits.certify`` once in each framework's environment: PyTorch first, exporting each
 model's freshly initialised weights in a framework-neutral canonical form, then TensorFlow,
 loading them. It then compares what the two wrote (kits/common/certificate.py holds the
@@ -292,33 +292,28 @@ def _summary(result: dict) -> str:
             f"within {by['loss_trajectory_fp32']['numbers']['factor']:g}x its same-framework baseline")
 
 
-def certify(spec_by_framework: dict[str, dict], runner, work_dir: Path, tolerances: dict | None = None,
-            timeout_s: float = TIMEOUT_S) -> dict:
-    """Certify that the two frameworks' runs of one experiment compute the same thing.
+def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
+                 timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None,
+                 trajectory_budget_why: str = "given by the caller", log=lambda line: None) -> list[dict]:
+    """Certify, for each pair of specs, that the two frameworks' runs of its experiment compute the same
+    thing, with one process per framework for all of them that share their thread settings
+    (``timeout_s`` per experiment). Each result is written to its own work dir
+    (``work_dirs[i]/certificate.json``); the processes' files are under the first one
+    (``batch-<n>/<framework>/<job>/``).
 
     Both sides run through ``runner`` (reprokit.runners.base.Runner), the one the timed runs use:
     in Docker the PyTorch container writes the initial weights to its output folder and the
     TensorFlow container reads them read-only. The certificate records what each side ran on
     (``runner.describe``: lock hash, image) beside the launcher's facts.
 
-    Returns (and writes to ``work_dir/certificate.json``) {"schema", "experiment", "profile",
-    "variant", "status": "pass"|"fail"|"error", "summary", "message", "checks": [{"name",
-    "passed": True|False|None, "evidence", "numbers"?, "skipped"?}], "declared_differences",
-    "neutralised", "spec_differences", "tolerances", "setup", "frameworks", "ran_on", "wall_s"}.
-    "fail" with a one-sentence ``message``: a user's model that cannot run as the experiment says
-    (its builder raises, it returns probabilities or the wrong shape, it cannot take the other's
-    weights). "error": the certificate itself could not run. Bad input (a tolerance that is not a
-    positive number, specs of two experiments, no data) raises UserError before anything runs.
-    """
-    return certify_many([spec_by_framework], runner, [work_dir], tolerances, timeout_s)[0]
-
-
-def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
-                 timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None,
-                 trajectory_budget_why: str = "given by the caller", log=lambda line: None) -> list[dict]:
-    """``certify`` for several experiments, with one process per framework for all of them that share
-    their thread settings (``timeout_s`` per experiment). Each result is written to its own work dir;
-    the processes' files are under the first one (``batch-<n>/<framework>/<job>/``).
+    Each result is {"schema", "experiment", "profile", "variant", "status": "pass"|"fail"|"error",
+    "summary", "message", "checks": [{"name", "passed": True|False|None, "evidence", "numbers"?,
+    "skipped"?}], "declared_differences", "neutralised", "spec_differences", "tolerances", "setup",
+    "frameworks", "ran_on", "wall_s"}. "fail" with a one-sentence ``message``: a user's model that
+    cannot run as the experiment says (its builder raises, it returns probabilities or the wrong
+    shape, it cannot take the other's weights). "error": the certificate itself could not run. Bad
+    input (a tolerance that is not a positive number, specs of two experiments, no data) raises
+    UserError before anything runs.
 
     A pair whose dropout passes and trajectories would exceed the budget (certify_plan.reduced) is
     certified twice in the same processes: its layers, arithmetic, layers without parameters, outputs
@@ -345,7 +340,9 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
             _compare(job.result, job.sides, job.specs, job.folders, tol)
     out = [job.result for job in jobs[:len(pairs)]]
     for job in jobs[len(pairs):]:
-        _add_reduced(out[job.pair], job.result, plans[job.pair][1], job.specs)
+        plan = plans[job.pair]
+        assert plan is not None                     # a reduced-width job is of a pair that has a plan
+        _add_reduced(out[job.pair], job.result, plan[1], job.specs)
     for i, result in enumerate(out):
         result["summary"] = _summary(result)
         result["wall_s"] = time.perf_counter() - t0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from typing import Any
 
 from kits.common.names import FRAMEWORKS, label
 from kits.common.pitfalls import certified
@@ -90,7 +91,7 @@ def _certified_part(spec: dict) -> dict:
 def cache_key(pair: dict, budget: float) -> str:
     """What the certificate certifies, with the trajectory budget (FLOPs) it runs under: one made on an
     H100 is not an L4's, whose budget runs the costly checks at a smaller width."""
-    body = {fw: _certified_part(pair[fw]) for fw in FRAMEWORKS}
+    body: dict[str, Any] = {fw: _certified_part(pair[fw]) for fw in FRAMEWORKS}
     body["trajectory_budget"] = budget
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -125,6 +126,13 @@ def trajectory_cost(spec: dict) -> float | None:
     return flops * steps + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
 
 
+def _cost(spec: dict) -> float:
+    """trajectory_cost of a built-in model's spec, which is always counted."""
+    cost = trajectory_cost(spec)
+    assert cost is not None
+    return cost
+
+
 def trajectory_budget(device: str, gpu_name: str | None) -> tuple[float, str]:
     """The FLOPs the dropout passes and trajectories may cost on this device, and how that was made."""
     if device == "cpu":
@@ -142,8 +150,9 @@ def reduced(pair: dict, budget: float | None = None, why: str = "given by the ca
     """The pair at the widest width whose dropout passes and trajectories fit the budget (FLOPs, made as
     ``why`` says; by default the device's without a GPU name), with why; None where they fit at the timed
     width (or the model's cost cannot be told ahead: a custom model)."""
-    costs = [trajectory_cost(pair[fw]) for fw in FRAMEWORKS]
-    if None in costs:
+    counted = [trajectory_cost(pair[fw]) for fw in FRAMEWORKS]
+    costs = [c for c in counted if c is not None]
+    if len(costs) != len(counted):
         return None
     if budget is None:
         budget, why = trajectory_budget(pair["pytorch"]["device"], None)
@@ -152,7 +161,7 @@ def reduced(pair: dict, budget: float | None = None, why: str = "given by the ca
     factor = 0.5
     while factor > 1 / 1024:
         small = {fw: _narrower(pair[fw], factor) for fw in FRAMEWORKS}
-        if max(trajectory_cost(s) for s in small.values()) <= budget:
+        if max(_cost(s) for s in small.values()) <= budget:
             break
         factor /= 2
     width = small["pytorch"]["model"]["width_multiplier"]

@@ -8,22 +8,18 @@ hardware allows (standard on a GPU, quick on a CPU).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
-from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS
-from reprokit import certify_plan, datasets, estimate, matrix, publish, schedule, script_requirements
-from reprokit.certificate import certify_many
-from reprokit.script_certificate import certify_scripts
+from reprokit import certify_plan, certify_runs, datasets, estimate, matrix, publish, request, script_requirements
 from reprokit.console import RunProgress, duration
-from reprokit.envs import ENVS, STATE
+from reprokit.envs import STATE
 from reprokit.errors import UserError
 from reprokit.experiments import PROFILES
 from reprokit.provenance import REPO
 from reprokit.report import compare
+from reprokit.runners.make import make
 from reprokit.store import Store
 
 
@@ -43,10 +39,16 @@ def _parser() -> argparse.ArgumentParser:
                                       "(default: fixed,as_posted; plain runs: --variants fixed)")
     p.add_argument("--ablation", action="store_true",
                    help="also run every pitfall of the chosen variants alone (by default only those a claim names)")
-    p.add_argument("--claims", metavar="NAME|FILE|none", default=matrix.DEFAULT_CLAIMS,
+    p.add_argument("--claims", metavar="NAME|FILE|none", default=request.DEFAULT_CLAIMS,
                    help="claims to give verdicts on (default seeds: claims/seeds.toml; none for no verdicts)")
     p.add_argument("--backend", choices=("auto", "docker", "local", "ray"), default="auto",
-                   help="where runs happen; ray: on the nodes of an existing Ray cluster (--ray-address)")
+                   help="where runs happen; ray: on the nodes of an existing Ray cluster (--ray-address); "
+                        "docker and local are short for --runner, ray for --executor ray")
+    p.add_argument("--runner", choices=request.RUNNERS, default="auto",
+                   help="how each run starts: in the pinned Docker image, or a local virtualenv (auto: Docker "
+                        "where it can work here)")
+    p.add_argument("--executor", choices=request.EXECUTORS, default="host",
+                   help="where the matrix is spread: this host, or the nodes of a Ray cluster (--ray-address)")
     p.add_argument("--gpus", default=None,
                    help="none, all, or comma-separated GPU indices or UUIDs (default: all if any)")
     p.add_argument("--parallel", default="1", metavar="auto|N",
@@ -85,16 +87,13 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[t
     """The plan, one line per run with its estimate; returns the estimates of the runs to do."""
     todo = [s for s in m.specs if s["run_id"] not in done]
     estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
-    builds = [] if m.serving is not None and m.runner.name == "local" else m.runner.missing(
-        {s["framework"] for s in todo})      # Ray nodes build their own virtualenvs
+    builds = m.executor.builds(m.runner, {s["framework"] for s in todo})
     known = [e for e, _ in estimates]
-    at_once = max(1, min(m.at_once, len(todo)))
+    at_once = max(1, min(m.executor.at_once, len(todo)))
     total = None if None in known else sum(known) / at_once + estimate.ENV_BUILD_S * len(builds)
-    where = f"backend {m.runner.name}" if m.serving is None else f"backend ray ({m.runner.name} on the nodes)"
     print(f"\nplan: {len(m.specs)} runs, profile {m.profile} on {m.device}"
-          f"{f' ({m.gpu_name})' if m.gpu_name else ''}, {where}"
-          f"{f', up to {m.at_once} at once' if m.at_once > 1 else ''}; {len(done)} already finished, "
-          f"{len(todo)} to run, estimated {duration(total)}"
+          f"{f' ({m.gpu_name})' if m.gpu_name else ''}, {m.executor.describe(m.runner)}; {len(done)} already "
+          f"finished, {len(todo)} to run, estimated {duration(total)}"
           + (f" (including building {', '.join(builds)})" if builds else ""))
     ahead = iter(estimates)
     for i, s in enumerate(m.specs, 1):
@@ -110,102 +109,46 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[t
     return estimates
 
 
-def _certificates(specs: list[dict], runner, state: Path, enabled: bool, budget: float,
-                  budget_why: str) -> dict[str, list[dict]]:
-    """Each experiment's equivalence certificates, checked before any timing: one per variant pair
-    that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
-    they certify and the trajectory budget (FLOPs, made as ``budget_why`` says), the missing ones made
-    together (one process per framework). One that cannot run is recorded with its reason, never left out."""
-    entries: list[tuple[str, dict | None, dict | None]] = []        # (experiment, pair, certificate)
-    for experiment, pairs in certify_plan.pairs(specs).items():
-        for pair in pairs:
-            if pair.get("status") == "not-run" or not enabled:
-                entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
-                continue
-            cached = state / "certificates" / f"{certify_plan.cache_key(pair, budget)}.json"
-            entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
-    missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
-    todo = {key: [missing[j] for j in ids]
-            for key, ids in certify_plan.by_key([entries[i][1] for i in missing], budget).items()}
-    if todo:
-        print(f"certificates: {len(todo)} to make for {sum(map(len, todo.values()))} variant pair(s) (same initial "
-              f"weights, logits, steps, arithmetic); {len(entries) - sum(map(len, todo.values()))} cached or not run",
-              flush=True)
-        log = lambda line: print(line, flush=True)      # noqa: E731
-        kits = {k: ids for k, ids in todo.items() if not certify_plan.is_script(entries[ids[0]][1])}
-        made = dict(zip(kits, certify_many([entries[ids[0]][1] for ids in kits.values()], runner,
-                                           [state / "work" / f"cert-{k}" for k in kits], trajectory_budget=budget,
-                                           trajectory_budget_why=budget_why, log=log)))
-        made |= {k: certify_scripts(entries[ids[0]][1], runner, state / "work" / f"cert-{k}", log=log)
-                 for k, ids in todo.items() if k not in kits}
-        for key, ids in todo.items():
-            cert = made[key]
-            write_json_atomic(state / "certificates" / f"{key}.json", cert)
-            for i in ids:
-                entries[i] = (entries[i][0], entries[i][1], cert)
-            print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}"
-                  f"{f' (and {len(ids) - 1} pair(s) it stands for)' if len(ids) > 1 else ''}: {cert['status']}: "
-                  f"{cert['summary']}", flush=True)
-    out: dict[str, list[dict]] = {}
-    for experiment, pair, cert in entries:
-        if pair:
-            # A cached certificate may be of the same model, data and step under another variant name.
-            cert = {**cert, "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
-                    "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
-        out.setdefault(experiment, []).append(cert)
-    return out
+def parse(argv: list[str] | None) -> request.Request:
+    """The typed request of a `reprokit reproduce` command line."""
+    return request.from_args(_parser().parse_args(argv))
 
 
 def reproduce(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    for flag, value in (("--repeats", args.repeats), ("--max-steps", args.max_steps), ("--epochs", args.epochs)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag} must be at least 1, got {value}")
-    m = matrix.build(args)
+    req = parse(argv)
+    what, how = req.what, req.how
+    m = matrix.build(req)
     print(f"backend: {m.runner.name} ({m.why})")
     for fw, flavor in sorted(m.flavors.items()):
         print(f"GPU build: {fw} {flavor.name} (CUDA {flavor.cuda}): {flavor.why}")
-    state = args.state_dir.resolve()
-    store = Store(state / "results")
-    done = {s["run_id"] for s in m.specs if not args.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
+    store = Store(how.state_dir / "results")
+    done = {s["run_id"] for s in m.specs if not how.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
     todo = [s for s in m.specs if s["run_id"] not in done]
     estimates = _print_plan(m, done, store.all())
-    if args.dry_run:
+    if how.dry_run:
         print("dry run: nothing was started. Run the same command without --dry-run to start it.")
         return 0
-    ray_local = m.serving is not None and m.runner.name == "local"
-    if todo and not ray_local:                 # Ray nodes build their own virtualenvs
-        m.runner.prepare({s["framework"] for s in todo})
+    if todo:
+        m.executor.prepare(m.runner, {s["framework"] for s in todo})
     script_requirements.fetch(m.specs, m.runner.data_dir)       # scripts' extra wheels: the one download
-    certificates = _certificates(m.specs, m.runner, state, args.certify,
-                                 *certify_plan.trajectory_budget(m.device, m.gpu_name))
+    certificates = certify_runs.for_matrix(m.specs, m.runner, how.state_dir, how.certify,
+                                           *certify_plan.trajectory_budget(m.device, m.gpu_name))
 
     def progress_for(i: int, spec: dict) -> RunProgress:
         after = [e for e, _ in estimates[i + 1:]]
         return RunProgress(f"[run {i + 1}/{len(todo)}] {spec['experiment']} / {spec['framework']} / "
                            f"{spec['variant']} r{spec['repeat']}", estimates[i][0],
-                           None if None in after else sum(after) / m.at_once)
+                           None if None in after else sum(after) / m.executor.at_once)
 
-    if m.serving is not None and todo:
-        from reprokit import cluster, node_staging
-        data_files = {s["data"]["file"]: args.data_dir.resolve() / s["data"]["file"] for s in todo}
-        head, images = cluster.stage_on_head(m.runner, {s["framework"] for s in todo}, data_files,
-                                             node_staging.script_files(todo, args.data_dir.resolve()))
-        job = cluster.Job(m.runner.name, m.device, head, images, tuple(str(d.resolve()) for d in args.experiments))
-        failures, interrupted = cluster.run_all(job, todo, m.serving, store, progress_for)
-    elif todo:
-        failures, interrupted = schedule.run_all(m.runner, todo, m.slots, state / "work", state / "ledger", store,
-                                                 progress_for)
-    else:
-        failures, interrupted = 0, False
+    failures, interrupted = m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
     if interrupted:
         print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
         return 130
 
-    name = args.name or publish.default_name(m.profile, m.device)
-    if args.from_report and not args.name:
-        name = f"{publish.default_name(m.profile, m.device)}-from-{args.from_report.resolve().name}"
-    report_dir = args.reports_dir.resolve() / name
+    name = what.name or publish.default_name(m.profile, m.device)
+    if what.from_report and not what.name:
+        name = f"{publish.default_name(m.profile, m.device)}-from-{what.from_report.name}"
+    report_dir = how.reports_dir / name
     ran = {s["experiment"] for s in m.specs}
     kept, kept_certs = publish.earlier(report_dir, ran)
     if kept:
@@ -238,7 +181,6 @@ def compare_sets(argv: list[str]) -> int:
 def prepare_data(argv: list[str]) -> int:
     """reprokit data: the separate data step. CIFAR-10 for every kit, and the posted readers' own formats:
     the archive's batches for torchvision, and TFDS's cifar10 built by TFDS in the TensorFlow environment."""
-    from reprokit import envs
     p = argparse.ArgumentParser(prog="reprokit data", description=prepare_data.__doc__)
     p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
     p.add_argument("--python", type=Path, help="a TensorFlow interpreter with tensorflow-datasets (default: the "
@@ -246,12 +188,12 @@ def prepare_data(argv: list[str]) -> int:
     p.add_argument("--offline", action="store_true", help="never download: the archives must be in --data-dir")
     args = p.parse_args(argv)
     data_dir = args.data_dir.resolve()
-    request = {"dataset": "cifar10", "train_samples": None, "test_samples": None, "seed": 0}
-    print(f"data: {datasets.prepare(request, data_dir, allow_download=not args.offline).file} and "
+    wanted = {"dataset": "cifar10", "train_samples": None, "test_samples": None, "seed": 0}
+    print(f"data: {datasets.prepare(wanted, data_dir, allow_download=not args.offline).file} and "
           f"{datasets.cifar10_batches(data_dir, allow_download=not args.offline).name}/ in {data_dir}")
-    python = args.python or envs.build(ENVS, envs.lock_name("tensorflow", "cpu"))
+    runner = make("local", data_dir=data_dir, device="cpu", python=args.python)     # the network is needed
     print(f"data: TFDS's cifar10 in {data_dir / datasets.kitdata.TFDS_CIFAR10} "
-          f"(sha256 {datasets.prepare_tfds(data_dir, python)['sha256'][:12]})")
+          f"(sha256 {datasets.prepare_tfds(data_dir, runner, STATE / 'work')['sha256'][:12]})")
     return 0
 
 

@@ -42,6 +42,7 @@ from reprokit import provenance, results
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
 from reprokit.node_staging import CHUNK, stage_data, stage_image, stage_script
+from reprokit.runners.make import make
 from reprokit.schedule import Ledger, run_placed
 from reprokit.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
 
@@ -230,7 +231,7 @@ def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path],
     staged = {}
     if runner.name == "docker":
         for fw in sorted(frameworks):
-            staged[fw] = {"ref": runner.recipe(fw).tag, "id": runner._image(fw).id}
+            staged[fw] = {"ref": runner.recipe(fw).tag, "id": runner.image_id(fw)}
     here = ray.get_runtime_context().get_node_id()
     head = ray.remote(_Head).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
         here, soft=False)).remote(files, os.environ.get("DOCKER_HOST"))
@@ -407,15 +408,12 @@ def _node_runner(job: Job, node_dir: Path):
     extra = tuple(Path(d) for d in job.extra_dirs)
     if job.runner == "docker":
         import docker
-        from reprokit.runners.docker import DockerRunner
-        client = docker.from_env(timeout=120)
-        return DockerRunner(provenance.REPO, node_dir / "data", "all" if job.device == "gpu" else "none",
-                            [(d, f"/opt/reprokit/user/{i}") for i, d in enumerate(extra)],
-                            build_missing=False, client=client, log=lambda line: None,
-                            pinned_images={fw: i["ref"] for fw, i in job.images.items()})
-    from reprokit.runners.local import LocalRunner
-    envs_root = provenance.REPO / ".reprokit" / "envs"
-    return LocalRunner(envs_root, node_dir / "data", job.device, extra_paths=extra)
+        return make("docker", data_dir=node_dir / "data", device=job.device,
+                    gpus="all" if job.device == "gpu" else "none", extra_dirs=extra, build_missing=False,
+                    client=docker.from_env(timeout=120), log=lambda line: None,
+                    pinned_images={fw: i["ref"] for fw, i in job.images.items()})
+    return make("local", data_dir=node_dir / "data", device=job.device, extra_dirs=extra,
+                envs_root=provenance.REPO / ".reprokit" / "envs")
 
 
 def _differs(job: Job, runner, spec: dict) -> str | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any, TextIO
 
 
 def duration(seconds: float | None) -> str:
@@ -14,13 +15,14 @@ def duration(seconds: float | None) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def fraction_done(event: dict) -> float | None:
+def fraction_done(event: dict[str, Any]) -> float | None:
     """How far a run is, from the kit's progress events (epochs, then steps within one)."""
     if not event.get("epochs"):
         return None
     epoch = event.get("epoch", 1)
     within = event["step"] / event["steps"] if event.get("phase") == "train" and event.get("steps") else 1.0
-    return min(1.0, (epoch - 1 + within) / event["epochs"])
+    done: float = min(1.0, (epoch - 1 + within) / event["epochs"])
+    return done
 
 
 class RunProgress:
@@ -31,7 +33,7 @@ class RunProgress:
     """
 
     def __init__(self, label: str, estimate_s: float | None = None, after_s: float | None = 0.0,
-                 stream=sys.stdout) -> None:
+                 stream: TextIO = sys.stdout) -> None:
         self.label = label
         self.estimate_s = estimate_s
         self.after_s = after_s
@@ -40,9 +42,10 @@ class RunProgress:
         self.t0 = time.monotonic()
         self._last_print = 0.0
 
-    def eta(self, event: dict) -> tuple[float | None, float | None]:
+    def eta(self, event: dict[str, Any]) -> tuple[float | None, float | None]:
         elapsed = time.monotonic() - self.t0
         done = fraction_done(event)
+        left: float | None
         if done and done >= 0.1:
             left = elapsed / done - elapsed
         else:
@@ -50,7 +53,7 @@ class RunProgress:
         matrix = None if left is None or self.after_s is None else left + self.after_s
         return left, matrix
 
-    def __call__(self, event: dict) -> None:
+    def __call__(self, event: dict[str, Any]) -> None:
         parts = [self.label]
         if "epoch" in event:         # a probed script's epochs and steps may be unbounded: "?"
             parts.append(f"epoch {event['epoch']}/{event.get('epochs') or '?'}")

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import os
 import pickle
 import shutil
-import subprocess
 import tarfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +32,9 @@ from kits.common import data as kitdata
 from kits.common.files import atomic_file
 from reprokit.console import duration
 from reprokit.errors import UserError
+
+if TYPE_CHECKING:
+    from reprokit.runners.base import Runner
 
 DATASETS = ("cifar10", "synthetic", "learnable")
 
@@ -60,7 +65,7 @@ class PreparedDataset:
     test_samples: int
 
 
-def _path(data: dict, cache_dir: Path) -> Path:
+def _path(data: dict[str, Any], cache_dir: Path) -> Path:
     name = data["dataset"]
     if name == "cifar10":
         return Path(cache_dir) / CIFAR10_FILE
@@ -70,7 +75,7 @@ def _path(data: dict, cache_dir: Path) -> Path:
     return Path(cache_dir) / f"{name}-n{n_train}-t{n_test}-s{data.get('seed', 0)}.npz"
 
 
-def prepare(data: dict, cache_dir: Path, *, allow_download: bool = True) -> PreparedDataset:
+def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = True) -> PreparedDataset:
     """Write the dataset's .npz into cache_dir unless it is there already, and describe it."""
     path = _path(data, cache_dir)
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
@@ -82,23 +87,23 @@ def prepare(data: dict, cache_dir: Path, *, allow_download: bool = True) -> Prep
     return _describe(data, path)
 
 
-def prepared(data: dict, cache_dir: Path) -> PreparedDataset | None:
+def prepared(data: dict[str, Any], cache_dir: Path) -> PreparedDataset | None:
     """The dataset's description if it is already prepared, else None; writes and downloads nothing."""
     path = _path(data, cache_dir)
     return _describe(data, path) if path.exists() else None
 
 
-def expected_counts(data: dict) -> tuple[int, int]:
+def expected_counts(data: dict[str, Any]) -> tuple[int, int]:
     """(train, test) samples a spec will get once its data is prepared (what a dry run plans with)."""
     return _counts_wanted(data)
 
 
-def _counts_wanted(data: dict) -> tuple[int, int]:
+def _counts_wanted(data: dict[str, Any]) -> tuple[int, int]:
     default_train, default_test = {**GENERATED_SIZES, "cifar10": CIFAR10_SIZES}[data["dataset"]]
     return _or_default(data.get("train_samples"), default_train), _or_default(data.get("test_samples"), default_test)
 
 
-def _describe(data: dict, path: Path) -> PreparedDataset:
+def _describe(data: dict[str, Any], path: Path) -> PreparedDataset:
     available_train, available_test = _counts(path)
     return PreparedDataset(
         file=path.name,
@@ -195,7 +200,7 @@ def cifar10_batches(cache_dir: Path, allow_download: bool) -> Path:
     return folder
 
 
-def tfds_prepared(cache_dir: Path) -> dict | None:
+def tfds_prepared(cache_dir: Path) -> dict[str, Any] | None:
     """TFDS's cifar10 in cache_dir, as a spec names it (its folder and the sha256 of its files), or None
     where the data step has not prepared it."""
     folder = Path(cache_dir) / kitdata.TFDS_CIFAR10
@@ -204,25 +209,32 @@ def tfds_prepared(cache_dir: Path) -> dict | None:
     return {"dir": kitdata.TFDS_CIFAR10, "sha256": kitdata.tree_sha256(folder)}
 
 
-def prepare_tfds(cache_dir: Path, python: Path) -> dict:
-    """The separate data step for the posted TensorFlow input: TFDS's own cifar10 builder, run with the
-    TensorFlow environment's interpreter, fetches and checks its archive (the binary version, or
-    cifar-10-binary.tar.gz placed in cache_dir) and writes its dataset under cache_dir/tfds. It may use
-    the network; no timed run does."""
-    from reprokit.provenance import REPO
-    Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([str(python), "-m", "kits.tensorflow_kit.tfds_data", "--data-dir", str(cache_dir)],
-                          cwd=REPO, capture_output=True, text=True)
-    found = tfds_prepared(cache_dir)
-    if proc.returncode != 0 or found is None:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+def prepare_tfds(cache_dir: Path, runner: Runner, work: Path) -> dict[str, Any]:
+    """The separate data step for the posted TensorFlow input: TFDS's own cifar10 builder, started by the
+    runner in the TensorFlow environment, fetches and checks its archive (the binary version, or
+    cifar-10-binary.tar.gz placed in cache_dir) and writes its dataset into the call's own folder under
+    ``work``, moved into cache_dir/tfds once it is whole. It may use the network; no timed run does."""
+    from reprokit.runners.base import KitCall
+    out = Path(work) / "tfds-data"
+    call = KitCall("tensorflow", "kits.tensorflow_kit.tfds_data", ("--data-dir", cache_dir, "--out", out),
+                   output=out, timeout_s=3600.0, label="tfds-data")
+    outcome = runner.run(call, lambda event: None)
+    built = out / kitdata.TFDS_CIFAR10
+    if outcome.exit_code != 0 or not (built / "dataset_info.json").exists():
+        tail = outcome.start_error or (outcome.log_tail or ["(no output)"])[-1]
         raise UserError(f"preparing TFDS's cifar10 in {Path(cache_dir) / kitdata.TFDS_ROOT} failed ({tail}); "
                         f"reach the network, or place the official cifar-10-binary.tar.gz in {cache_dir}, "
                         f"and re-run")
+    target = Path(cache_dir) / kitdata.TFDS_CIFAR10
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(built, target)            # whole or not at all: a run checks the folder's sha256
+    found = tfds_prepared(cache_dir)
+    assert found is not None
     return found
 
 
-def _download(url: str, path: Path, log=print) -> None:
+def _download(url: str, path: Path, log: Callable[[str], object] = print) -> None:
     """Fetch url to path (atomically), saying how far it got about every 10% or 10 s."""
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, atomic_file(path, "wb") as fh:
@@ -261,7 +273,9 @@ def _read_batches(archive: Path, names: tuple[str, ...]) -> dict[str, tuple[np.n
         for member in tar:
             if member.name in wanted:
                 # Unpickling is safe here only because the archive's md5 was checked.
-                batch = pickle.load(tar.extractfile(member), encoding="bytes")
+                fh = tar.extractfile(member)
+                assert fh is not None           # a regular file: the archive's md5 was checked
+                batch = pickle.load(fh, encoding="bytes")
                 found[wanted[member.name]] = _to_nhwc(batch)
     missing = [name for name in names if name not in found]
     if missing:
@@ -270,7 +284,7 @@ def _read_batches(archive: Path, names: tuple[str, ...]) -> dict[str, tuple[np.n
     return found
 
 
-def _to_nhwc(batch: dict) -> tuple[np.ndarray, np.ndarray]:
+def _to_nhwc(batch: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray]:
     # Each row is 1024 red, then 1024 green, then 1024 blue values, each plane row-major.
     x = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return np.ascontiguousarray(x), np.asarray(batch[b"labels"], dtype=np.int64)

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import venv
+from collections.abc import Callable
 from pathlib import Path
 
 from reprokit import images
@@ -45,7 +46,7 @@ def ready(root: Path, name: str) -> bool:
     return (env_dir(root, name) / ".complete").exists()
 
 
-def build(root: Path, name: str, log=print) -> Path:
+def build(root: Path, name: str, log: Callable[[str], object] = print) -> Path:
     """Create the env unless a complete one exists; a half-built one is started again."""
     env = env_dir(root, name)
     if (env / ".complete").exists():

@@ -8,6 +8,7 @@ guess for a quick CPU run. Anything else is "unknown", never a made-up figure.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from reprokit import model_cost, utilisation
 
@@ -17,12 +18,12 @@ GPU_SHARE = 0.35                  # of the datasheet peak a first GPU run is ass
 START_S = 20.0                    # framework import, data load, model build, warmup on a GPU
 
 
-def precision(spec: dict) -> str:
+def precision(spec: dict[str, Any]) -> str:
     n = spec["numerics"]
     return "bf16" if n["precision"] == "bf16_mixed" else "tf32" if n["tf32"] else "fp32"
 
 
-def samples(spec: dict) -> tuple[int, int]:
+def samples(spec: dict[str, Any]) -> tuple[int, int]:
     """(training samples, evaluation samples) over the whole run."""
     train, data = spec["train"], spec["data"]
     per_epoch = data["train_samples"] // train["batch_size"]
@@ -31,7 +32,7 @@ def samples(spec: dict) -> tuple[int, int]:
     return train["epochs"] * per_epoch * train["batch_size"], train["epochs"] * data["test_samples"]
 
 
-def seconds(spec: dict, history: list[dict], gpu_name: str | None) -> tuple[float | None, str]:
+def seconds(spec: dict[str, Any], history: list[dict[str, Any]], gpu_name: str | None) -> tuple[float | None, str]:
     """(estimate, how it was made) for one run."""
     def walls(keys: tuple[str, ...]) -> list[float]:
         return [r["launcher"]["wall_s"] for r in history

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
@@ -22,35 +23,37 @@ BUILTIN_DIR = Path(__file__).resolve().parent.parent / "kits" / "experiments"
 @dataclass(frozen=True)
 class Experiment:
     path: Path
-    doc: dict          # the file as written, validated
+    doc: dict[str, Any]          # the file as written, validated
 
     @property
     def name(self) -> str:
-        return self.doc["experiment"]["name"]
+        name: str = self.doc["experiment"]["name"]
+        return name
 
     @property
     def frameworks(self) -> list[str]:
-        return self.doc["experiment"]["frameworks"]
+        frameworks: list[str] = self.doc["experiment"]["frameworks"]
+        return frameworks
 
     @property
-    def variants(self) -> dict[str, dict]:
+    def variants(self) -> dict[str, dict[str, Any]]:
         """Named lists of pitfalls; "fixed" (none) is implicit."""
         return {k: v for k, v in self.doc.get("variants", {}).items() if "scripts" not in v}
 
     @property
-    def script_variants(self) -> dict[str, dict[str, dict]]:
+    def script_variants(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Variants that run the posted scripts themselves (``verbatim``): name -> their scripts by framework."""
         from reprokit.script_plan import script_entry
         return {name: {fw: script_entry(value, self.path, fw) for fw, value in v["scripts"].items()}
                 for name, v in self.doc.get("variants", {}).items() if "scripts" in v}
 
     @property
-    def scripts(self) -> dict[str, dict]:
+    def scripts(self) -> dict[str, dict[str, Any]]:
         """A script experiment's scripts by framework (reprokit/script_plan.script_entry); {} for a spec one."""
         from reprokit.script_plan import script_entry
         return {fw: script_entry(value, self.path, fw) for fw, value in self.doc.get("scripts", {}).items()}
 
-    def resolved(self, profile: str) -> dict:
+    def resolved(self, profile: str) -> dict[str, Any]:
         """The experiment with the profile's overrides applied (already validated)."""
         return _merge(self.doc, self.doc.get("profiles", {}).get(profile, {}))
 
@@ -62,7 +65,8 @@ def from_scripts(name: str, scripts: dict[str, Path]) -> Experiment:
             raise UserError(f"--script {framework}={path}: no such file; give the path of the script to run")
     doc = {"experiment": {"name": name, "title": f"{name}: the users' own scripts",
                           "frameworks": sorted(scripts)},
-           "scripts": {fw: {"path": Path(p).name, "folder": str(Path(p).resolve().parent)} for fw, p in scripts.items()}}
+           "scripts": {fw: {"path": Path(p).name, "folder": str(Path(p).resolve().parent)}
+                       for fw, p in scripts.items()}}
     _check(doc, "--script")
     return Experiment(path=Path.cwd() / f"{name}.toml", doc=doc)
 
@@ -73,7 +77,7 @@ def _validator() -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
-def _merge(base: dict, override: dict) -> dict:
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -84,7 +88,7 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def _check(doc: dict, where: str) -> None:
+def _check(doc: dict[str, Any], where: str) -> None:
     errors = list(_validator().iter_errors(doc))
     if errors:
         best = jsonschema.exceptions.best_match(errors)

@@ -8,6 +8,8 @@ management (the software power cap, routine under load) is reported as informati
 """
 from __future__ import annotations
 
+from typing import Any
+
 from kits.common import nvidia_smi
 from kits.common.nvml import POWER_MANAGEMENT, SLOWDOWNS
 
@@ -17,8 +19,9 @@ GROUPS = ((SLOWDOWNS, "slowdown_samples", "gpu-throttled", "warning", ""),
            ", the driver's power management (routine under load, not a slowdown)"))
 
 
-def snapshot() -> dict | None:
-    """Clocks, temperature, clock-event reasons, MIG devices and compute processes of every GPU; None without a driver."""
+def snapshot() -> dict[str, Any] | None:
+    """Clocks, temperature, clock-event reasons, MIG devices and compute processes of every GPU; None without a
+    driver."""
     gpus = nvidia_smi.query("gpu", nvidia_smi.STATE)
     if gpus is None:
         return None
@@ -30,12 +33,12 @@ def snapshot() -> dict | None:
                           for a in apps if (a["pid"] or "").isdigit()]}
 
 
-def watched(result: dict | None) -> str | None:
+def watched(result: dict[str, Any] | None) -> str | None:
     """The UUID of the device the run's sampler watched (None when it recorded none)."""
     return (((result or {}).get("environment") or {}).get("nvml") or {}).get("uuid")
 
 
-def _run_gpus(state: dict, uuid: str | None) -> tuple[list[dict], bool]:
+def _run_gpus(state: dict[str, Any], uuid: str | None) -> tuple[list[dict[str, Any]], bool]:
     """(the run's GPU rows, whether the run was on a MIG device of them); every GPU when uuid is unknown."""
     if uuid is None:
         return state["gpus"], False
@@ -47,7 +50,8 @@ def _run_gpus(state: dict, uuid: str | None) -> tuple[list[dict], bool]:
     return [], False
 
 
-def findings(before: dict | None, after: dict | None, result: dict | None = None) -> list[dict]:
+def findings(before: dict[str, Any] | None, after: dict[str, Any] | None,
+             result: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """gpu-throttled, gpu-power-capped and gpu-shared, about the run's own GPU only."""
     uuid = watched(result)
     scope = "" if uuid else " (the run recorded no GPU UUID, so every GPU is considered)"
@@ -72,7 +76,7 @@ def findings(before: dict | None, after: dict | None, result: dict | None = None
     return out
 
 
-def _held(gpu: dict, when: str, scope: str) -> list[dict]:
+def _held(gpu: dict[str, Any], when: str, scope: str) -> list[dict[str, Any]]:
     """gpu-throttled and gpu-power-capped from one GPU's clock-event reasons in a snapshot."""
     active = nvidia_smi.bitmask(gpu.get("event_reasons")) or 0
     out = []
@@ -86,7 +90,7 @@ def _held(gpu: dict, when: str, scope: str) -> list[dict]:
     return out
 
 
-def _during(result: dict | None) -> list[dict]:
+def _during(result: dict[str, Any] | None) -> list[dict[str, Any]]:
     """gpu-throttled and gpu-power-capped from the clock-event reasons the kit's sampler read while the run trained."""
     nvml = ((result or {}).get("environment") or {}).get("nvml") or {}
     events = nvml.get("clock_events") or {}

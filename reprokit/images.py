@@ -215,8 +215,8 @@ def client_or_error():
 def _short(exc: BaseException) -> str:
     """The root cause in a few words: the Docker SDK wraps socket errors in several layers of repr."""
     root = exc
-    while root.__cause__ or root.__context__:
-        root = root.__cause__ or root.__context__
+    while (parent := root.__cause__ or root.__context__) is not None:
+        root = parent
     if isinstance(root, FileNotFoundError):
         return "no Docker socket here"
     if isinstance(root, ConnectionRefusedError):
@@ -380,7 +380,7 @@ def pin(frameworks=FRAMEWORKS, *, client=None, repo_root: Path = REPO_ROOT, dry_
         name, old = split_ref(base_of(dockerfile))
         try:
             digest = resolve(name)
-        except (OSError, ValueError, *_docker_errors()) as exc:
+        except _resolve_errors() as exc:
             raise UserError(f"could not resolve {name} on its registry ({_short(exc)}); run `{PIN_COMMAND}` "
                             f"on a machine whose Docker engine reaches the registry.") from None
         if not _DIGEST_RE.match(digest or ""):
@@ -395,6 +395,11 @@ def pin(frameworks=FRAMEWORKS, *, client=None, repo_root: Path = REPO_ROOT, dry_
             dockerfile.write_text(new)
         done[fw] = ref
     return done
+
+
+def _resolve_errors() -> tuple[type[BaseException], ...]:
+    """What resolving a digest may raise: the caller's own, and the Docker SDK's where it is installed."""
+    return (OSError, ValueError, *_docker_errors())
 
 
 def _docker_errors() -> tuple[type[BaseException], ...]:

@@ -9,80 +9,68 @@ import dataclasses
 import re
 from pathlib import Path
 
-from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec, ScriptSpec, SpecError
 from reprokit import datasets, host_checks, script_plan, topology
 from reprokit import plan as planning
 from reprokit.envs import ENVS
 from reprokit.errors import UserError
+from reprokit.executors import Executor, HostExecutor, RayExecutor
 from reprokit.experiments import BUILTIN_DIR, discover, from_scripts
 from reprokit.provenance import REPO, code
 from reprokit.report import claims as claimlib
+from reprokit.request import DEFAULT_CLAIMS, Request, What
+from reprokit.runners.base import Runner
 from reprokit.runners.choose import choose
+from reprokit.runners.make import make
 from reprokit.store import Store
-
-DEFAULT_VARIANTS = ("fixed", "as_posted")
-DEFAULT_CLAIMS = "seeds"
 
 
 @dataclasses.dataclass
 class Matrix:
     """Everything planned before the first run: what runs, where, and what judges it."""
     specs: list[dict]
-    runner: object
+    runner: Runner
+    executor: Executor
     why: str
     experiments: dict          # every experiment known, for the report's titles
     claims: list | None
     profile: str
     device: str
     gpu_name: str | None
-    slots: list = dataclasses.field(default_factory=lambda: [None])   # one host: a placement per run at once
-    serving: list[str] | None = None   # --backend ray: the nodes that can serve a run
-    at_once: int = 1
     flavors: dict = dataclasses.field(default_factory=dict)   # framework -> the GPU build it runs, and why
 
 
-def _frameworks(args) -> tuple[str, ...]:
-    chosen = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
-    unknown = set(chosen) - set(FRAMEWORKS)
-    if unknown or not chosen:
-        raise UserError(f"--frameworks: unknown {', '.join(sorted(unknown)) or '(empty)'}; "
-                        f"allowed: {', '.join(FRAMEWORKS)}")
-    return chosen
-
-
-def selected(args, known: dict) -> dict:
-    if not args.only:
+def selected(what: What, known: dict) -> dict:
+    if not what.only:
         return known
-    missing = set(args.only) - set(known)
+    missing = set(what.only) - set(known)
     if missing:
         raise UserError(f"--only: no experiment named {', '.join(sorted(missing))}; known: {', '.join(sorted(known))}")
-    return {k: v for k, v in known.items() if k in args.only}
+    return {k: v for k, v in known.items() if k in what.only}
 
 
-def _claims(args, experiments: dict) -> list | None:
+def _claims(what: What, experiments: dict) -> list | None:
     """The claims about the experiments that run; the default (seeds) quietly covers only those it has."""
-    if args.claims == "none":
+    if what.claims == "none":
         return None
-    loaded = [c for c in claimlib.load(args.claims) if c.experiment in experiments]
+    loaded = [c for c in claimlib.load(what.claims) if c.experiment in experiments]
     if not loaded:
-        if args.claims != DEFAULT_CLAIMS:
-            raise UserError(f"--claims {args.claims}: none of its claims is about the experiments that run "
+        if what.claims != DEFAULT_CLAIMS:
+            raise UserError(f"--claims {what.claims}: none of its claims is about the experiments that run "
                             f"({', '.join(sorted(experiments))})")
         return None
     claimlib.check_against(loaded, experiments)
     return loaded
 
 
-def _options(args, profile: str, device: str, frameworks: tuple[str, ...], claims, experiments: dict,
-             dry_run: bool) -> dict[str, planning.Options]:
+def _options(what: What, profile: str, device: str, claims, experiments: dict, data_dir: Path,
+             allow_download: bool, dry_run: bool) -> dict[str, planning.Options]:
     """Per experiment: the variants asked for, and the pitfalls to run alone (those the claims name)."""
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip()) if args.variants else DEFAULT_VARIANTS
-    base = planning.Options(profile=profile, device=device, repeats=args.repeats or (1 if profile == "quick" else 5),
-                            frameworks=frameworks, data_dir=args.data_dir.resolve(),
-                            allow_download=not args.offline and not dry_run, dataset=args.dataset,
-                            timeout_s=args.timeout, variants=variants, ablation=args.ablation,
-                            max_steps=args.max_steps, prepare_data=not dry_run)
+    base = planning.Options(profile=profile, device=device, repeats=what.repeats or (1 if profile == "quick" else 5),
+                            frameworks=what.frameworks, data_dir=data_dir,
+                            allow_download=allow_download and not dry_run, dataset=what.dataset,
+                            timeout_s=what.timeout_s, variants=what.variants, ablation=what.ablation,
+                            max_steps=what.max_steps, prepare_data=not dry_run)
     out = {}
     for name in experiments:
         alone = {v[1:] for c in claims or [] if c.experiment == name for v in c.variants() if v.startswith("+")}
@@ -127,21 +115,17 @@ def specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: dic
     return specs
 
 
-def _head_runner(args, device: str, data_dir: Path, extra: tuple[Path, ...]):
+def _head_runner(runner_kind: str, device: str, data_dir: Path, extra: tuple[Path, ...]) -> tuple[Runner, str]:
     """(runner, why) on the head of a Ray cluster: it describes the runs, and under Docker builds the images."""
-    from reprokit.runners.local import LocalRunner
-    if args.python is not None:
-        raise UserError("--python names an interpreter on this host; with --backend ray each node uses its own "
-                        "runner (--ray-runner docker or local), so leave --python out.")
-    if args.ray_runner == "local":
-        return LocalRunner(ENVS, data_dir, device, extra_paths=extra), "each node runs virtualenvs from the lock files"
-    from reprokit.runners.docker import DockerRunner
+    if runner_kind == "local":
+        return (make("local", data_dir=data_dir, device=device, extra_dirs=extra),
+                "each node runs virtualenvs from the lock files")
     ok, why = host_checks.engine_status()
     if not ok:
         raise UserError(f"--ray-runner docker builds the images on this host first, but {why}.")
-    runner = DockerRunner(REPO, data_dir, "none", [(d, f"/opt/reprokit/user/{i}") for i, d in enumerate(extra)],
-                          flavor="cuda" if device == "gpu" else "cpu")
-    return runner, "each node runs the pinned images in its own Docker engine"
+    flavor = "cuda" if device == "gpu" else "cpu"
+    return (make("docker", data_dir=data_dir, device=device, extra_dirs=extra, flavor=flavor),
+            "each node runs the pinned images in its own Docker engine")
 
 
 def _slots(parallel: str, gpus: str, device: str) -> list:
@@ -165,93 +149,75 @@ def _slots(parallel: str, gpus: str, device: str) -> list:
     return slots[:n]
 
 
-def planned(args, experiments: dict, profile: str, device: str, describe) -> tuple[list[dict], list | None]:
+def planned(request: Request, experiments: dict, profile: str, device: str, describe) -> tuple[list[dict], list | None]:
     """The specs a command plans for the experiments on a device, and the claims that judge them. It asks
     nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
     of a GPU it is not on). A script experiment's specs are its scripts' (reprokit/script_plan.py)."""
-    claims = _claims(args, experiments)
-    per_experiment = _options(args, profile, device, _frameworks(args), claims, experiments, args.dry_run)
-    extra_dirs = tuple(d.resolve() for d in args.experiments)
+    what, how = request.what, request.how
+    claims = _claims(what, experiments)
+    per_experiment = _options(what, profile, device, claims, experiments, how.data_dir, not how.offline, how.dry_run)
     specs = []
     for name, o in per_experiment.items():
         exp = experiments[name]
+        here = code(what.experiment_dirs)
         if exp.scripts:
-            specs += script_plan.specs_for(name, exp.scripts, o, describe, code(extra_dirs), epochs=args.epochs)
+            specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs)
             continue
-        specs += planning.specs_for(exp, o, describe, code(extra_dirs))
+        specs += planning.specs_for(exp, o, describe, here)
         for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
             if variant in o.variants:
-                specs += script_plan.specs_for(name, scripts, o, describe, code(extra_dirs), epochs=args.epochs,
+                specs += script_plan.specs_for(name, scripts, o, describe, here, epochs=what.epochs,
                                                variant=variant, setting=exp.resolved(o.profile))
     return specs, claims
 
 
-def _scripts(args) -> dict[str, Path]:
-    """--script FRAMEWORK=PATH, as given (repeatable)."""
-    out = {}
-    for given in args.script or []:
-        framework, sep, path = given.partition("=")
-        if not sep or framework not in FRAMEWORKS:
-            raise UserError(f"--script {given!r} is not understood; use --script FRAMEWORK=PATH with FRAMEWORK one "
-                            f"of {', '.join(FRAMEWORKS)}")
-        out[framework] = Path(path)
-    return out
-
-
-def build(args) -> Matrix:
+def build(request: Request) -> Matrix:
     """The matrix a `reprokit reproduce` command asks for, checked: bad input ends here, before any run."""
-    frameworks = _frameworks(args)
-    extra_dirs = tuple(d.resolve() for d in args.experiments)
-    scripts = _scripts(args)
-    if scripts:                           # a quick look at two scripts: they are the only experiment
-        name = re.sub(r"[^a-z0-9_]+", "_", (args.name or "scripts").lower()).strip("_") or "scripts"
-        known = {name: from_scripts(name, scripts)}
+    what, where, how = request.what, request.where, request.how
+    if what.scripts:                           # a quick look at two scripts: they are the only experiment
+        name = re.sub(r"[^a-z0-9_]+", "_", (what.name or "scripts").lower()).strip("_") or "scripts"
+        known = {name: from_scripts(name, what.scripts)}
     else:
-        known = discover([BUILTIN_DIR, *extra_dirs])
-    experiments = selected(args, known)
-    gpus_explicit = args.gpus is not None
-    serving, at_once, slots, flavors = None, 1, [None], {}
-    if args.backend == "ray":
+        known = discover([BUILTIN_DIR, *what.experiment_dirs])
+    experiments = selected(what, known)
+    flavors: dict = {}
+    executor: Executor
+    if where.executor == "ray":
         from reprokit import cluster
-        if not args.ray_address:
-            raise UserError("--backend ray needs --ray-address HOST:PORT, the address `ray start --head` printed.")
-        if args.parallel != "1":
-            raise UserError("--parallel is for one host; with --backend ray each GPU of the cluster takes one run "
-                            "at a time, so leave --parallel out.")
-        cluster.connect(args.ray_address)
-        args.gpus = args.gpus or ("all" if cluster.has_gpus() else "none")
+        cluster.connect(where.ray_address)
+        gpus = where.gpus or ("all" if cluster.has_gpus() else "none")
     else:
-        args.gpus = args.gpus or ("all" if host_checks.host_has_gpu() else "none")
-    device = "cpu" if args.gpus == "none" else "gpu"
-    profile = "full" if args.full else args.profile or ("standard" if device == "gpu" else "quick")
-    needed = {f for e in experiments.values() for f in e.frameworks if f in frameworks}
-    if args.backend == "ray":
-        runner, why = _head_runner(args, device, args.data_dir.resolve(), extra_dirs)
-        serving, at_once = cluster.check(args.ray_runner, device, args.ray_address)
-        why += f"; {len(serving)} node(s) of the cluster at {args.ray_address} can serve runs"
+        gpus = where.gpus or ("all" if host_checks.host_has_gpu() else "none")
+    device = "cpu" if gpus == "none" else "gpu"
+    profile = what.profile or ("standard" if device == "gpu" else "quick")
+    needed = {f for e in experiments.values() for f in e.frameworks if f in what.frameworks}
+    if where.executor == "ray":
+        runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
+        serving, at_once = cluster.check(where.runner, device, where.ray_address)
+        why += f"; {len(serving)} node(s) of the cluster at {where.ray_address} can serve runs"
+        executor = RayExecutor(where.ray_address, serving, at_once, device, how.data_dir, what.experiment_dirs)
         gpu_name = None
     else:
-        slots = _slots(args.parallel, args.gpus, device)
-        assigned = host_checks.resolve_gpus(args.gpus) if device == "gpu" else []
+        slots = _slots(where.parallel, gpus, device)
+        assigned = host_checks.resolve_gpus(gpus) if device == "gpu" else []
         # The driver decides each framework's GPU build, before the runner describes any run.
-        flavors = host_checks.gpu_flavors(needed, args.gpus) if assigned and args.python is None else {}
-        runner, why = choose(backend=args.backend, python=args.python, gpus=args.gpus, gpus_explicit=gpus_explicit,
-                             device=device, repo_root=REPO, envs_root=ENVS, data_dir=args.data_dir.resolve(),
-                             extra_dirs=extra_dirs, frameworks=needed, flavors=flavors,
-                             visible_gpus=",".join(g["uuid"] for g in assigned))
+        flavors = host_checks.gpu_flavors(needed, gpus) if assigned and where.python is None else {}
+        runner, why = choose(backend=where.runner, python=where.python, gpus=gpus,
+                             gpus_explicit=where.gpus is not None, device=device, repo_root=REPO, envs_root=ENVS,
+                             data_dir=how.data_dir, extra_dirs=what.experiment_dirs, frameworks=needed,
+                             flavors=flavors, visible_gpus=",".join(g["uuid"] for g in assigned),
+                             dry_run=how.dry_run)
         gpu_name = assigned[0]["name"] if assigned else None
+        executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots)
         if slots != [None]:
-            at_once = len(slots)
-            why += f"; {at_once} runs at once, one per {'fake (test-only) ' if slots[0].fake else ''}GPU slot"
-    if args.from_report:
-        specs = specs_from(args.from_report.resolve(), runner, device, args.data_dir.resolve(), code(extra_dirs),
-                            args.offline)
+            why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if slots[0].fake else ''}GPU slot"
+    if what.from_report:
+        specs = specs_from(what.from_report, runner, device, how.data_dir, code(what.experiment_dirs), how.offline)
         experiments = {k: v for k, v in known.items() if k in {s["experiment"] for s in specs}}
         profile = specs[0]["profile"]
-    if args.from_report:
-        claims = _claims(args, experiments)
+        claims = _claims(what, experiments)
     else:
-        specs, claims = planned(args, experiments, profile, device, runner.describe)
+        specs, claims = planned(request, experiments, profile, device, runner.describe)
     if device == "gpu":
-        host_checks.check_precision({s["numerics"]["precision"] for s in specs if "numerics" in s}, args.gpus)
-    return Matrix(specs, runner, why, known, claims, profile, device, gpu_name, slots, serving, at_once, flavors)
+        host_checks.check_precision({s["numerics"]["precision"] for s in specs if "numerics" in s}, gpus)
+    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors)

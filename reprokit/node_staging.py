@@ -18,7 +18,7 @@ CHUNK = 8 << 20
 
 
 def _get(ref):
-    import ray          # on a node, where Ray runs this task
+    import ray  # on a node, where Ray runs this task
     return ray.get(ref)
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kits.common.pitfalls import PITFALLS, Pitfall, for_framework
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec
@@ -40,12 +42,12 @@ class Options:
     prepare_data: bool = True       # False (a dry run): describe the data only if it is already prepared
 
 
-def run_id(spec: dict) -> str:
+def run_id(spec: dict[str, Any]) -> str:
     body = {k: v for k, v in spec.items() if k != "run_id"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _data(resolved: dict, opts: Options) -> dict:
+def _data(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
     data = dict(resolved["data"])
     if opts.dataset:
         data["dataset"] = opts.dataset
@@ -62,7 +64,7 @@ def _data(resolved: dict, opts: Options) -> dict:
     return data
 
 
-def _posted_readers(data: dict, pitfalls: list[str], opts: Options) -> dict:
+def _posted_readers(data: dict[str, Any], pitfalls: list[str], opts: Options) -> dict[str, Any]:
     """The data as the posted readers read CIFAR-10: torchvision's over the archive's batches (extracted
     here, before any run), and tfds.load('cifar10') where the data step prepared TFDS's dataset; without
     it the posted tf.data pipeline runs over the kit's arrays, a declared adaptation."""
@@ -75,10 +77,10 @@ def _posted_readers(data: dict, pitfalls: list[str], opts: Options) -> dict:
     return data
 
 
-def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], dict]]:
+def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], dict[str, Any]]]:
     """Variant name -> (its pitfalls, its numerics over the experiment's), for the variants this experiment
     defines among those asked for; a pitfall run alone keeps the experiment's numerics."""
-    out: dict[str, tuple[list[str], dict]] = {"fixed": ([], {})} if "fixed" in opts.variants else {}
+    out: dict[str, tuple[list[str], dict[str, Any]]] = {"fixed": ([], {})} if "fixed" in opts.variants else {}
     for name in opts.variants:
         if name == "fixed":
             continue
@@ -96,7 +98,7 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], di
     return out
 
 
-def _declared_defaults(numerics: dict) -> list[dict]:
+def _declared_defaults(numerics: dict[str, Any]) -> list[dict[str, Any]]:
     """The declared difference of each setting left at the frameworks' own defaults (pair_findings matches a
     setting the frameworks report differently to it by its name)."""
     return [{"field": DEFAULTABLE[key], "pytorch": "PyTorch's default, read back at run time",
@@ -105,7 +107,8 @@ def _declared_defaults(numerics: dict) -> list[dict]:
             for key, value in numerics.items() if value == FRAMEWORK_DEFAULT]
 
 
-def specs_for(exp: Experiment, opts: Options, describe, code: dict) -> list[dict]:
+def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],
+              code: dict[str, Any]) -> list[dict[str, Any]]:
     """The RunSpecs of one experiment; describe(framework) gives the runner's facts (lock, image)."""
     resolved = exp.resolved(opts.profile)
     # CPU threads stay as written: "auto" is resolved by the kit, on the CPUs its run is pinned to.

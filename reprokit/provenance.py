@@ -5,6 +5,7 @@ import hashlib
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 CODE_PATHS = ("kits", "reprokit", "locks", "docker", "claims", "noxfile.py", "pyproject.toml")
@@ -32,7 +33,7 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def code(user_dirs: tuple[Path, ...] = ()) -> dict:
+def code(user_dirs: tuple[Path, ...] = ()) -> dict[str, Any]:
     """code_info() plus a hash of the Python files in a user's experiment folders, which the kits import."""
     info = dict(code_info())
     if user_dirs:
@@ -41,7 +42,7 @@ def code(user_dirs: tuple[Path, ...] = ()) -> dict:
 
 
 @lru_cache(maxsize=1)
-def code_info() -> dict:
+def code_info() -> dict[str, Any]:
     """The commit, whether the tree differs from it, and a hash of the kit code that runs.
 
     All three go into every RunSpec and so into its id: a new commit or an

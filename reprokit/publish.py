@@ -17,9 +17,11 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from kits.common.files import write_json_atomic
 from reprokit import certify_plan, report
+from reprokit.report.claims import Claim
 from reprokit.store import Store
 
 RUNS = "runs"
@@ -29,13 +31,13 @@ def default_name(profile: str, device: str, today: datetime.date | None = None) 
     return f"{RUNS}/{(today or datetime.date.today()).isoformat()}-{profile}-{device}"
 
 
-def earlier(report_dir: Path, experiments: set[str]) -> tuple[list[dict], dict[str, list[dict]]]:
+def earlier(report_dir: Path, experiments: set[str]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """The results and certificates of other experiments in an existing report of this name."""
     folder = report_dir / "results"
     if not folder.is_dir():
         return [], {}
     kept = [r for r in Store(folder).all() if r["experiment"] not in experiments]
-    certs: dict[str, list[dict]] = {}
+    certs: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(report_dir.glob("certificate-*.json")):
         cert = json.loads(path.read_text())
         if cert.get("experiment") not in experiments:
@@ -43,8 +45,8 @@ def earlier(report_dir: Path, experiments: set[str]) -> tuple[list[dict], dict[s
     return kept, certs
 
 
-def publish(report_dir: Path, name: str, results: list[dict], experiments: dict, claims,
-            certificates: dict[str, list[dict]]) -> Path:
+def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Any],
+            claims: list[Claim] | None, certificates: dict[str, list[dict[str, Any]]]) -> Path:
     """The report, a copy of every result and certificate it is computed from; swapped in at the end."""
     report_dir.parent.mkdir(parents=True, exist_ok=True)
     new = report_dir.with_name(f".{report_dir.name}.new-{os.getpid()}")

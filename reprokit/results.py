@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 import fastjsonschema
 import jsonschema
@@ -12,8 +14,9 @@ from kits.common.report import header
 
 
 @lru_cache(maxsize=1)
-def _schema() -> dict:
-    return json.loads(resources.files("reprokit").joinpath("schemas/result.schema.json").read_text())
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(resources.files("reprokit").joinpath("schemas/result.schema.json").read_text())
+    return schema
 
 
 @lru_cache(maxsize=1)
@@ -22,13 +25,13 @@ def _validator() -> jsonschema.protocols.Validator:
 
 
 @lru_cache(maxsize=1)
-def _fast():
+def _fast() -> Callable[[Any], Any]:
     """The same schema compiled to Python (its keywords are all draft-07's): 20x faster on a valid file,
     which is what a report of 1,000 results reads; jsonschema words any violation."""
     return fastjsonschema.compile({k: v for k, v in _schema().items() if k != "$schema"})
 
 
-def _series(result: dict) -> str | None:
+def _series(result: dict[str, Any]) -> str | None:
     """The long per-step series, checked in plain Python: item by item in the schema costs ~1 s per 1,000 files."""
     values = result.get("timing", {}).get("step_s", {}).get("values", [])
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
@@ -39,7 +42,7 @@ def _series(result: dict) -> str | None:
     return None
 
 
-def problems(result: object) -> str | None:
+def problems(result: Any) -> str | None:
     """The first schema violation as one readable line, or None when valid."""
     try:
         _fast()(result)
@@ -52,8 +55,8 @@ def problems(result: object) -> str | None:
     return f"{where}: {error.message}"
 
 
-def failure(spec: dict, kind: str, message: str, log_tail: list[str], wall_s: float,
-            launcher: dict) -> dict:
+def failure(spec: dict[str, Any], kind: str, message: str, log_tail: list[str], wall_s: float,
+            launcher: dict[str, Any]) -> dict[str, Any]:
     """A result for a run that produced no valid result of its own."""
     result = header(spec, "failed", {"kind": kind, "message": message, "log_tail": list(log_tail)})
     result["launcher"] = {**launcher, "wall_s": wall_s}

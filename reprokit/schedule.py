@@ -16,9 +16,9 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Callable
 
 from kits.common.files import write_json_atomic
 from reprokit import gpu_state

@@ -13,7 +13,9 @@ a generated stand-in; ``standard`` 2 epochs of at most 300 steps (or --max-steps
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common.spec import ScriptSpec
 from reprokit import datasets, script_requirements
@@ -27,7 +29,7 @@ BOUNDS = {"quick": (3, 1, 3, 1), "standard": (300, 2, 300, 5), "full": (None, No
 STAND_IN = "learnable"          # a CIFAR-10-shaped generated set that a small CNN learns (reprokit/datasets.py)
 
 
-def script_entry(value: str | dict, experiment_file: Path, framework: str) -> dict:
+def script_entry(value: str | dict[str, Any], experiment_file: Path, framework: str) -> dict[str, Any]:
     """A script as the experiment file gives it, resolved: its folder (absolute), path in it, args, shim and
     extra requirements (reprokit/script_requirements.py)."""
     entry = {"path": value} if isinstance(value, str) else dict(value)
@@ -53,7 +55,7 @@ def _files(folder: Path) -> dict[str, str]:
     return found
 
 
-def _data(opts: Options, setting: dict | None) -> dict:
+def _data(opts: Options, setting: dict[str, Any] | None) -> dict[str, Any]:
     """A script experiment's data by profile (the stand-in on quick), or the experiment's own where its
     posted scripts run beside the kit (``setting``: the resolved profile), so both read the same file."""
     given = setting["data"] if setting else {"dataset": STAND_IN if opts.profile == "quick" else "cifar10"}
@@ -73,7 +75,7 @@ def _data(opts: Options, setting: dict | None) -> dict:
             "tfds": datasets.tfds_prepared(opts.data_dir) if name == "cifar10" else None}
 
 
-def _bounds(opts: Options, epochs: int | None, setting: dict | None) -> tuple[dict, int]:
+def _bounds(opts: Options, epochs: int | None, setting: dict[str, Any] | None) -> tuple[dict[str, Any], int]:
     """The probe's bounds by profile; where posted scripts run beside the kit, the kit's own: its steps per
     epoch, epochs and warmup steps (counted over epochs, as the kit counts them), and evaluation over the
     whole test set, as the kit evaluates."""
@@ -91,8 +93,10 @@ def _bounds(opts: Options, epochs: int | None, setting: dict | None) -> tuple[di
     return {"max_steps": steps, "epochs": epochs or default_epochs, "eval_steps": eval_steps}, warmup
 
 
-def specs_for(name: str, scripts: dict[str, dict], opts: Options, describe, code: dict,
-              epochs: int | None = None, variant: str = VARIANT, setting: dict | None = None) -> list[dict]:
+def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
+              describe: Callable[[str], dict[str, Any]], code: dict[str, Any],
+              epochs: int | None = None, variant: str = VARIANT,
+              setting: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each;
     ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds."""
     data = _data(opts, setting)

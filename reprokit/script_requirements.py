@@ -19,7 +19,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
 from reprokit import envs, images
@@ -72,7 +74,7 @@ def _locked(framework: str) -> dict[str, str]:
     return out
 
 
-def entry(folder: Path, relative: str, framework: str, experiment_file: Path) -> dict:
+def entry(folder: Path, relative: str, framework: str, experiment_file: Path) -> dict[str, Any]:
     """A script's requirements as its spec holds them: the file, its sha256, what the lock already pins and
     what is left to install."""
     path = folder / relative
@@ -89,7 +91,7 @@ def entry(folder: Path, relative: str, framework: str, experiment_file: Path) ->
             "in_lock": in_lock}
 
 
-def fetch(specs: list[dict], data_dir: Path, log=print) -> None:
+def fetch(specs: list[dict[str, Any]], data_dir: Path, log: Callable[[str], object] = print) -> None:
     """The wheels every script spec's ``install`` list needs, downloaded once into the data folder."""
     wanted = {wheels_key(s["script"]["requirements"]["install"]): s for s in specs
               if s.get("source") == "script" and (s["script"].get("requirements") or {}).get("install")}

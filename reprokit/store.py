@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kits.common.files import write_json_atomic
 from reprokit import results
@@ -19,7 +21,7 @@ class Store:
     def path(self, run_id: str) -> Path:
         return self.root / f"{run_id}.json"
 
-    def get(self, run_id: str) -> dict | None:
+    def get(self, run_id: str) -> dict[str, Any] | None:
         """A finished run's result, or None (a missing, unreadable or invalid file counts as unfinished)."""
         try:
             result = json.loads(self.path(run_id).read_text())
@@ -27,12 +29,12 @@ class Store:
             return None
         return None if results.problems(result) else result
 
-    def put(self, result: dict) -> Path:
+    def put(self, result: dict[str, Any]) -> Path:
         path = self.path(result["run_id"])
         write_json_atomic(path, result)
         return path
 
-    def all(self) -> list[dict]:
+    def all(self) -> list[dict[str, Any]]:
         """Every valid result here; files that fail validation are reported, not used."""
         out = []
         with _no_cyclic_gc():
@@ -46,7 +48,7 @@ class Store:
 
 
 @contextmanager
-def _no_cyclic_gc():
+def _no_cyclic_gc() -> Iterator[None]:
     """Loading many files makes millions of objects in a growing heap, which the cyclic collector scans
     again and again (two thirds of the time for 1,000 results). Parsed JSON holds no cycles, so the
     collector is paused while loading, and what was loaded is frozen out of later scans (the report

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 FAKE_SLOTS_ENV = "REPROKIT_FAKE_GPU_SLOTS"
 SYS = Path("/sys")
@@ -39,7 +41,7 @@ class Placement:
         """What the engine or CUDA is told: the UUID where known (stable), else the index."""
         return None if self.fake else (self.gpu_uuid or self.gpu)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -54,7 +56,7 @@ def parse_cpulist(text: str) -> set[int]:
     return out
 
 
-def format_cpulist(cpus: set[int] | list[int]) -> str:
+def format_cpulist(cpus: Iterable[int]) -> str:
     """{0, 1, 2, 5} -> '0-2,5'."""
     ranges: list[list[int]] = []
     for c in sorted(cpus):
@@ -100,7 +102,7 @@ def _sysfs_affinity(bus_id: str) -> tuple[set[int] | None, str | None]:
     return (parse_cpulist(cpus) if cpus else None, numa if numa and numa != "-1" else None)
 
 
-def gpu_affinity(gpus: list[dict]) -> dict[str, tuple[set[int] | None, str | None]]:
+def gpu_affinity(gpus: list[dict[str, Any]]) -> dict[str, tuple[set[int] | None, str | None]]:
     """GPU index -> (CPUs near it, its memory node), from `nvidia-smi topo -m`, else sysfs by the PCI bus id."""
     from kits.common.nvidia_smi import _run
     topo = parse_topo(_run(["topo", "-m"]) or "")
@@ -163,7 +165,7 @@ def fake_slots() -> list[Placement] | None:
     return [Placement(None, f"fake-gpu-{i}", format_cpulist(s), None, fake=True) for i, s in enumerate(shares)]
 
 
-def gpu_slots(gpus: list[dict]) -> list[Placement]:
+def gpu_slots(gpus: list[dict[str, Any]]) -> list[Placement]:
     """One slot per GPU or MIG device (rows with 'index' and 'uuid', as host_checks.resolve_gpus gives),
     CPU sets split among those that share CPUs; a GPU whose affinity is unknown shares all usable CPUs."""
     usable = usable_cpus()
@@ -173,10 +175,10 @@ def gpu_slots(gpus: list[dict]) -> list[Placement]:
         near = (affinity[str(g["index"])][0] or usable) & usable or usable
         groups.setdefault(frozenset(near), []).append(n)
     slots: dict[int, Placement] = {}
-    for near, members in groups.items():
+    for cpus, members in groups.items():
         members.sort(key=lambda n: (int(gpus[n]["index"]), n))
-        for n, share in zip(members, _shares(set(near), len(members))):
+        for n, share in zip(members, _shares(set(cpus), len(members))):
             g = gpus[n]
-            slots[n] = Placement(str(g["index"]), g.get("uuid") or None, format_cpulist(share or near),
+            slots[n] = Placement(str(g["index"]), g.get("uuid") or None, format_cpulist(share or cpus),
                                  affinity[str(g["index"])][1])
     return [slots[n] for n in range(len(gpus))]

@@ -11,12 +11,13 @@ import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 PREFIXES = ("nvidia ", "tesla ")
 
 
 @lru_cache(maxsize=1)
-def _table() -> dict:
+def _table() -> dict[str, Any]:
     return tomllib.loads((Path(__file__).with_name("peak_flops.toml")).read_text())
 
 
@@ -29,13 +30,13 @@ def model_key(device_name: str) -> str:
     return name
 
 
-def model(device_name: str) -> dict | None:
+def model(device_name: str) -> dict[str, Any] | None:
     """The peak table's row for this exact GPU model, or None."""
     key = model_key(device_name)
     return next((row for row in _table().values() if key in (n.lower() for n in row["names"])), None)
 
 
-def applied_precision(env: dict) -> str:
+def applied_precision(env: dict[str, Any]) -> str:
     """fp32, tf32, bf16 or fp16: what the framework reported it computed in."""
     dtype = (env.get("precision") or {}).get("compute_dtype")
     if dtype == "bfloat16":
@@ -45,7 +46,7 @@ def applied_precision(env: dict) -> str:
     return "tf32" if env.get("tf32") else "fp32"
 
 
-def peak(result: dict) -> tuple[float | None, str]:
+def peak(result: dict[str, Any]) -> tuple[float | None, str]:
     """The peak FLOP/s this run could reach, and where the figure comes from."""
     env = result["environment"]
     if env["device"] == "cpu":
@@ -59,7 +60,7 @@ def peak(result: dict) -> tuple[float | None, str]:
     return device_peak(env["device_name"], applied_precision(env))
 
 
-def _blended(name: str, tf32_ops: dict, by_op: dict | None) -> tuple[float | None, str]:
+def _blended(name: str, tf32_ops: dict[str, Any], by_op: dict[str, Any] | None) -> tuple[float | None, str]:
     """The peak of a run whose convolutions and matmuls ran in different precisions (TF32 on for one only)."""
     on = next(op for op, enabled in tf32_ops.items() if enabled)
     if not by_op or not sum(by_op.values()):
@@ -88,13 +89,14 @@ def device_peak(name: str, precision: str) -> tuple[float | None, str]:
     return row[precision], f"{row['source']}, {precision}"
 
 
-def slowest(precision: str) -> dict:
+def slowest(precision: str) -> dict[str, Any]:
     """The table's row with the lowest peak of this precision, of the rows that have one."""
     return min((row for row in _table().values() if precision in row), key=lambda row: row[precision])
 
 
-def mfu(result: dict, flops_per_sample: float | None) -> float | None:
+def mfu(result: dict[str, Any], flops_per_sample: float | None) -> float | None:
     top, _ = peak(result)
     if not top or not flops_per_sample:
         return None
-    return flops_per_sample * result["timing"]["samples_per_s"] / top
+    fraction: float = flops_per_sample * result["timing"]["samples_per_s"] / top
+    return fraction

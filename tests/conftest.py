@@ -154,6 +154,7 @@ def stand_in_gpu_host(tmp_path, monkeypatch):
     """stand_in_gpu_host(driver="580.95.05"): a stand-in nvidia-smi on PATH for a host with four H200s
     (tests/gpu_host.py), fake GPU slots off."""
     import gpu_host
+
     from kits.common import nvidia_smi
     from reprokit import topology
 

@@ -44,7 +44,7 @@ def test_default_tolerances_are_declared_and_positive():
 @pytest.mark.parametrize("value", [0, -1e-4, "1e-4", True, float("nan"), float("inf"), None, [1e-4]])
 def test_a_tolerance_that_is_not_a_positive_number_is_refused(value, tmp_path):
     with pytest.raises(UserError) as err:
-        certificate.certify({}, LocalRunner(ENVS, tmp_path, "cpu"), tmp_path / "w", {"loss_rtol": value})
+        certificate.certify_many([{}], LocalRunner(ENVS, tmp_path, "cpu"), [tmp_path / "w"], {"loss_rtol": value})
     message = str(err.value)
     assert message.startswith("certificate tolerance loss_rtol must be a positive number") and "\n" not in message
     assert not (tmp_path / "w").exists()          # refused before anything ran
@@ -60,9 +60,9 @@ def test_specs_of_two_experiments_are_refused(tmp_path, tiny_dir, data_dir):
     specs = tiny_specs(tiny_dir, data_dir)
     specs["tensorflow"]["experiment"] = "other"
     with pytest.raises(UserError, match="different experiments"):
-        certificate.certify(specs, LocalRunner(ENVS, data_dir, "cpu", python=Path("/bin/sh")), tmp_path)
+        certificate.certify_many([specs], LocalRunner(ENVS, data_dir, "cpu", python=Path("/bin/sh")), [tmp_path])
     with pytest.raises(UserError, match="got specs for pytorch"):
-        certificate.certify({"pytorch": specs["pytorch"]}, LocalRunner(ENVS, data_dir, "cpu"), tmp_path)
+        certificate.certify_many([{"pytorch": specs["pytorch"]}], LocalRunner(ENVS, data_dir, "cpu"), [tmp_path])
 
 
 def _fake_python(tmp_path: Path, side: dict | None) -> Path:
@@ -82,8 +82,8 @@ def test_a_model_without_canonical_form_gives_a_clear_message(tmp_path, tiny_dir
     side = {"schema": cert.SIDE_SCHEMA, "status": "unmappable",
             "message": "PyTorch layer 3 (LayerNorm) has weights but no canonical form (known: Conv2d, Linear, BatchNorm2d)"}
     fake = _fake_python(tmp_path, side)
-    result = certificate.certify(tiny_specs(tiny_dir, data_dir), LocalRunner(ENVS, data_dir, "cpu", python=fake),
-                                 tmp_path / "work")
+    [result] = certificate.certify_many([tiny_specs(tiny_dir, data_dir)],
+                                        LocalRunner(ENVS, data_dir, "cpu", python=fake), [tmp_path / "work"])
     assert result["status"] == "error"
     assert result["message"] == f"the PyTorch side has no canonical form: {side['message']}"
     assert result["summary"].startswith("no certificate: the PyTorch side has no canonical form")
@@ -92,8 +92,8 @@ def test_a_model_without_canonical_form_gives_a_clear_message(tmp_path, tiny_dir
 
 def test_a_side_that_writes_nothing_is_an_error_with_its_log(tmp_path, tiny_dir, data_dir):
     fake = _fake_python(tmp_path, None)
-    result = certificate.certify(tiny_specs(tiny_dir, data_dir), LocalRunner(ENVS, data_dir, "cpu", python=fake),
-                                 tmp_path / "work")
+    [result] = certificate.certify_many([tiny_specs(tiny_dir, data_dir)],
+                                        LocalRunner(ENVS, data_dir, "cpu", python=fake), [tmp_path / "work"])
     assert result["status"] == "error"
     assert "exited with 2 and wrote no readable side.json" in result["message"] and "some log line" in result["message"]
 

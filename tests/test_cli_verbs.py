@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,22 @@ def test_a_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
     # No dataset written or downloaded (CIFAR-10 is not there), no environment built, no report.
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
     assert not (tmp_path / "reports").exists() and not (tmp_path / "state" / "results").exists()
+
+
+def test_a_dry_run_of_the_docker_runner_needs_no_engine(tmp_path):
+    """--backend docker --dry-run where no engine answers (DOCKER_HOST at a socket nobody serves): the plan of
+    the images' runs, described from their recipes, and the reason; a real run still refuses in one sentence."""
+    argv = [sys.executable, "-m", "reprokit", "reproduce", "--backend", "docker", "--only", "vgg16_cifar10_speed",
+            "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
+            "--reports-dir", str(tmp_path / "reports"), "--dataset", "cifar10"]
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'nobody.sock'}"}
+    planned = subprocess.run([*argv, "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert "backend: docker (asked for; a dry run, so the engine was not needed" in planned.stdout
+    assert "plan: 4 runs, profile quick on cpu, backend docker;" in planned.stdout
+    assert "including building reprokit/pytorch" in planned.stdout
+    refused = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 2 and refused.stderr.count("error: ") == 1 and "Traceback" not in refused.stderr
 
 
 def test_the_default_report_name_is_git_ignored_and_never_a_published_report():

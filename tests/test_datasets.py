@@ -357,3 +357,17 @@ def test_torchvision_reads_the_verified_archive_as_posted(posted_data, kit_pytho
     assert "corrupted" in read["refused"]
     assert read["same"] is True
     assert read["batches"] == [8] * 5 and read["test"] == 10 and read["shape"] == [8, 3, 48, 48]
+
+
+def test_the_tfds_data_step_runs_through_the_runner_and_refuses_a_wrong_archive(kit_python, tmp_path: Path):
+    """`reprokit data`'s TFDS step is a kit process like any other: TFDS's own builder checks the archive
+    against the checksum it registers, and a wrong one ends in one sentence, with nothing left in the cache."""
+    from reprokit.runners.make import make
+    cache = tmp_path / "data"
+    cache.mkdir()
+    (cache / "cifar-10-binary.tar.gz").write_bytes(b"not the official archive")
+    runner = make("local", data_dir=cache, device="cpu", python=kit_python("tensorflow"))
+    with pytest.raises(UserError, match=r"preparing TFDS's cifar10 in .* failed \(.+\); reach the network, or "
+                                        r"place the official cifar-10-binary.tar.gz"):
+        datasets.prepare_tfds(cache, runner, tmp_path / "work")
+    assert datasets.tfds_prepared(cache) is None and not (cache / kitdata.TFDS_ROOT).exists()

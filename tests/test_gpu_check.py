@@ -40,7 +40,7 @@ def test_the_plan_printed_without_a_gpu_is_the_matrix_a_gpu_runs(stand_in_gpu_ho
     gpu_check = _script()
     args = SimpleNamespace(python=sys.executable, name="gpu-check", timeout=150.0, state_dir=tmp_path / "state")
     command = gpu_check.reproduce_command(args, [], on_gpu=True)
-    m = matrix.build(cli._parser().parse_args([*command[1:], "--dry-run"]))
+    m = matrix.build(cli.parse([*command[1:], "--dry-run"]))
     planned = [(s["experiment"], s["framework"], s["variant"]) for s in m.specs]
     assert printed[:-1] == planned and printed[-1] == (gpu_check.TWIN, "pytorch", "fixed,")
     assert {s["repeat"] for s in m.specs} == {0} and m.profile == "standard" and m.device == "gpu"

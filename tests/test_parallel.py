@@ -20,6 +20,7 @@ from reprokit.report import pair_findings
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
 
+
 @pytest.fixture
 def gpu_host(stand_in_gpu_host):
     """A stand-in nvidia-smi on PATH for a host with four GPUs, two per NUMA node."""

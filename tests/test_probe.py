@@ -134,7 +134,7 @@ def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):
 
     from reprokit import matrix
     tf_python = kit_python("tensorflow")
-    args = cli._parser().parse_args(["--script", f"tensorflow={SCRIPTS / 'keras_fit.py'}", "--frameworks",
+    args = cli.parse(["--script", f"tensorflow={SCRIPTS / 'keras_fit.py'}", "--frameworks",
                                      "tensorflow", "--backend", "local", "--profile", "quick", "--data-dir",
                                      str(data_dir), "--state-dir", str(tmp_path / "state")])
     (spec,) = matrix.build(args).specs

@@ -10,7 +10,7 @@ from reprokit import cli, matrix
 
 @pytest.mark.parametrize(("profile", "extra"), [("quick", []), ("standard", ["--max-steps", "5"])])
 def test_the_posted_scripts_get_the_kits_data_and_bounds(tmp_path, profile, extra):
-    args = cli._parser().parse_args(["--only", "simplecnn_cifar10_memory", "--only", "vgg16_cifar10_speed",
+    args = cli.parse(["--only", "simplecnn_cifar10_memory", "--only", "vgg16_cifar10_speed",
                                      "--variants", "as_posted,verbatim", "--profile", profile, "--backend", "local",
                                      "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
                                      "--dry-run", *extra])

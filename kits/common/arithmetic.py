@@ -187,7 +187,8 @@ def describe(op: dict, with_padding: bool = True) -> str:
         shared = f", one mask value shared over {','.join(op['shared_over'])}" if op["shared_over"] else ", per element"
         return f"dropout rate {op['rate']:g}{shared}"
     if kind == "pad":
-        return f"{op['mode']} pad {tuple(op['padding'])}" + (f" with {op['value']:g}" if op["mode"] == "constant" else "")
+        return (f"{op['mode']} pad {tuple(op['padding'])}"
+                + (f" with {op['value']:g}" if op["mode"] == "constant" else ""))
     return kind
 
 
@@ -237,7 +238,8 @@ def structure(ops: list[dict]) -> list[list[str]]:
         segments[-1] += sorted(run)
         run.clear()
         if op["op"] in ARITHMETIC:
-            segments.append([f"padding {tuple(op['padding'])} (top, bottom, left, right)"] if op["op"] == "conv" else [])
+            segments.append([f"padding {tuple(op['padding'])} (top, bottom, left, right)"]
+                            if op["op"] == "conv" else [])
         else:
             segments[-1].append(describe(op))
     segments[-1] += sorted(run)

@@ -9,9 +9,12 @@ them in place of its own input pipeline, evaluation forward pass and metrics.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kits.common.data import Arrays
+
+if TYPE_CHECKING:
+    from kits.common.measure import WindowTimer
 
 
 class Backend(Protocol):
@@ -20,13 +23,13 @@ class Backend(Protocol):
     metrics_source: str       # where the reported figures come from (the user's metrics hook, the posted code, the kit)
     memory_series: str        # what memory_now reads
 
-    def environment(self) -> dict:
+    def environment(self) -> dict[str, Any]:
         """Framework, version, build, device and the settings it actually applied."""
 
-    def build(self, arrays: Arrays) -> dict:
+    def build(self, arrays: Arrays) -> dict[str, Any]:
         """Create model, optimizer, loss and input pipeline; return {"parameters": {...}}."""
 
-    def training_flops(self) -> dict:
+    def training_flops(self) -> dict[str, Any]:
         """Training FLOPs per sample of the model built (kits/common/arithmetic.py): forward, backward,
         training and how they were counted; then the framework's memory peak counters are reset."""
 
@@ -56,7 +59,7 @@ class Backend(Protocol):
     def set_mode(self, training: bool) -> None:
         """A phase starts: switch layers such as Dropout and BatchNorm, and start the phase's metrics."""
 
-    def reported(self) -> dict | None:
+    def reported(self) -> dict[str, Any] | None:
         """The phase's reported {"loss", "accuracy"} from its metrics hook (the user's or the posted code's);
         None where the kit's own count is the run's figure."""
 
@@ -66,7 +69,7 @@ class Backend(Protocol):
     def take_sums(self) -> tuple[float, float]:
         """Read and reset the summed loss and correct count (this synchronises)."""
 
-    def step_timer(self, k: int):
+    def step_timer(self, k: int) -> WindowTimer:
         """start() / tick() after each step / per_step() and a ``method`` sentence (see measure.WindowTimer)."""
 
     def sync(self) -> None:
@@ -75,13 +78,13 @@ class Backend(Protocol):
     def memory_now(self) -> int:
         """Bytes in use now, as memory_series names them (cheap; no sync)."""
 
-    def memory_counters(self) -> list:
+    def memory_counters(self) -> list[Any]:
         """The framework's per-phase peak counters on a GPU (kits/common/phases.py); [] on a CPU."""
 
     def matmul_flops_per_s(self) -> float:
         """The device's measured fp32 matmul rate with the run's thread settings."""
 
-    def observed(self) -> dict:
+    def observed(self) -> dict[str, Any]:
         """Evidence for the detectors: modes seen during steps and a probe of the loss's inputs."""
 
     def no_gpu_reason(self) -> str:

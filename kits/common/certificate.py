@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +68,8 @@ class Side:
     _build and _read_optimizer."""
     framework: str
     backend_class: type
+    _build: Callable[[], None]
+    _read_optimizer: Callable[[], dict]
 
     def __init__(self, spec: RunSpec, arrays: datalib.Arrays, x_trace: np.ndarray) -> None:
         self.spec = spec
@@ -180,7 +184,8 @@ def torch_hyperparameters_like_keras(opt: dict, t: int) -> dict:
 def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
     """One array per canonical name, float32, in an .npz any framework can read."""
     with atomic_file(path, "wb") as fh:
-        np.savez(fh, **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()})
+        arrays: dict[str, Any] = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+        np.savez(fh, **arrays)
 
 
 def load_weights(path: str | Path, records: list[dict]) -> dict[str, np.ndarray]:
@@ -301,7 +306,9 @@ def compare_logits(logits: dict[str, dict], rtol: float, samples: str = "the fir
     relative to the largest |logit|, so the tolerance means the same at any scale."""
     (fa, a), (fb, b) = logits.items()
     la, lb = label(fa), label(fb)
-    numbers, parts, passed, n = {}, [], True, 0
+    numbers: dict[str, dict[str, float] | None] = {}
+    parts: list[str] = []
+    passed, n = True, 0
     for precision in a:
         for mode in a[precision]:
             key = f"{precision} {mode}"
@@ -451,8 +458,8 @@ def compare_optimizer(read_back: dict[str, dict], spec_optimizer: dict[str, dict
         for key, default in OPTIMIZER_DEFAULTS.items():
             if got.get(key, default) not in (default, None):
                 problems.append(f"{label(fw)}'s optimizer has {key} {got[key]!r}, which the spec does not ask for")
-        parts.append(f"{label(fw)} {got['class']}(" + ", ".join(f"{k}={got[k]!r}" for k in OPTIMIZER_FIELDS[want['name']])
-                     + ")")
+        parts.append(f"{label(fw)} {got['class']}("
+                     + ", ".join(f"{k}={got[k]!r}" for k in OPTIMIZER_FIELDS[want['name']]) + ")")
     (fa, a), (fb, b) = read_back.items()
     if not problems and a["name"] == b["name"]:
         for key in OPTIMIZER_FIELDS[a["name"]]:
@@ -466,8 +473,9 @@ def compare_optimizer(read_back: dict[str, dict], spec_optimizer: dict[str, dict
 def compare_read_back_optimizers(read_back: dict[str, dict]) -> dict:
     """Two scripts' optimizers, read back from the objects they stepped, against each other (no spec)."""
     (fa, a), (fb, b) = read_back.items()
-    parts = [f"{label(f)} {o['class']}(" + ", ".join(f"{k}={o.get(k)!r}" for k in OPTIMIZER_FIELDS.get(o["name"], ("lr",)))
-             + ")" for f, o in read_back.items()]
+    parts = [f"{label(f)} {o['class']}("
+             + ", ".join(f"{k}={o.get(k)!r}" for k in OPTIMIZER_FIELDS.get(o["name"], ("lr",))) + ")"
+             for f, o in read_back.items()]
     if a["name"] != b["name"]:
         problems = [f"{label(fa)} steps with {a['name']}, {label(fb)} with {b['name']}"]
     else:
@@ -487,7 +495,7 @@ def layer_differences(sides: dict[str, dict]) -> list[str]:
     """Every difference between two layer lists in words: layers of each kind, layers one set of weights
     serves at several places, and the parameter totals."""
     (fa, a), (fb, b) = sides.items()
-    counts = {f: {} for f in sides}
+    counts: dict[str, dict[str, int]] = {f: {} for f in sides}
     for f, side in sides.items():
         for r in side["layers"]:
             counts[f][r["kind"]] = max(counts[f].get(r["kind"], 0), r["index"])

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common.environment import cpu_name
 from kits.common.files import write_json_atomic
@@ -21,21 +23,23 @@ CACHE_NAME = "cpu-matmul-peaks.json"
 MEASURED = "measured by this run after its training"
 
 
-def key(env: dict) -> str:
+def key(env: dict[str, Any]) -> str:
     """What the peak depends on, from a result's environment section."""
     threads = env["cpu_threads"]
     return (f"{env['framework']} {env['framework_version']} | {cpu_name()} | "
-            f"{len(os.sched_getaffinity(0))} usable cpus | intra_op {threads['intra_op']} inter_op {threads['inter_op']}")
+            f"{len(os.sched_getaffinity(0))} usable cpus | "
+            f"intra_op {threads['intra_op']} inter_op {threads['inter_op']}")
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        cached: dict[str, Any] = json.loads(path.read_text())
+        return cached
     except (OSError, ValueError):
         return {}
 
 
-def for_run(env: dict, data_dir: Path, measure) -> dict:
+def for_run(env: dict[str, Any], data_dir: Path, measure: Callable[[], float]) -> dict[str, Any]:
     """The environment fields of the peak: the cached figure for this key, else ``measure()``'s."""
     k = key(env)
     cached = _read(data_dir / CACHE_NAME).get(k)
@@ -46,7 +50,7 @@ def for_run(env: dict, data_dir: Path, measure) -> dict:
     return {"matmul_peak_flops": measure(), "matmul_peak_key": k, "matmul_peak_source": MEASURED}
 
 
-def remember(data_dir: Path, result: dict) -> None:
+def remember(data_dir: Path, result: dict[str, Any]) -> None:
     """Host side: keep a peak the run measured itself. The cache only saves time: a write that fails is skipped."""
     env = result.get("environment") or {}
     if result.get("status") != "ok" or env.get("matmul_peak_source") != MEASURED:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import importlib
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common.names import label
 from kits.common.spec import RunSpec
@@ -23,16 +25,17 @@ class BadModel(Exception):
     """A user's builder or model that cannot be run as the experiment says (its message is one sentence)."""
 
 
-def load_builder(ref: str, what: str = "model builder"):
+def load_builder(ref: str, what: str = "model builder") -> Callable[..., Any]:
     module, _, function = ref.partition(":")
     try:
-        return getattr(importlib.import_module(module), function)
+        builder: Callable[..., Any] = getattr(importlib.import_module(module), function)
+        return builder
     except (ImportError, AttributeError) as exc:
         raise RuntimeError(f"cannot load the {what} {ref!r} ({exc}); the experiment's folder must be on "
                            f"the kit's path (reprokit adds the --experiments folders)") from None
 
 
-def hook(spec: RunSpec, name: str, framework: str):
+def hook(spec: RunSpec, name: str, framework: str) -> Callable[..., Any] | None:
     """The user's hook for this framework, bound to the model's options, or None where the spec names none."""
     ref = spec.hooks.of(name, framework)
     if ref is None:
@@ -40,13 +43,13 @@ def hook(spec: RunSpec, name: str, framework: str):
     fn = load_builder(ref, f"{name} hook")
     options = spec.model.options
 
-    def call(*args):
+    def call(*args: Any) -> Any:
         return fn(options, *args)
-    call.ref = ref
+    call.ref = ref                  # type: ignore[attr-defined]  # the backends name the hook by it
     return call
 
 
-def who(spec: RunSpec, framework: str) -> str:
+def who(spec: RunSpec, framework: str) -> str | None:
     """How a certificate names the model: the user's builder, or the kit's own model."""
     model = spec.model
     return model.builder(framework) if model.name == "custom" else f"the {label(framework)} kit's {model.name}"
@@ -77,8 +80,8 @@ def where(exc: BaseException) -> str:
     return ""
 
 
-def build(ref: str, options: dict, input_size: int, num_classes: int, expected: type, expected_name: str,
-          framework: str):
+def build(ref: str, options: dict[str, Any], input_size: int, num_classes: int, expected: type, expected_name: str,
+          framework: str) -> Any:
     """Call a user's builder; whatever goes wrong is one sentence naming it."""
     try:
         model = load_builder(ref)(options, input_size, num_classes)

@@ -10,9 +10,10 @@ import hashlib
 import io
 import pickle
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _feed(digest, path: Path) -> None:
+def _feed(digest: Any, path: Path) -> None:     # a hashlib object
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
@@ -142,7 +143,10 @@ class _Python2Pickler(pickle._Pickler):
     """Protocol 2 as Python 2 wrote the official archive: byte strings are Python 2 str, so that
     ``encoding="bytes"`` (the host, Keras) reads bytes and ``encoding="latin1"`` (torchvision) reads str."""
 
-    dispatch = dict(pickle._Pickler.dispatch)
+    dispatch: ClassVar[dict[type, Callable[..., None]]] = dict(pickle._Pickler.dispatch)
+    # the pure-Python pickler's own, which typeshed leaves out of its stub
+    write: Callable[[bytes], object]
+    memoize: Callable[[object], None]
 
     def _save_str(self, obj: bytes) -> None:
         n = len(obj)
@@ -153,7 +157,7 @@ class _Python2Pickler(pickle._Pickler):
     dispatch[bytes] = _save_str
 
 
-def pickle2(obj) -> bytes:
+def pickle2(obj: object) -> bytes:
     """``obj`` pickled as CIFAR-10's python batches are (see _Python2Pickler)."""
     out = io.BytesIO()
     _Python2Pickler(out, protocol=2).dump(obj)

@@ -12,6 +12,8 @@ finding ``declared``: it reproduces what a post did, it has never caught a user'
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kits.common.spec import RunSpec
@@ -32,28 +34,30 @@ DECLARED = {
 }
 
 
-def _finding(code: str, severity: str, message: str) -> dict:
+def _finding(code: str, severity: str, message: str) -> dict[str, Any]:
     out = {"code": code, "severity": severity, "message": message}
     if code in DECLARED:
         out["declared"] = DECLARED[code]
     return out
 
 
-def effective_batch(configured: int, sizes: list[int], expected_short: int) -> list[dict]:
+def effective_batch(configured: int, sizes: list[int], expected_short: int) -> list[dict[str, Any]]:
     """Every training step's batch, as the model received it: the share of steps short of the configured size.
     ``expected_short`` steps may be short by design (each epoch's last batch where drop_last is off)."""
-    sizes = np.asarray(sizes)
-    short = sizes < configured
-    if not sizes.size or short.sum() <= expected_short:
+    batches = np.asarray(sizes)
+    short = batches < configured
+    if not batches.size or short.sum() <= expected_short:
         return []
     n = int(short.sum())
-    return [_finding("effective-batch-size", "error" if n * 2 >= sizes.size else "warning",
-                     f"configured batch size {configured}, but {n} of {sizes.size} training steps "
-                     f"({n / sizes.size:.0%}) received fewer samples (as few as {int(sizes.min())}; {int(sizes.sum())} samples in all, "
-                     f"{sizes.mean():.1f} per step)")]
+    return [_finding("effective-batch-size", "error" if n * 2 >= batches.size else "warning",
+                     f"configured batch size {configured}, but {n} of {batches.size} training steps "
+                     f"({n / batches.size:.0%}) received fewer samples (as few as {int(batches.min())}; "
+                     f"{int(batches.sum())} samples in all, "
+                     f"{batches.mean():.1f} per step)")]
 
 
-def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footprint_bytes: int) -> list[dict]:
+def memory_growth(points: list[tuple[int, int]], warmup: int, series: str,
+                  footprint_bytes: int) -> list[dict[str, Any]]:
     """A steady rise: the medians of consecutive windows of the memory sampled after warmup rise (all steps
     between windows but one), no single step makes half the rise and the last half of the windows still rises
     (else it is a jump: something allocated once, or kept from one phase to the next), and the trend through
@@ -83,7 +87,7 @@ def memory_growth(points: list[tuple[int, int]], warmup: int, series: str, footp
                      f"in a list, or graphs that no backward pass frees)")]
 
 
-def modes(observed: dict, declared: bool = True) -> list[dict]:
+def modes(observed: dict[str, Any], declared: bool = True) -> list[dict[str, Any]]:
     """The grad and module modes of the model's forward passes. ``declared`` marks eval-mode-in-train a
     declared reproduction (a kit run: only its reproduction of a post's model.eval() can cause it); a
     probed script's is the script's own."""
@@ -104,7 +108,7 @@ def modes(observed: dict, declared: bool = True) -> list[dict]:
     return out
 
 
-def loss_inputs(observed: dict) -> list[dict]:
+def loss_inputs(observed: dict[str, Any]) -> list[dict[str, Any]]:
     probe = observed.get("loss_input_probe")
     if probe and probe["expects_logits"] and probe["nonnegative"] and probe["max_row_sum_error"] < 1e-4:
         return [_finding("probabilities-into-logit-loss", "error",
@@ -114,7 +118,7 @@ def loss_inputs(observed: dict) -> list[dict]:
     return []
 
 
-def metric_averaging(reported: list[dict], counted: list[dict]) -> list[dict]:
+def metric_averaging(reported: list[dict[str, Any]], counted: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The accuracy the run reported against correct / samples the kit counted in the outputs it observed."""
     for rep, seen in zip(reported, counted):
         for split in ("train", "test"):
@@ -132,7 +136,7 @@ def metric_averaging(reported: list[dict], counted: list[dict]) -> list[dict]:
     return []
 
 
-def input_bound(m: Measurements) -> list[dict]:
+def input_bound(m: Measurements) -> list[dict[str, Any]]:
     if m.measured_train_s > 0 and m.data_wait_s / m.measured_train_s > INPUT_BOUND_FRACTION:
         return [_finding("input-bound", "warning",
                          f"{m.data_wait_s / m.measured_train_s:.0%} of training time was spent waiting for the "
@@ -141,7 +145,7 @@ def input_bound(m: Measurements) -> list[dict]:
     return []
 
 
-def shapes_after_warmup(m: Measurements, warmup: int) -> list[dict]:
+def shapes_after_warmup(m: Measurements, warmup: int) -> list[dict[str, Any]]:
     """Batch sizes a timed phase met first: their first step pays for autotuning, a retrace or a compile, and
     its workspaces count in that phase's peak. The warmup runs every training step's size it reaches and one
     evaluation step of each size (training.warm_shapes); a training size first seen later is reported."""
@@ -160,7 +164,7 @@ def shapes_after_warmup(m: Measurements, warmup: int) -> list[dict]:
                      f"and its workspaces count in that phase's memory peak")]
 
 
-def loader_in_process(m: Measurements, workers: int | None) -> list[dict]:
+def loader_in_process(m: Measurements, workers: int | None) -> list[dict[str, Any]]:
     """Data wait dominates the step, and the training loader prepares its batches in the training process."""
     if workers == 0 and m.measured_train_s > 0 and m.data_wait_s / m.measured_train_s > INPUT_BOUND_FRACTION:
         return [_finding("loader-in-process", "warning",
@@ -170,17 +174,17 @@ def loader_in_process(m: Measurements, workers: int | None) -> list[dict]:
     return []
 
 
-def eager_custom_loop(eager: bool) -> list[dict]:
+def eager_custom_loop(eager: bool) -> list[dict[str, Any]]:
     if not eager:
         return []
     return [_finding("eager-custom-loop", "warning",
                      "the custom training loop's steps ran eagerly (Optimizer.apply_gradients was called outside any "
-                     "tf.function): TensorFlow dispatches each op from Python, where its fast path traces the step once "
-                     "into a graph")]
+                     "tf.function): TensorFlow dispatches each op from Python, where its fast path traces the step "
+                     "once into a graph")]
 
 
-def script_findings(m: Measurements, configured: int, seen: dict, warmup: int, series: str,
-                    footprint_bytes: int, workers: int | None, eager_tf_loop: bool) -> list[dict]:
+def script_findings(m: Measurements, configured: int, seen: dict[str, Any], warmup: int, series: str,
+                    footprint_bytes: int, workers: int | None, eager_tf_loop: bool) -> list[dict[str, Any]]:
     """A probed script's findings, from what its frameworks showed (kits/common/observe.py): an epoch's last
     batch may be short (a DataLoader keeps it by default)."""
     return (effective_batch(configured, m.observed_batch_sizes, len(m.steps_per_epoch)) +
@@ -197,7 +201,8 @@ def training_footprint(spec: RunSpec, parameters: int) -> int:
     return 4 * parameters * (2 + slots)
 
 
-def all_findings(spec: RunSpec, m: Measurements, observed: dict, series: str, footprint_bytes: int) -> list[dict]:
+def all_findings(spec: RunSpec, m: Measurements, observed: dict[str, Any], series: str,
+                 footprint_bytes: int) -> list[dict[str, Any]]:
     batch = spec.train.batch_size
     short_by_design = 0 if spec.data.drop_last else len(m.steps_per_epoch)
     return (effective_batch(batch, m.observed_batch_sizes, short_by_design) +

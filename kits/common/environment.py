@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+from typing import Any
 
 from kits.common import nvidia_smi as nvidia_smi_lib
 
@@ -18,7 +19,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def host() -> dict:
+def host() -> dict[str, Any]:
     return {
         "hostname": platform.node(),
         "platform": platform.platform(),
@@ -28,7 +29,7 @@ def host() -> dict:
     }
 
 
-def nvidia_smi() -> list[dict]:
+def nvidia_smi() -> list[dict[str, Any]]:
     """GPUs as the NVIDIA driver reports them ([] where there is no driver); None marks what it could not say."""
     found = nvidia_smi_lib.gpus() or []
     for gpu in found:

@@ -7,11 +7,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 @contextmanager
-def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO]:
+def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """A file that appears at path only once it is complete, readable by all (0644) like any
     other file: a container user other than the writer must be able to read data and results."""
     path = Path(path)
@@ -29,6 +29,6 @@ def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO]:
         raise
 
 
-def write_json_atomic(path: str | Path, data: dict) -> None:
+def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
     with atomic_file(path) as fh:
         json.dump(data, fh, indent=1, sort_keys=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from typing import Protocol
 
 import numpy as np
 
@@ -83,8 +84,22 @@ def step_stats(values: list[float]) -> dict:
     }
 
 
+class Tracker(Protocol):
+    """One measurement over stretches of a run, driven as optimum-benchmark drives its latency, memory and
+    energy trackers: ``start`` opens a stretch, ``stop`` closes it, ``report`` is what every stretch measured.
+    ``method`` says how, in words, for the result."""
+
+    method: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def report(self): ...
+
+
 class WindowTimer:
-    """Step times from windows of k steps, the device synchronised only at window edges.
+    """Step times from windows of k steps, the device synchronised only at window edges (a Tracker).
 
     Reading a clock after an asynchronous launch measures the queue, not the
     device; synchronising every step would slow what is measured. Windows of
@@ -114,8 +129,16 @@ class WindowTimer:
             self._start = t
             self._count = 0
 
-    def per_step(self) -> list[float]:
+    def stop(self) -> None:
+        """The steps since the last full window are not timed: a window shorter than k is not one."""
+        self._start = None
+        self._count = 0
+
+    def report(self) -> list[float]:
+        """Seconds per step, one figure per full window."""
         return self._per_step
+
+    per_step = report       # kits/common/observe.py's name for it
 
 
 class NoStepTimer:
@@ -129,7 +152,10 @@ class NoStepTimer:
     def tick(self) -> None:
         pass
 
-    def per_step(self) -> list[float]:
+    def stop(self) -> None:
+        pass
+
+    def report(self) -> list[float]:
         return []
 
 

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from functools import cache
+from typing import Any
 
 # what a GPU is: one row per GPU of --query-gpu, keyed by our names
 FACTS = {"index": ("index",), "uuid": ("uuid", "gpu_uuid"), "name": ("name", "gpu_name"),
@@ -93,9 +94,9 @@ def rows(text: str, keys: list[str] | None = None) -> list[dict[str, str | None]
     return [dict(zip(keys, (value(c) for c in row))) for row in table if len(row) == len(keys)]
 
 
-def listing(text: str) -> list[dict]:
+def listing(text: str) -> list[dict[str, Any]]:
     """`nvidia-smi -L`: GPUs with their UUIDs and, under each, its MIG devices."""
-    gpus: list[dict] = []
+    gpus: list[dict[str, Any]] = []
     for line in text.splitlines():
         if m := _LIST_GPU.match(line):
             gpus.append({"index": m.group(1), "name": m.group(2), "uuid": m.group(3), "mig": []})
@@ -121,7 +122,7 @@ def _known(kind: str) -> frozenset[str]:
     return frozenset(help_fields(_run([f"--help-query-{kind}"]) or ""))
 
 
-def query(kind: str, wanted: dict[str, tuple[str, ...]]) -> list[dict] | None:
+def query(kind: str, wanted: dict[str, tuple[str, ...]]) -> list[dict[str, Any]] | None:
     """``--query-gpu`` or ``--query-compute-apps`` for the wanted keys; None without a working driver."""
     chosen = choose(wanted, set(_known(kind)))
     out = _run([f"--query-{kind}={','.join(chosen.values())}", "--format=csv,noheader,nounits"])
@@ -131,12 +132,12 @@ def query(kind: str, wanted: dict[str, tuple[str, ...]]) -> list[dict] | None:
     return [{key: row.get(key) for key in wanted} for row in found]
 
 
-def gpus() -> list[dict] | None:
+def gpus() -> list[dict[str, Any]] | None:
     """Every GPU the driver shows (FACTS keys, missing ones None); None without a driver."""
     return query("gpu", FACTS)
 
 
-def devices() -> list[dict] | None:
+def devices() -> list[dict[str, Any]] | None:
     """`nvidia-smi -L`, parsed; None without a driver."""
     out = _run(["-L"])
     return None if out is None else listing(out)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from typing import Any
 
 LIBRARY = "libnvidia-ml.so.1"
 # nvmlClocksEventReasons bits that mean the clocks were held down (nvml.h), in two groups; idle and
@@ -51,7 +52,9 @@ class DeviceSampler:
 
     def __init__(self, interval_s: float = 0.02, library: str = LIBRARY) -> None:
         self.unavailable: str | None = None
-        self.uuid = self.name = self.found_by = None
+        self.uuid: str | None = None
+        self.name: str | None = None
+        self.found_by: str | None = None
         self.baseline = self.peak = self._phase_peak = 0
         self._lock = threading.Lock()      # the sampling thread and a phase's reset both move the peaks
         self.samples = 0
@@ -62,7 +65,7 @@ class DeviceSampler:
         self._thread: threading.Thread | None = None
         self._baselines: dict[str, int] = {}
         self._unread: dict[str, str] = {}      # UUID -> why its baseline could not be read
-        self._lib = None
+        self._lib: Any = None                  # the ctypes library, once loaded: its functions by name
         self._initialised = False
         try:
             self._lib = ctypes.CDLL(library)
@@ -78,27 +81,27 @@ class DeviceSampler:
 
     # -- NVML calls ----------------------------------------------------------
 
-    def _call(self, name: str, *args) -> None:
+    def _call(self, name: str, *args: Any) -> None:
         code = getattr(self._lib, name)(*args)
         if code != 0:
             raise NvmlError(f"{name}: {self._lib.nvmlErrorString(code).decode()}")
 
-    def _handle(self, name: str, *args) -> ctypes.c_void_p:
+    def _handle(self, name: str, *args: Any) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
         self._call(name, *args, ctypes.byref(handle))
         return handle
 
-    def _text(self, name: str, handle) -> str:
+    def _text(self, name: str, handle: ctypes.c_void_p) -> str:
         buf = ctypes.create_string_buffer(_TEXT)
         self._call(name, handle, buf, ctypes.c_uint(_TEXT))
         return buf.value.decode()
 
-    def _used(self, handle) -> int:
+    def _used(self, handle: ctypes.c_void_p) -> int:
         memory = _Memory()
         self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
         return int(memory.used)
 
-    def _take_baselines(self, gpu) -> None:
+    def _take_baselines(self, gpu: ctypes.c_void_p) -> None:
         """The memory used before the run on a GPU and its MIG devices; for one that cannot be read, why."""
         mig = self._mig_enabled(gpu)
         for handle in (gpu, *self._mig_devices(gpu)):
@@ -114,7 +117,7 @@ class DeviceSampler:
             except NvmlError as exc:
                 self._unread[uuid] = str(exc)
 
-    def _mig_enabled(self, handle) -> bool:
+    def _mig_enabled(self, handle: ctypes.c_void_p) -> bool:
         current, pending = ctypes.c_uint(), ctypes.c_uint()
         try:
             self._call("nvmlDeviceGetMigMode", handle, ctypes.byref(current), ctypes.byref(pending))
@@ -122,7 +125,7 @@ class DeviceSampler:
             return False
         return current.value == MIG_ENABLE
 
-    def _mig_devices(self, handle) -> list:
+    def _mig_devices(self, handle: ctypes.c_void_p) -> list[Any]:
         count = ctypes.c_uint()
         try:
             self._call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
@@ -136,7 +139,7 @@ class DeviceSampler:
                 continue
         return found
 
-    def _parent(self, handle):
+    def _parent(self, handle: ctypes.c_void_p) -> ctypes.c_void_p:
         """The GPU a MIG device lives on (its clocks are the GPU's), else the handle itself."""
         is_mig = ctypes.c_uint()
         try:
@@ -145,7 +148,7 @@ class DeviceSampler:
             return handle
         return self._handle("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle) if is_mig.value else handle
 
-    def _reasons(self, handle) -> int:
+    def _reasons(self, handle: ctypes.c_void_p) -> int:
         reasons = ctypes.c_ulonglong()
         # renamed from ...ClocksThrottleReasons in R535; older drivers have only the old name
         name = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(self._lib, "nvmlDeviceGetCurrentClocksEventReasons")
@@ -232,7 +235,7 @@ class DeviceSampler:
         with self._lock:
             self._phase_peak = used
 
-    def read(self) -> dict:
+    def read(self) -> dict[str, Any]:
         """The device-level peak of the phase that ends now (None with the reason where NVML cannot say)."""
         if self._thread is not None and self.unavailable is None:
             try:
@@ -248,7 +251,7 @@ class DeviceSampler:
     def _fail(self, reason: str) -> None:
         self.unavailable = self.unavailable or reason
 
-    def stop(self) -> dict:
+    def stop(self) -> dict[str, Any]:
         """The device memory figures (None with the reason where NVML could not give them)."""
         self._stop.set()
         if self._thread is not None:
@@ -269,7 +272,7 @@ class DeviceSampler:
         return {"device_peak_bytes": self.peak - self.baseline, "device_baseline_bytes": self.baseline,
                 "device_source": self.SOURCE}
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         """Which device was watched and how, and the clock-event reasons seen while training, by group."""
         return {"uuid": self.uuid, "name": self.name, "found_by": self.found_by, "unavailable": self.unavailable,
                 "clock_events": {"samples": self.samples, "slowdown_samples": dict(self.slowdowns),

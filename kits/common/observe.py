@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from kits.common.measure import WindowTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
@@ -137,9 +138,9 @@ class Observer:
         self.pending: Forward | None = None          # the last forward pass, not yet known to be training or not
         self.training_modes: tuple[bool, bool] | None = None
         self.sums: dict[str, list] = {"train": [], "eval": []}
-        self.epoch_sums: list[dict[str, list]] = []
-        self.seen = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0, "grad_enabled_in_eval": 0,
-                     "loss_input_probe": None}
+        self.epoch_sums: list[dict[str, Any]] = []     # an epoch's sums (lists) and counts (ints)
+        self.seen: dict[str, Any] = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0,
+                                     "grad_enabled_in_eval": 0, "loss_input_probe": None}
         self.syncs: Counter = Counter()              # host synchronisations in the script's code, by phase
         self.loaders: list[LoaderPass] = []
         self.fetched_from: LoaderPass | None = None     # the pass the last batch came from, since the last step
@@ -309,6 +310,7 @@ class Observer:
         after = TRAIN if self.steps >= self.spec.warmup_steps else WARMUP
         if self.phase == EVAL:
             self.sync()
+            assert self.t_eval is not None                 # set as the evaluation began
             eval_s = now() - self.t_eval
             self.phases.end(EVAL, self.epoch, self.eval_steps, then=after)
         else:
@@ -338,8 +340,8 @@ class Observer:
             self._end_epoch()
         self.m.step_s = self.timer.per_step()
         for i, sums in enumerate(self.epoch_sums, 1):
-            counted = {"epoch": i}
-            figures = {"epoch": i}
+            counted: dict[str, Any] = {"epoch": i}
+            figures: dict[str, Any] = {"epoch": i}
             for split, key in (("train", "train"), ("test", "eval")):
                 # where the script computed no loss (an evaluation that only takes argmax), nothing was counted
                 seen = bool(sums[key]) and sums[f"{split}_samples"] > 0

@@ -9,13 +9,15 @@ Warmup has phases of its own, so autotuning and one-off workspaces stay out of t
 """
 from __future__ import annotations
 
+from typing import Any
+
 WARMUP, TRAIN, EVAL = "warmup", "train", "eval"
 
 
 class PhaseMemory:
-    def __init__(self, counters: list) -> None:
+    def __init__(self, counters: list[Any]) -> None:
         self.counters = counters
-        self.records: list[dict] = []
+        self.records: list[dict[str, Any]] = []
 
     def start(self, phase: str) -> None:
         """Reset every counter: what follows is a new phase."""
@@ -24,7 +26,7 @@ class PhaseMemory:
 
     def end(self, phase: str, epoch: int, steps: int, then: str) -> None:
         """Read every counter for the phase that ends here, then start the next one (``then``)."""
-        readings: dict[str, dict] = {}
+        readings: dict[str, dict[str, Any]] = {}
         for counter in self.counters:
             readings.update(counter.read())
         first = next(iter(readings.values()), {"peak_bytes": None, "source": "no memory counter"})
@@ -32,9 +34,9 @@ class PhaseMemory:
                              "source": first["source"], "readings": readings})
         self.start(then)
 
-    def peaks(self) -> dict[str, dict]:
+    def peaks(self) -> dict[str, dict[str, Any]]:
         """Each reading's highest peak over the training and evaluation phases (warmup left out)."""
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         for record in self.records:
             if record["phase"] == WARMUP:
                 continue

@@ -12,7 +12,7 @@ cannot see.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -55,7 +55,7 @@ class Pitfall(enum.StrEnum):
         return PITFALLS[self]["summary"]
 
 
-PITFALLS: dict[str, dict] = {
+PITFALLS: dict[str, dict[str, str]] = {
     # Seed 000 (speed), TensorFlow side.
     Pitfall.TF_BATCH_OF_ONE: {
         "part": "pipeline",
@@ -200,7 +200,7 @@ class Pitfalls:
     def names(self) -> list[str]:
         return [p.value for p in self.members]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Pitfall]:
         return iter(self.members)
 
     def __len__(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 from kits.common.names import PROGRESS_MARKER
 
@@ -14,7 +15,7 @@ class Progress:
         self._last = 0.0
         self._t0 = time.perf_counter()
 
-    def emit(self, force: bool = False, **event) -> None:
+    def emit(self, force: bool = False, **event: Any) -> None:
         t = time.perf_counter()
         if not force and t - self._last < self._min:
             return

@@ -1,6 +1,8 @@
 """Turn the loop's measurements into the result file's sections."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kits.common.measure import step_stats
@@ -11,7 +13,7 @@ from kits.common.training import Measurements
 SCHEMA = "reprokit.result/1"
 
 
-def header(spec: dict, status: str, failure: dict | None) -> dict:
+def header(spec: dict[str, Any], status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
     """The result's identity, with the spec as the host wrote it (JSON)."""
     return {
         "schema": SCHEMA,
@@ -27,13 +29,14 @@ def header(spec: dict, status: str, failure: dict | None) -> dict:
     }
 
 
-def sections(spec: RunSpec, m: Measurements, wall_s: float, input_reader: str, metrics_source: str) -> dict:
+def sections(spec: RunSpec, m: Measurements, wall_s: float, input_reader: str, metrics_source: str) -> dict[str, Any]:
     out = _sections(spec.train.batch_size, spec.train.warmup_steps, m, wall_s, input_reader, metrics_source)
     out["timing"].update(_time_to_target(spec, m))
     return out
 
 
-def script_sections(spec: ScriptSpec, m: Measurements, wall_s: float, input_reader: str, configured: int) -> dict:
+def script_sections(spec: ScriptSpec, m: Measurements, wall_s: float, input_reader: str,
+                    configured: int) -> dict[str, Any]:
     """A probed script's sections, the same as a kit run's: ``configured`` is the batch size its training
     loader declared (or, without one, the size most of its steps received)."""
     return _sections(configured, spec.warmup_steps, m, wall_s, input_reader,
@@ -41,7 +44,7 @@ def script_sections(spec: ScriptSpec, m: Measurements, wall_s: float, input_read
 
 
 def _sections(configured: int, warmup: int, m: Measurements, wall_s: float, input_reader: str,
-              metrics_source: str) -> dict:
+              metrics_source: str) -> dict[str, Any]:
     sizes = np.asarray(m.observed_batch_sizes or [0])
     train_s = m.measured_train_s
     return {
@@ -74,36 +77,37 @@ def _sections(configured: int, warmup: int, m: Measurements, wall_s: float, inpu
     }
 
 
-def memory_section(phases: PhaseMemory, m: Measurements, series: str, device: dict | None) -> dict:
+def memory_section(phases: PhaseMemory, m: Measurements, series: str, device: dict[str, Any] | None) -> dict[str, Any]:
     """The memory section: every phase's peaks, and each reading's highest over the training and
     evaluation phases (warmup left out), the first counter's as the run's reported peak."""
     peaks = phases.peaks()
     first = next(iter(phases.records[0]["readings"]), None) if phases.records else None
-    top = peaks.get(first, {})
+    top = peaks.get(first, {}) if first is not None else {}
     warmup = [p["peak_bytes"] for p in phases.records if p["phase"] == WARMUP and p["peak_bytes"] is not None]
-    out = {"peak_bytes": top.get("peak_bytes"),
+    framework: dict[str, Any] = {}
+    out: dict[str, Any] = {"peak_bytes": top.get("peak_bytes"),
            "source": (f"{top['source']}; the highest over the training and evaluation phases, warmup left out"
                       if top else "no phase peak was read"),
            "warmup_peak_bytes": max(warmup) if warmup else None,
            "phases": phases.records, "over_steps": [list(p) for p in m.memory_over_steps],
-           "over_steps_series": series, "framework": {}}
+           "over_steps_series": series, "framework": framework}
     if "allocated" in peaks:
-        out["framework"]["peak_allocated"] = peaks["allocated"]["peak_bytes"]
+        framework["peak_allocated"] = peaks["allocated"]["peak_bytes"]
     if "reserved" in peaks:
-        out["framework"]["peak_reserved"] = peaks["reserved"]["peak_bytes"]
+        framework["peak_reserved"] = peaks["reserved"]["peak_bytes"]
     if "process" in peaks:
         out["process_peak_bytes"] = peaks["process"]["peak_bytes"]
     if device is not None:
         # NVML's peak over the phases after warmup; where NVML could not say, its reason
         found = peaks.get("device")
-        out["framework"].update({"device_peak_bytes": found["peak_bytes"] if found else None,
-                                 "device_source": found["source"] if found else device["device_source"]})
+        framework.update({"device_peak_bytes": found["peak_bytes"] if found else None,
+                          "device_source": found["source"] if found else device["device_source"]})
         if device.get("device_baseline_bytes") is not None:
-            out["framework"]["device_baseline_bytes"] = device["device_baseline_bytes"]
+            framework["device_baseline_bytes"] = device["device_baseline_bytes"]
     return out
 
 
-def _time_to_target(spec: RunSpec, m: Measurements) -> dict:
+def _time_to_target(spec: RunSpec, m: Measurements) -> dict[str, Any]:
     """Training time (evaluation excluded) until held-out accuracy first reached the spec's target."""
     target = spec.train.target_accuracy
     if target is None:

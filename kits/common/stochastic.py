@@ -10,6 +10,8 @@ the test's false-alarm rate is at most ALPHA.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 ALPHA = 1e-3            # false-alarm rate of the dropout check
@@ -26,10 +28,11 @@ def energy_statistic(distances: np.ndarray, labels: np.ndarray) -> np.ndarray:
     within_1 = np.einsum("pi,pi->p", d_first, first)
     between = np.einsum("pi,pi->p", d_first, second)
     within_2 = np.einsum("pi,pi->p", second @ distances, second)
-    return 2 * between / (n1 * n2) - within_1 / n1**2 - within_2 / n2**2
+    statistic: np.ndarray = 2 * between / (n1 * n2) - within_1 / n1**2 - within_2 / n2**2
+    return statistic
 
 
-def energy_test(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS, seed: int = SEED) -> dict:
+def energy_test(a: np.ndarray, b: np.ndarray, permutations: int = PERMUTATIONS, seed: int = SEED) -> dict[str, Any]:
     """Permutation test of "a and b are draws from one distribution"; rows are draws."""
     a = np.asarray(a, np.float64).reshape(len(a), -1)
     b = np.asarray(b, np.float64).reshape(len(b), -1)

@@ -98,6 +98,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         backend.sync()
         t_end = now()
         if t_measured is not None:
+            timer.stop()
             m.measured_train_s += t_end - t_measured
         if in_phase:
             phases.end(TRAIN if t_measured is not None else WARMUP, epoch, in_phase, then=EVAL)
@@ -113,7 +114,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         backend.end_epoch(train_loss)
         progress.emit(force=True, phase="epoch", epoch=epoch, epochs=epochs,
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
-    m.step_s = timer.per_step()
+    m.step_s = timer.report()
     m.averaged_over = averaged_over(m.epoch_metrics, m.counted)
     return m
 

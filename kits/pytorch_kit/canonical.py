@@ -153,7 +153,8 @@ class Canonical:
                 if module.groups != 1:
                     raise cert.UnmappableModel(f"PyTorch layer {where} of {self.who} is a grouped convolution "
                                                f"(groups={module.groups}), which has no canonical form here")
-                kind, roles = "conv", [("kernel", module.weight, _conv_out, _conv_in), ("bias", module.bias, _same, _same)]
+                kind, roles = "conv", [("kernel", module.weight, _conv_out, _conv_in),
+                                       ("bias", module.bias, _same, _same)]
             elif isinstance(module, nn.Linear):
                 index = counters.get("dense", 0) + 1
                 rows = self.dense_rows.setdefault(index, self.trace.rows.get(id(module.weight)))

@@ -100,7 +100,8 @@ class Certifier(Canonical, cert.Side):
             names = "beta_1 and beta_2 in its bias corrections" if opt["name"] == "adam" else "momentum"
             out.append({"field": "Keras float64 hyper-parameter rounding", "declared": False,
                         "how": f"Keras 3 rounds {names} to float32 even in a float64 model; PyTorch uses the "
-                               f"same rounded values (through its lr and {'eps' if opt['name'] == 'adam' else 'momentum'}): "
+                               f"same rounded values (through its lr and "
+                               f"{'eps' if opt['name'] == 'adam' else 'momentum'}): "
                                f"a certificate artefact in fp64, no change in fp32"})
         return out
 

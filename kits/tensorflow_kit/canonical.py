@@ -129,7 +129,8 @@ class Canonical:
         return f"{layer.name} ({type(layer).__name__}" + (f", activation {name})" if name and name != "linear" else ")")
 
     def export(self) -> dict[str, np.ndarray]:
-        return {rec["name"]: arithmetic.rows_to_canonical(np.array(var.numpy()), rows) for rec, var, rows in self.params}
+        return {rec["name"]: arithmetic.rows_to_canonical(np.array(var.numpy()), rows)
+                for rec, var, rows in self.params}
 
     def load(self, weights: dict[str, np.ndarray]) -> None:
         for rec, var, rows in self.params:

@@ -95,7 +95,8 @@ class _Reader:
         size_in = _shape(x)[1:3]
         padding = op.get_attr("padding")
         if padding == b"SAME":
-            start = [arithmetic.same_padding_start(size_in[i], k, stride[i], dilation[i]) for i, k in enumerate((kh, kw))]
+            start = [arithmetic.same_padding_start(size_in[i], k, stride[i], dilation[i])
+                     for i, k in enumerate((kh, kw))]
         elif padding == b"EXPLICIT":
             explicit = op.get_attr("explicit_paddings")
             start = [int(explicit[2]), int(explicit[4])]
@@ -105,7 +106,8 @@ class _Reader:
         if pad is not None and pad["mode"] == "constant" and pad["value"] == 0:
             pad["folded"] = True
             start = [start[0] + pad["padding"][0], start[1] + pad["padding"][2]]
-            size_in = [size_in[0] - pad["padding"][0] - pad["padding"][1], size_in[1] - pad["padding"][2] - pad["padding"][3]]
+            size_in = [size_in[0] - pad["padding"][0] - pad["padding"][1],
+                       size_in[1] - pad["padding"][2] - pad["padding"][3]]
             x = pad["input"]
         cin = _shape(op.inputs[0])[3]
         if groups is None:
@@ -183,7 +185,8 @@ class _Reader:
         stride = [int(s) for s in op.get_attr("strides")[1:3]]
         size_in = _shape(x)[1:3]
         same = op.get_attr("padding") == b"SAME"
-        start = [arithmetic.same_padding_start(size_in[i], k, stride[i], 1) if same else 0 for i, k in enumerate(window)]
+        start = [arithmetic.same_padding_start(size_in[i], k, stride[i], 1) if same else 0
+                 for i, k in enumerate(window)]
         self._record(arithmetic.pool(kind, window, stride, size_in, _shape(y)[1:3], start,
                                      False if kind == "avg" else None))
 

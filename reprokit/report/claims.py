@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import textwrap
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
@@ -42,13 +43,16 @@ from reprokit.schema_messages import describe
 
 SCHEMA_ID = "reprokit.claims/1"
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "claims.schema.json"
+# Its quantity enum is written from metrics by this command (tests/test_quantities.py fails until it is run).
+REGENERATE = 'python -c "from reprokit.report import claims; claims.write_schema()"'
 
 # quantity -> (dimension, what it is): every quantity metrics reads
 QUANTITIES: dict[str, tuple[str, str]] = {name: (q.dimension, q.what) for name, q in metrics.QUANTITIES.items()}
 ACCURACIES = ("final_test_accuracy", "final_train_accuracy")
 READINGS = metrics.READINGS
-# The quantities that have several readings: a claim on one of them names the reading that judges it.
-MEMORY_PEAKS = ("peak_memory_bytes", "warmup_peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes")
+# The quantities that have several readings (the memory peaks): a claim on one names the reading that judges it.
+MEMORY_PEAKS = tuple(name for name, q in metrics.QUANTITIES.items() if len(q.readings) > 1)
 KINDS = ("value", "ratio", "accuracy_vs_chance", "effect_disappears_with_fix")
 BOUNDS = ("range", "at_least", "at_most")
 AROUND = ("relative", "absolute")
@@ -144,8 +148,26 @@ def interval(figure: dict) -> tuple[float, float]:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(resources.files("reprokit").joinpath("schemas/claims.schema.json").read_text())
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+
+
+_QUANTITY_ENUM = re.compile(r'("quantity": \{\s*"enum": \[)[^\]]*(\])')
+
+
+def schema_text(text: str) -> str:
+    """The claims schema ``text`` with its quantity enum written from metrics.QUANTITIES, the rest as it is.
+
+    The file stays whole (editors and readers see every quantity) and validation reads it as committed."""
+    names = textwrap.fill(", ".join(f'"{name}"' for name in QUANTITIES), 116, initial_indent=" " * 8,
+                          subsequent_indent=" " * 8, break_long_words=False, break_on_hyphens=False)
+    out, found = _QUANTITY_ENUM.subn(lambda m: f"{m[1]}\n{names}\n      {m[2]}", text, count=1)
+    if not found:
+        raise ValueError(f"{SCHEMA}: no quantity enum ($defs.quantity.enum) to write")
+    return out
+
+
+def write_schema() -> None:
+    SCHEMA.write_text(schema_text(SCHEMA.read_text()))
 
 
 def resolve(name_or_path: str | Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kits.common.names import LABELS
-from reprokit.report.claims import Claim
+from reprokit.report.claims import Claim, Operand
 from reprokit.report.markdown import anchor, md, short, table
 from reprokit.report.metrics import QUANTITIES
 from reprokit.report.verdicts import STATUSES, Verdict, fmt_figure, posted_text
@@ -61,7 +61,7 @@ def details(found: list[Verdict]) -> str:
 
 
 def metric_text(c: Claim) -> str:
-    def op(o) -> str:
+    def op(o: Operand) -> str:
         reading = f", {o.reading} reading" if o.quantity == "peak_memory_bytes" else ""
         return f"{QUANTITIES[o.quantity].short} of {LABELS[o.framework]} / {md(o.variant)}{reading}"
     if c.kind in ("value", "accuracy_vs_chance"):
@@ -82,7 +82,8 @@ def tolerance_text(c: Claim) -> str:
     if "relative" in t:
         return f"within ±{t['relative']:.0%} of the published figure"
     if "absolute" in t:
-        return f"within ±{t['absolute']:g}{unit} of " + ("chance" if c.kind == "accuracy_vs_chance" else "the published figure")
+        return (f"within ±{t['absolute']:g}{unit} of "
+                + ("chance" if c.kind == "accuracy_vs_chance" else "the published figure"))
     if "range" in t:
         return f"between {t['range'][0]:g} and {t['range'][1]:g}{unit}"
     if "at_least" in t:

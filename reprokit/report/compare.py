@@ -12,8 +12,10 @@ A verb needs three calls: ``render(compare(load(a), load(b)), name_a, name_b)``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kits.common.names import LABELS
 from reprokit.errors import UserError
@@ -29,7 +31,7 @@ WHERE = ("run_id", "repeat", "device", "provenance", "limits")
 Key = tuple[str, str, str, str]          # experiment, variant, framework, profile
 
 
-def load(path: Path) -> list[dict]:
+def load(path: Path) -> list[dict[str, Any]]:
     """A result set: a report's folder (its ``results/``) or a folder of result files."""
     folder = path / "results" if (path / "results").is_dir() else path
     if not folder.is_dir() or not any(folder.glob("*.json")):
@@ -38,11 +40,11 @@ def load(path: Path) -> list[dict]:
     return Store(folder).all()
 
 
-def key(r: dict) -> Key:
+def key(r: dict[str, Any]) -> Key:
     return r["experiment"], r["variant"], r["framework"], r["profile"]
 
 
-def what_ran(spec: dict) -> dict:
+def what_ran(spec: dict[str, Any]) -> dict[str, Any]:
     """The part of a spec that must match for two runs to be compared."""
     return {k: v for k, v in spec.items() if k not in WHERE}
 
@@ -86,36 +88,39 @@ class Comparison:
     not_comparable: list[tuple[Key, list[str]]]     # configuration, the spec fields that differ
     only_a: list[Key]
     only_b: list[Key]
-    across_builds: list[tuple[Key, str, str]] = ()   # paired, but A and B ran different builds (flavors)
+    across_builds: Sequence[tuple[Key, str, str]] = ()   # paired, but A and B ran different builds (flavors)
 
 
-def _by_key(results: list[dict]) -> dict[Key, list[dict]]:
-    out: dict[Key, list[dict]] = {}
+def _by_key(results: list[dict[str, Any]]) -> dict[Key, list[dict[str, Any]]]:
+    out: dict[Key, list[dict[str, Any]]] = {}
     for r in results:
         if r["status"] == "ok":
             out.setdefault(key(r), []).append(r)
     return out
 
 
-def _mixed(runs: list[dict]) -> list[str]:
+def _mixed(runs: list[dict[str, Any]]) -> list[str]:
     """Where the runs of one configuration within one set differ in what ran."""
     first = what_ran(runs[0]["spec"])
     return next((differences(first, what_ran(r["spec"])) for r in runs[1:] if what_ran(r["spec"]) != first), [])
 
 
-def compare(a: list[dict], b: list[dict]) -> Comparison:
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
     """Every configuration both sets finished, metric by metric; the rest listed, never paired."""
     by_a, by_b = _by_key(a), _by_key(b)
-    rows, flagged, across = [], [], []
+    rows: list[Row] = []
+    flagged: list[tuple[Key, list[str]]] = []
+    across: list[tuple[Key, str, str]] = []
     for k in sorted(set(by_a) & set(by_b)):
         why = [f"A: {d}" for d in _mixed(by_a[k])] + [f"B: {d}" for d in _mixed(by_b[k])]
         why = why or differences(what_ran(by_a[k][0]["spec"]), what_ran(by_b[k][0]["spec"]))
         if why:
             flagged.append((k, why))
             continue
-        builds = [", ".join(sorted({r["provenance"].get("flavor") or "unrecorded" for r in s})) for s in (by_a[k], by_b[k])]
+        builds = [", ".join(sorted({r["provenance"].get("flavor") or "unrecorded" for r in s}))
+                  for s in (by_a[k], by_b[k])]
         if builds[0] != builds[1]:
-            across.append((k, *builds))
+            across.append((k, builds[0], builds[1]))
         for name in METRICS:
             va, vb = metrics.collect(by_a[k], name).values, metrics.collect(by_b[k], name).values
             if va and vb:
@@ -150,5 +155,5 @@ def render(c: Comparison, name_a: str = "A", name_b: str = "B") -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _show(name: str):
+def _show(name: str) -> Callable[[float], str]:
     return lambda v: metrics.show(name, v)

@@ -3,6 +3,7 @@ our PyTorch / TensorFlow ratio with its bracket, and the verdicts. Short enough 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 from kits.common.names import FRAMEWORKS, LABELS
 from reprokit.report import metrics, reconstruction, runs, stats
@@ -11,10 +12,13 @@ from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import FIXED, POSTED, SCRIPT, VERBATIM
 from reprokit.report.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 
+if TYPE_CHECKING:
+    from reprokit.experiments import Experiment
+
 DEFAULT_HEADLINES = (("epoch_time_s", "reported"), ("peak_memory_bytes", "reported"))
 
 
-def seed_label(exp) -> str | None:
+def seed_label(exp: Experiment | None) -> str | None:
     seed = exp.doc["experiment"].get("seed_case") if exp else None
     return f"Seed {seed[:3]}" if seed else None
 
@@ -30,7 +34,7 @@ def headlines(exp_name: str, found: list[Verdict]) -> list[tuple[str, str]]:
     return list(DEFAULT_HEADLINES)
 
 
-def _work(posted: dict[str, list[dict]]) -> str:
+def _work(posted: dict[str, list[dict[str, Any]]]) -> str:
     """Did the two programs, as posted, do the same work per epoch?"""
     off, per_epoch = [], {}
     for fw in FRAMEWORKS:
@@ -53,7 +57,7 @@ def _work(posted: dict[str, list[dict]]) -> str:
     return f"both fed the configured batch size, but trained different samples per epoch: {work}."
 
 
-def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading: str) -> str:
+def _ratio(by_variant: dict[str, dict[str, list[dict[str, Any]]]], quantity: str, reading: str) -> str:
     q = metrics.QUANTITIES[quantity]
     parts, tests = [], []
     for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
@@ -77,7 +81,7 @@ def _ratio(by_variant: dict[str, dict[str, list[dict]]], quantity: str, reading:
     return f"- {head}: {', '.join(parts)}" + (f". {tested[0].upper()}{tested[1:]}." if tested else ".")
 
 
-def _learned(by_variant: dict[str, dict[str, list[dict]]], classes: int) -> str:
+def _learned(by_variant: dict[str, dict[str, list[dict[str, Any]]]], classes: int) -> str:
     parts = []
     for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
         fws = by_variant.get(variant, {})
@@ -109,8 +113,8 @@ def _verdicts(exp_name: str, found: list[Verdict]) -> str | None:
     return f"- **Verdicts{indicative}:** {counts}. Each with its reasons: [Claims](#claims)."
 
 
-def answers(exp_name: str, exp, by_variant: dict[str, dict[str, list[dict]]], found: list[Verdict],
-            certs: list[dict]) -> str:
+def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[str, list[dict[str, Any]]]],
+            found: list[Verdict], certs: list[dict[str, Any]]) -> str:
     """One block of at most eight lines for one experiment."""
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     label = seed_label(exp)

@@ -1,7 +1,10 @@
-"""The one place a quantity is read from a result file: by name, in its base unit, with its source.
+"""The one place a quantity is defined and read from a result file: by name, in its base unit, with its source.
 
-The report's tables, the verdicts, the plots, ``summary.csv`` and ``compare`` all read figures
-through ``read``/``value``. A field a result does not have (a kit older than the field, a CPU
+Each ``Quantity`` in ``QUANTITIES`` says how it is read, which readings it has, how it is written,
+and where it appears: its summary.csv column and its row in the report's side-by-side table.
+The claims schema's quantity enum is written from it (``claims.write_schema``). The report's
+tables, the verdicts, the plots, ``summary.csv`` and ``compare`` all read figures through
+``read``/``value``. A field a result does not have (a kit older than the field, a CPU
 run without GPU readings) raises ``NotMeasured`` with the reason; nothing here returns a default
 or swallows a KeyError, so a drift between the result schema and this module shows as an
 explicit "not measured", and an older result file still renders.
@@ -57,13 +60,28 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class Row:
+    """A quantity's row in the report's side-by-side table: the label carries the unit, a cell only the number."""
+    label: str
+    cell: Callable[[float], str]
+    ratio: bool = True              # a PyTorch / TensorFlow ratio column
+    test: bool = False              # and a rank test beside it: the headline figures
+
+
+@dataclass(frozen=True)
 class Quantity:
+    """One quantity, defined once: how it is read, written and named wherever it appears."""
     name: str
-    dimension: str                  # a unit's dimension (units.UNITS), or "loss" or "count"
+    dimension: str                  # a unit's dimension (units.UNITS), its value in that base unit; or "loss", "count"
     short: str                      # its name in a table row or a sentence
     what: str
     better: str | None              # "higher", "lower", or None where neither is better
     read: Callable[[dict, str], Reading]
+    readings: tuple[str, ...] = ("reported",)      # the readings a claim or a table may name (READINGS)
+    show: Callable[[float], str] | None = None     # a value in a sentence; None: by its dimension (units.fmt)
+    column: str | None = None       # its summary.csv column (a name of its own: the CSV is read by scripts)
+    source_column: str | None = None               # summary.csv's column for what its reading is
+    row: Row | None = None          # its row in the report's side-by-side table (sections.SIDE_BY_SIDE orders them)
 
 
 def field(r: dict, path: str):
@@ -257,66 +275,94 @@ def _time_to_target(r: dict, _: str) -> Reading:
     return Reading(r["timing"]["time_to_target_s"], f"to test accuracy {target:.2f}")
 
 
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.1f}"
+
+
+_SHARE = "{:.1%}".format
+# In summary.csv's column order, which the claims schema's quantity enum follows too.
 _ALL = (
     Quantity("samples_per_s", "sample_rate", "throughput", "training samples per second after warmup", "higher",
-             lambda r, _: _throughput(r)),
+             lambda r, _: _throughput(r), column="samples_per_s",
+             row=Row("throughput (samples/s, after warmup)", "{:,.1f}".format, test=True)),
     Quantity("steps_per_s", "step_rate", "step rate", "training steps per second of training time", "higher",
              lambda r, _: Reading(_steps(r)[0] / _steps(r)[1])),
     Quantity("step_time_s", "time", "time per step", "training time per step (epoch time / steps)", "lower",
              lambda r, _: Reading(_steps(r)[1] / _steps(r)[0])),
     Quantity("step_time_p50_s", "time", "median step time", "median synchronised step time after warmup", "lower",
-             _step_percentile("p50")),
+             _step_percentile("p50"), column="step_time_p50_s", row=Row("step time p50 (ms)", _ms)),
     Quantity("step_time_p95_s", "time", "step time p95", "95th percentile of the step time after warmup", "lower",
-             _step_percentile("p95")),
+             _step_percentile("p95"), column="step_time_p95_s", row=Row("step time p95 (ms)", _ms)),
     Quantity("train_time_per_epoch_s", "time", "training time per epoch", "training time per epoch", "lower",
-             _per_epoch("train_s")),
+             _per_epoch("train_s"), column="train_time_per_epoch_s",
+             row=Row("training time per epoch (s)", "{:.1f}".format)),
     Quantity("eval_time_per_epoch_s", "time", "evaluation time per epoch", "evaluation time per epoch", "lower",
-             _per_epoch("eval_s")),
+             _per_epoch("eval_s"), column="eval_time_per_epoch_s",
+             row=Row("evaluation time per epoch (s)", "{:.1f}".format)),
     Quantity("epoch_time_s", "time", "time per epoch (train + eval)", "training plus evaluation time per epoch",
              "lower", _per_epoch("train_s", "eval_s")),
     Quantity("total_time_s", "time", "total time (train + eval)", "training plus evaluation time over all epochs",
-             "lower", lambda r, _: Reading(sum(e["train_s"] + e["eval_s"] for e in _epochs(r)))),
+             "lower", lambda r, _: Reading(sum(e["train_s"] + e["eval_s"] for e in _epochs(r))),
+             column="total_time_s"),
     Quantity("data_wait_fraction", "fraction", "data-wait share", "share of training time spent waiting for data",
-             "lower", lambda r, _: Reading(field(r, "timing.data_wait_fraction"))),
+             "lower", lambda r, _: Reading(field(r, "timing.data_wait_fraction")), show=_SHARE,
+             column="data_wait_fraction", row=Row("data-wait share of training time", _SHARE, ratio=False)),
     Quantity("mfu", "fraction", "model FLOPs utilisation",
-             "training FLOPs per sample x samples/s / the device's peak", "higher", _mfu),
+             "training FLOPs per sample x samples/s / the device's peak", "higher", _mfu, show=_SHARE, column="mfu",
+             row=Row("model FLOPs utilisation (of the device's peak)", _SHARE, ratio=False)),
     Quantity("time_to_target_s", "time", "time to target accuracy",
-             "training time until the target test accuracy", "lower", _time_to_target),
+             "training time until the target test accuracy", "lower", _time_to_target, column="time_to_target_s",
+             row=Row("time to target test accuracy (training s)", "{:.1f}".format)),
+    Quantity("peak_memory_bytes", "bytes", "peak memory", "peak memory, by reading", "lower", _peak,
+             readings=READINGS, column="peak_memory_bytes", source_column="peak_memory_source",
+             row=Row("peak memory (the run's own reading)", units.memory, test=True)),
+    Quantity("warmup_peak_memory_bytes", "bytes", "warmup memory peak",
+             "peak memory of the warmup steps (autotuning and one-off workspaces)", "lower", _phase_peak("warmup"),
+             readings=READINGS),
+    Quantity("train_peak_memory_bytes", "bytes", "training memory peak",
+             "peak memory of the training phase (counter reset at its start)", "lower", _phase_peak("train"),
+             readings=READINGS, column="train_peak_memory_bytes", row=Row("training phase peak memory", units.memory)),
+    Quantity("eval_peak_memory_bytes", "bytes", "evaluation memory peak",
+             "peak memory of the evaluation phase (counter reset at its start)", "lower", _phase_peak("eval"),
+             readings=READINGS, column="eval_peak_memory_bytes",
+             row=Row("evaluation phase peak memory", units.memory)),
+    Quantity("memory_growth", "fraction", "memory growth over steps",
+             "growth of sampled memory over training steps, relative to its level", "lower", _growth,
+             show="{:+.1%}".format, column="memory_growth"),
+    Quantity("memory_growth_bytes_per_step", "bytes_per_step", "memory slope",
+             "slope of sampled memory over training steps", "lower", lambda r, _: Reading(memory_growth(r)[0])),
     Quantity("effective_batch_size", "batch", "samples per step", "samples per training step, as observed in the "
-             "tensors", None, lambda r, _: Reading(field(r, "effective.batch_size.mean"))),
+             "tensors", None, lambda r, _: Reading(field(r, "effective.batch_size.mean")),
+             column="effective_batch_size"),
     Quantity("train_steps_per_epoch", "count", "steps per epoch", "training steps per epoch, as observed", None,
              lambda r, _: Reading(_mean(field(r, "effective.train_steps_per_epoch")))),
     Quantity("train_samples_per_epoch", "samples", "samples per epoch", "training samples per epoch, as observed",
-             None, lambda r, _: Reading(_mean(field(r, "effective.train_samples_per_epoch")))),
-    Quantity("final_test_accuracy", "fraction", "final test accuracy", "test accuracy after the last epoch, per "
-             "sample", "higher", lambda r, _: accuracy(r, "test")),
+             None, lambda r, _: Reading(_mean(field(r, "effective.train_samples_per_epoch"))),
+             column="train_samples_per_epoch"),
     Quantity("final_train_accuracy", "fraction", "final train accuracy", "training accuracy of the last epoch, per "
-             "sample", "higher", lambda r, _: accuracy(r, "train")),
-    Quantity("final_test_loss", "loss", "final test loss", "test loss after the last epoch", "lower", _loss("test")),
+             "sample", "higher", lambda r, _: accuracy(r, "train"), column="final_train_accuracy",
+             row=Row("final train accuracy", "{:.3f}".format, ratio=False)),
+    Quantity("final_test_accuracy", "fraction", "final test accuracy", "test accuracy after the last epoch, per "
+             "sample", "higher", lambda r, _: accuracy(r, "test"), column="final_test_accuracy",
+             row=Row("final test accuracy", "{:.3f}".format, ratio=False)),
     Quantity("final_train_loss", "loss", "final train loss", "training loss of the last epoch", "lower",
-             _loss("train")),
-    Quantity("peak_memory_bytes", "bytes", "peak memory", "peak memory, by reading", "lower", _peak),
-    Quantity("warmup_peak_memory_bytes", "bytes", "warmup memory peak",
-             "peak memory of the warmup steps (autotuning and one-off workspaces)", "lower", _phase_peak("warmup")),
-    Quantity("train_peak_memory_bytes", "bytes", "training memory peak",
-             "peak memory of the training phase (counter reset at its start)", "lower", _phase_peak("train")),
-    Quantity("eval_peak_memory_bytes", "bytes", "evaluation memory peak",
-             "peak memory of the evaluation phase (counter reset at its start)", "lower", _phase_peak("eval")),
-    Quantity("memory_growth", "fraction", "memory growth over steps",
-             "growth of sampled memory over training steps, relative to its level", "lower", _growth),
-    Quantity("memory_growth_bytes_per_step", "bytes_per_step", "memory slope",
-             "slope of sampled memory over training steps", "lower", lambda r, _: Reading(memory_growth(r)[0])),
+             _loss("train"), column="final_train_loss", row=Row("final train loss", "{:.3f}".format, ratio=False)),
+    Quantity("final_test_loss", "loss", "final test loss", "test loss after the last epoch", "lower", _loss("test"),
+             column="final_test_loss", row=Row("final test loss", "{:.3f}".format, ratio=False)),
     Quantity("parameters", "count", "parameters", "parameters, total (BatchNorm statistics included, as Keras "
-             "counts them)", None, lambda r, _: Reading(field(r, "model.parameters.total"))),
+             "counts them)", None, lambda r, _: Reading(field(r, "model.parameters.total")), column="parameters"),
 )
 QUANTITIES: dict[str, Quantity] = {q.name: q for q in _ALL}
 
 
 def read(r: dict, name: str, reading: str = "reported") -> Reading:
     """One quantity of one result, in its dimension's base unit, or NotMeasured."""
+    q = QUANTITIES[name]
+    if reading not in q.readings:
+        raise ValueError(f"{name} has no {reading!r} reading; it has: {', '.join(q.readings)}")
     if r.get("status") != "ok":
         raise NotMeasured(f"run {r.get('run_id', '?')} did not finish ({r.get('status')})")
-    return QUANTITIES[name].read(r, reading)
+    return q.read(r, reading)
 
 
 def value(r: dict, name: str, reading: str = "reported") -> float:
@@ -358,8 +404,5 @@ def median(runs: list[dict], name: str, reading: str = "reported") -> float:
 
 def show(name: str, v: float) -> str:
     """A value of a quantity for people, in its dimension's unit (memory in MiB or GiB)."""
-    if name == "memory_growth":
-        return f"{v:+.1%}"
-    if name == "mfu" or name == "data_wait_fraction":
-        return f"{v:.1%}"
-    return units.fmt(v, QUANTITIES[name].dimension)
+    q = QUANTITIES[name]
+    return q.show(v) if q.show else units.fmt(v, q.dimension)

@@ -7,6 +7,8 @@ different co-load (runs that went side by side with other runs).
 """
 from __future__ import annotations
 
+from typing import Any
+
 # (environment key, what it is) for settings both kits report; a declared difference names the part
 # before " (" or " / " (reprokit/plan.DEFAULT_SETTINGS names the ones a variant leaves at the defaults)
 SETTINGS = [
@@ -18,11 +20,11 @@ SETTINGS = [
 ]
 
 
-def _precision(env: dict) -> str | None:
+def _precision(env: dict[str, Any]) -> str | None:
     return (env.get("precision") or {}).get("compute_dtype")
 
 
-def findings(pt: dict, tf: dict) -> list[dict]:
+def findings(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
     """Compare one PyTorch and one TensorFlow result of the same experiment and variant."""
     out = []
     declared = {d["field"].lower() for d in pt["spec"].get("differences", [])}
@@ -46,7 +48,7 @@ def findings(pt: dict, tf: dict) -> list[dict]:
     return out
 
 
-def tf32_apart(env: dict) -> dict:
+def tf32_apart(env: dict[str, Any]) -> dict[str, Any]:
     """The environment with TF32 per op; a result from before the kits read them apart has one flag for both."""
     if "tf32_ops" in env or "tf32" not in env:
         return env
@@ -66,7 +68,7 @@ def _kinds(layers: list[str]) -> dict[str, int]:
     return {kind: sum(n in aliases for n in names) for kind, aliases in LAYER_KINDS.items()}
 
 
-def scripts(pt: dict, tf: dict) -> list[dict]:
+def scripts(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
     """Two probed scripts of one experiment: where their work differs, from what the probe saw of each (the
     batches their models received, their epochs' steps, their models' layers, how each framework ran)."""
     if not (pt["spec"].get("source") == tf["spec"].get("source") == "script"):
@@ -79,13 +81,14 @@ def scripts(pt: dict, tf: dict) -> list[dict]:
         out.append(f"the models received {b_pt:g} samples per training step in PyTorch and {b_tf:g} in TensorFlow")
     if s_pt != s_tf:
         out.append(f"training steps per epoch: PyTorch {s_pt}, TensorFlow {s_tf}")
-    layers = [f"{kind} PyTorch {k_pt[kind]}, TensorFlow {k_tf[kind]}" for kind in LAYER_KINDS if k_pt[kind] != k_tf[kind]]
+    layers = [f"{kind} PyTorch {k_pt[kind]}, TensorFlow {k_tf[kind]}" for kind in LAYER_KINDS
+              if k_pt[kind] != k_tf[kind]]
     if layers:
         out.append("the trained models' layers differ: " + "; ".join(layers))
     return [{"code": "scripts-differ", "severity": "warning", "message": m} for m in out]
 
 
-def flavors(pts: list[dict], tfs: list[dict]) -> list[dict]:
+def flavors(pts: list[dict[str, Any]], tfs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A ratio whose runs of one framework come from more than one of its builds (provenance.flavor: PyTorch's
     CUDA 13 and CUDA 12 builds are different torch releases)."""
     out = []
@@ -98,9 +101,9 @@ def flavors(pts: list[dict], tfs: list[dict]) -> list[dict]:
     return out
 
 
-def co_load(pts: list[dict], tfs: list[dict]) -> list[dict]:
+def co_load(pts: list[dict[str, Any]], tfs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A ratio whose two sides ran beside different numbers of other runs (``launcher.co_load``, per repeat)."""
-    def loads(runs: list[dict]) -> list[int] | None:
+    def loads(runs: list[dict[str, Any]]) -> list[int] | None:
         found = [r.get("launcher", {}).get("co_load") for r in runs]
         return None if None in found else sorted(len(c) for c in found)
     a, b = loads(pts), loads(tfs)
@@ -113,5 +116,5 @@ def co_load(pts: list[dict], tfs: list[dict]) -> list[dict]:
                         f"{text(b)}, per repeat): their ratio mixes framework and contention"}]
 
 
-def _image(result: dict) -> str | None:
+def _image(result: dict[str, Any]) -> str | None:
     return (result.get("launcher", {}).get("image") or {}).get("base_digest")

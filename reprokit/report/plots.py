@@ -17,15 +17,15 @@ import re
 import textwrap
 from pathlib import Path
 
-from kits.common.names import FRAMEWORKS, LABELS
+from kits.common.names import FRAMEWORKS, LABELS, REGISTRY
 from reprokit.report import metrics, stats
 from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import variant_order
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any common colour-vision deficiency.
-COLOR = {"pytorch": "#0072B2", "tensorflow": "#E69F00"}
 PHASE_COLOR = {"train": "#009E73", "eval": "#CC79A7", "peak": "#999999"}
-CYCLE = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7")   # its yellow is too pale for a line
+CYCLE = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00",
+         "#CC79A7")   # its yellow is too pale for a line
 STYLES = ("-", "--", ":")
 PHASES = (("train", "train_peak_memory_bytes", "training phase peak"),
           ("eval", "eval_peak_memory_bytes", "evaluation phase peak"),
@@ -52,7 +52,7 @@ def unavailable() -> str | None:
 
 
 def _figure(figsize: tuple[float, float]):
-    from matplotlib.figure import Figure        # reached only from write_all, once _matplotlib() found it
+    from matplotlib.figure import Figure  # reached only from write_all, once _matplotlib() found it
     return Figure(figsize=figsize)
 
 
@@ -90,7 +90,7 @@ def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption
                 xs.append(j + (i - 0.5) * width)
                 vals.append(got)
         if xs:
-            _bars(ax, xs, vals, width, COLOR[fw], LABELS[fw])
+            _bars(ax, xs, vals, width, REGISTRY[fw].colour, LABELS[fw])
             drawn = True
     if not drawn:
         return None

@@ -11,10 +11,15 @@ said so; a quantity one of the four runs lacks is *not measured*.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from kits.common.names import LABELS
 from reprokit.report import metrics, units
 from reprokit.report.markdown import anchor, md, table
 from reprokit.report.runs import POSTED, VERBATIM
+
+if TYPE_CHECKING:
+    from reprokit.experiments import Experiment
 
 RATIO_TOLERANCE = 0.10
 SETTING = ("effective_batch_size", "train_steps_per_epoch", "parameters")
@@ -30,7 +35,7 @@ CAUSES = {"warmup": "there already before its first measured step: what the proc
 class Judged:
     """The comparison of one experiment, read once: its table's rows, and its conclusion in one sentence."""
 
-    def __init__(self, by_variant: dict[str, dict[str, list[dict]]], certs: list[dict]):
+    def __init__(self, by_variant: dict[str, dict[str, list[dict[str, Any]]]], certs: list[dict[str, Any]]):
         self.by_variant = by_variant
         self.frameworks = sorted(set(by_variant[VERBATIM]) & set(by_variant[POSTED]))
         self.flops = {v: _flops(certs, v) for v in (VERBATIM, POSTED)}
@@ -43,7 +48,7 @@ class Judged:
             for name in SETTING:
                 self._setting_row(fw, metrics.QUANTITIES[name].short, *(self._median(v, fw, name)
                                                                         for v in (VERBATIM, POSTED)))
-            self._setting_row(fw, "training FLOPs per sample", *(self.flops[v].get(fw) if self.flops[v] else None
+            self._setting_row(fw, "training FLOPs per sample", *((self.flops[v] or {}).get(fw)
                                                                  for v in (VERBATIM, POSTED)))
         for name in RATIOS:
             self._ratio_row(name)
@@ -68,13 +73,14 @@ class Judged:
     def _ratio_row(self, name: str) -> None:
         q = metrics.QUANTITIES[name]
         pair = [self._ratio(v, name) for v in (VERBATIM, POSTED)]
+        verbatim, posted = pair
         rule = f"within {RATIO_TOLERANCE:.0%}"
-        if None in pair:
+        if verbatim is None or posted is None:
             verdict = "not measured"
         elif self.differs:
             verdict = "not comparable"
         else:
-            off = pair[1] / pair[0] - 1
+            off = posted / verbatim - 1
             verdict = f"agrees ({off:+.0%})" if abs(off) <= RATIO_TOLERANCE else f"**differs** ({off:+.0%})"
         self.verdicts[q.short] = verdict
         self.rows.append([f"PyTorch / TensorFlow {q.short}",
@@ -90,8 +96,9 @@ class Judged:
         """Where the memory ratio differs: each phase's peak of both variants, and where the gap appears."""
         if not self.verdicts.get(metrics.QUANTITIES["peak_memory_bytes"].short, "").startswith("**differs"):
             return None
-        phases = {fw: self._phase_peaks(fw) for fw in self.frameworks}
-        if not all(phases.values()):
+        found = {fw: self._phase_peaks(fw) for fw in self.frameworks}
+        phases = {fw: rows for fw, rows in found.items() if rows}
+        if len(phases) != len(found):
             return None
         gaps = {f: max(p for _, p, _ in rows) - max(r for _, _, r in rows) for f, rows in phases.items()}
         fw = max(gaps, key=lambda f: abs(gaps[f]))          # the framework whose peak moved most
@@ -107,8 +114,8 @@ class Judged:
     def _phase_peaks(self, fw: str) -> list[tuple[str, float, float]] | None:
         """(phase, the posted code's median peak, the rebuilt's); None where a phase was not read."""
         try:
-            return [(phase, *(metrics.median(self.by_variant[v][fw], name) for v in (VERBATIM, POSTED)))
-                    for phase, name in PHASES]
+            return [(phase, metrics.median(self.by_variant[VERBATIM][fw], name),
+                     metrics.median(self.by_variant[POSTED][fw], name)) for phase, name in PHASES]
         except metrics.NotMeasured:
             return None
 
@@ -129,13 +136,14 @@ class Judged:
                 f"the posted code's")
 
 
-def _flops(certs: list[dict], variant: str) -> dict[str, float] | None:
+def _flops(certs: list[dict[str, Any]], variant: str) -> dict[str, float] | None:
     """Training FLOPs per sample by framework, from the certificate of the variant's own pair."""
     for cert in certs:
         if set(cert.get("variant", {}).values()) == {variant}:
             check = next((c for c in cert.get("checks", []) if c["name"] == "flops"), None)
             if check and (check.get("numbers") or {}).get("per_sample"):
-                return check["numbers"]["per_sample"]
+                per_sample: dict[str, float] = check["numbers"]["per_sample"]
+                return per_sample
     return None
 
 
@@ -145,7 +153,7 @@ def _count(x: float | None) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else units.sig(x)
 
 
-def _present(by_variant: dict) -> bool:
+def _present(by_variant: dict[str, Any]) -> bool:
     return bool(by_variant.get(VERBATIM)) and bool(by_variant.get(POSTED))
 
 
@@ -153,7 +161,7 @@ def heading(exp_name: str) -> str:
     return f"{HEADING}: {exp_name}"
 
 
-def first_screen_line(exp_name: str, by_variant: dict, certs: list[dict]) -> str | None:
+def first_screen_line(exp_name: str, by_variant: dict[str, Any], certs: list[dict[str, Any]]) -> str | None:
     if not _present(by_variant):
         return None
     link = f"#{anchor(heading(exp_name))}"
@@ -161,7 +169,8 @@ def first_screen_line(exp_name: str, by_variant: dict, certs: list[dict]) -> str
             f"{Judged(by_variant, certs).conclusion()} ([the comparison]({link})).")
 
 
-def section(exp_name: str, exp, by_variant: dict, certs: list[dict]) -> str | None:
+def section(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any],
+            certs: list[dict[str, Any]]) -> str | None:
     """The table and its conclusion, with what the reconstruction declares it changed; None without both."""
     if not _present(by_variant):
         return None

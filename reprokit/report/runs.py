@@ -3,29 +3,31 @@ order, and what each experiment ran against its published setting."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 FIXED, POSTED = "fixed", "as_posted"
 SCRIPT, VERBATIM = "script", "verbatim"      # a script experiment's runs; a seed's posted code itself
 MODELS = {"vgg16": "VGG16", "simplecnn": "SimpleCNN", "custom": "the experiment's own model"}
 DATASETS = {"cifar10": "CIFAR-10", "synthetic": "synthetic random data", "learnable": "generated `learnable` gratings"}
 
-Grouped = dict[str, dict[str, dict[str, list[dict]]]]
+Grouped = dict[str, dict[str, dict[str, list[dict[str, Any]]]]]
 
 
-def variant_order(variants) -> list[str]:
+def variant_order(variants: Iterable[str]) -> list[str]:
     """fixed first, then each "+pitfall" (alphabetically), then named variants such as as_posted."""
     vs = set(variants)
     return ([FIXED] if FIXED in vs else []) + sorted(v for v in vs if v.startswith("+")) + \
         sorted(v for v in vs if v != FIXED and not v.startswith("+"))
 
 
-def order(r: dict) -> tuple:
+def order(r: dict[str, Any]) -> tuple[Any, ...]:
     """experiment, framework, then fixed, each +pitfall, the named variants, then the repeat."""
     rank = 0 if r["variant"] == FIXED else 1 if r["variant"].startswith("+") else 2
     return r["experiment"], r["framework"], rank, r["variant"], r["repeat"]
 
 
-def group(results: list[dict]) -> Grouped:
+def group(results: list[dict[str, Any]]) -> Grouped:
     """experiment -> variant -> framework -> finished repeats."""
     out: Grouped = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in results:
@@ -34,34 +36,34 @@ def group(results: list[dict]) -> Grouped:
     return out
 
 
-def main_variant(by_variant: dict) -> str:
+def main_variant(by_variant: dict[str, Any]) -> str:
     """The variant a report holds the frameworks side by side on: fixed, or a script experiment's scripts."""
     return SCRIPT if FIXED not in by_variant and SCRIPT in by_variant else FIXED
 
 
-def first(variants: dict[str, dict[str, list[dict]]]) -> dict:
+def first(variants: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Any finished run of the experiment (for what all its runs share: spec, profile, device)."""
     return next(rs[0] for fws in variants.values() for rs in fws.values() if rs)
 
 
-def is_script(spec: dict) -> bool:
+def is_script(spec: dict[str, Any]) -> bool:
     """A probed script's run (kits/probe.py), whose spec names the script instead of a model and a loop."""
     return spec.get("source") == "script"
 
 
-def classes(spec: dict) -> int:
+def classes(spec: dict[str, Any]) -> int:
     """The classes of the task: the model's; a script's data is CIFAR-10 or its 10-class stand-in."""
     return 10 if is_script(spec) else spec["model"]["num_classes"]
 
 
-def _setting(doc: dict) -> tuple:
+def _setting(doc: dict[str, Any]) -> tuple[Any, ...]:
     if is_script(doc):
         return doc["data"]["dataset"], None, None
     model, data = doc["model"], doc["data"]
     return data["dataset"], data["input_size"], model.get("width_multiplier", 1.0)
 
 
-def _script(spec: dict) -> str:
+def _script(spec: dict[str, Any]) -> str:
     """'the users' own scripts on generated `learnable` gratings, at most 3 steps per epoch, 1 epoch'."""
     b = spec["bounds"]
     bounds = [f"at most {b['max_steps']} training steps per epoch" if b.get("max_steps") else None,
@@ -70,7 +72,7 @@ def _script(spec: dict) -> str:
     return "the users' own scripts, unmodified, on " + ", ".join([data, *(x for x in bounds if x)])
 
 
-def describe(doc: dict) -> str:
+def describe(doc: dict[str, Any]) -> str:
     """'VGG16 at width 0.125x on generated `learnable` gratings at 48x48, batch 32'."""
     if is_script(doc):
         return _script(doc)
@@ -82,7 +84,7 @@ def describe(doc: dict) -> str:
             f" batch {doc['train']['batch_size']}")
 
 
-def as_run(spec: dict, published: dict | None) -> tuple[str, bool]:
+def as_run(spec: dict[str, Any], published: dict[str, Any] | None) -> tuple[str, bool]:
     """What ran, and whether that differs from the published setting (dataset, input size, width)."""
     ran = describe(spec)
     if is_script(spec):             # its published setting is the script as written: unbounded

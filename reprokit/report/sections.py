@@ -7,7 +7,6 @@ Framework ratios are always PyTorch / TensorFlow, and each row says which way is
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS
@@ -18,37 +17,12 @@ from reprokit.report.markdown import fenced, md, short, table
 from reprokit.report.metrics import NotMeasured
 from reprokit.report.runs import FIXED
 
-
-@dataclass(frozen=True)
-class Row:
-    label: str
-    quantity: str
-    show: Callable[[float], str]
-    ratio: bool = True
-    test: bool = False
-
-
-def _ms(v: float) -> str:
-    return f"{v * 1e3:.1f}"
-
-
-SIDE_BY_SIDE = (
-    Row("throughput (samples/s, after warmup)", "samples_per_s", "{:,.1f}".format, test=True),
-    Row("step time p50 (ms)", "step_time_p50_s", _ms),
-    Row("step time p95 (ms)", "step_time_p95_s", _ms),
-    Row("training time per epoch (s)", "train_time_per_epoch_s", "{:.1f}".format),
-    Row("evaluation time per epoch (s)", "eval_time_per_epoch_s", "{:.1f}".format),
-    Row("peak memory (the run's own reading)", "peak_memory_bytes", units.memory, test=True),
-    Row("training phase peak memory", "train_peak_memory_bytes", units.memory),
-    Row("evaluation phase peak memory", "eval_peak_memory_bytes", units.memory),
-    Row("final train accuracy", "final_train_accuracy", "{:.3f}".format, ratio=False),
-    Row("final test accuracy", "final_test_accuracy", "{:.3f}".format, ratio=False),
-    Row("final train loss", "final_train_loss", "{:.3f}".format, ratio=False),
-    Row("final test loss", "final_test_loss", "{:.3f}".format, ratio=False),
-    Row("data-wait share of training time", "data_wait_fraction", "{:.1%}".format, ratio=False),
-    Row("model FLOPs utilisation (of the device's peak)", "mfu", "{:.1%}".format, ratio=False),
-    Row("time to target test accuracy (training s)", "time_to_target_s", "{:.1f}".format),
-)
+# The side-by-side table's rows in the report's order (summary.csv's is another); each reads as its quantity's
+# ``row`` says (metrics.Quantity).
+SIDE_BY_SIDE = ("samples_per_s", "step_time_p50_s", "step_time_p95_s", "train_time_per_epoch_s",
+                "eval_time_per_epoch_s", "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes",
+                "final_train_accuracy", "final_test_accuracy", "final_train_loss", "final_test_loss",
+                "data_wait_fraction", "mfu", "time_to_target_s")
 
 
 def cell(rs: list[dict], quantity: str, show: Callable[[float], str]) -> tuple[str, tuple[float, ...]]:
@@ -72,10 +46,12 @@ def ratio_cell(a: tuple[float, ...], b: tuple[float, ...], test: bool) -> str:
 def side_by_side(by_fw: dict[str, list[dict]]) -> str:
     pt, tf = by_fw.get("pytorch", []), by_fw.get("tensorflow", [])
     rows = []
-    for row in SIDE_BY_SIDE:
-        (a, va), (b, vb) = cell(pt, row.quantity, row.show), cell(tf, row.quantity, row.show)
-        better = metrics.QUANTITIES[row.quantity].better or ""
-        rows.append([row.label, a, b, ratio_cell(va, vb, row.test) if row.ratio else "", better])
+    for name in SIDE_BY_SIDE:
+        q = metrics.QUANTITIES[name]
+        row = q.row
+        assert row is not None          # every quantity named here has one (tests/test_quantities.py)
+        (a, va), (b, vb) = cell(pt, name, row.cell), cell(tf, name, row.cell)
+        rows.append([row.label, a, b, ratio_cell(va, vb, row.test) if row.ratio else "", q.better or ""])
     rows += [["parameters (total / trainable)", *[_parameters(x) for x in (pt, tf)], "", ""],
              ["batch size: configured / observed in tensors", *[_batch(x) for x in (pt, tf)], "", ""],
              ["training samples per epoch", *[cell(x, "train_samples_per_epoch", "{:,.0f}".format)[0]

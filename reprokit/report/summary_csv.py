@@ -18,11 +18,9 @@ IDENTITY = (("run_id", "run_id"), ("experiment", "experiment"), ("variant", "var
             ("device", "spec.device"), ("device_name", "environment.device_name"),
             ("framework_version", "environment.framework_version"), ("code_commit", "provenance.code_commit"),
             ("code_dirty", "provenance.code_dirty"))
-QUANTITIES = ("samples_per_s", "step_time_p50_s", "step_time_p95_s", "train_time_per_epoch_s",
-              "eval_time_per_epoch_s", "total_time_s", "data_wait_fraction", "mfu", "time_to_target_s",
-              "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "memory_growth",
-              "effective_batch_size", "train_samples_per_epoch", "final_train_accuracy", "final_test_accuracy",
-              "final_train_loss", "final_test_loss", "parameters")
+# (column, quantity) for the quantities that are columns, in metrics' order; after them, what their readings are
+QUANTITIES = tuple((q.column, q) for q in metrics.QUANTITIES.values() if q.column)
+SOURCES = tuple(q.source_column for _, q in QUANTITIES if q.source_column)
 
 
 def row(r: dict) -> dict[str, object]:
@@ -32,21 +30,19 @@ def row(r: dict) -> dict[str, object]:
             out[column] = metrics.field(r, path)
         except NotMeasured:
             out[column] = ""
-    for name in QUANTITIES:
+    for column, q in QUANTITIES:
         try:
-            got = metrics.read(r, name)
+            got = metrics.read(r, q.name)
         except NotMeasured:
-            out[name] = ""
-            continue
-        out[name] = got.value
-        if name == "peak_memory_bytes":
-            out["peak_memory_source"] = got.source
-    out.setdefault("peak_memory_source", "")
+            got = None
+        out[column] = got.value if got else ""
+        if q.source_column:
+            out[q.source_column] = got.source if got else ""
     return out
 
 
 def write(path: Path, results: list[dict]) -> Path:
-    columns = [c for c, _ in IDENTITY] + [q for q in QUANTITIES] + ["peak_memory_source"]
+    columns = [c for c, _ in IDENTITY] + [c for c, _ in QUANTITIES] + list(SOURCES)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()

@@ -26,14 +26,6 @@ NON_NEGATIVE = {"time": "a time", "step_rate": "a step rate", "sample_rate": "a 
                 "per_batch": "a count per batch"}
 
 
-def dimension(unit: str) -> str:
-    return UNITS[unit][0]
-
-
-def to_base(value: float, unit: str) -> float:
-    return value * UNITS[unit][1]
-
-
 def sig(x: float) -> str:
     """Three significant figures, thousands separated."""
     if not math.isfinite(x):

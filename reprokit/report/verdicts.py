@@ -15,6 +15,7 @@ Every verdict on the ``quick`` profile is marked indicative.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kits.common.names import LABELS
 from reprokit.report import metrics, stats
@@ -173,7 +174,9 @@ def _band(claim: Claim) -> tuple[float, float, str]:
         else:
             text = _fmt_metric(claim, lo if "at_least" in t else hi, unit)
         return lo, hi, text
-    ref_lo, ref_hi = reference(claim)
+    around = reference(claim)
+    assert around is not None       # a claim without bounds has its tolerance around a published figure
+    ref_lo, ref_hi = around
     ref_unit = _reference_unit(claim)
     ref = fmt(ref_lo, dim, ref_unit)
     if ref_hi != ref_lo:
@@ -243,7 +246,7 @@ def evaluate(claims: list[Claim], results: list[dict]) -> list[Verdict]:
 
 def _evaluate_one(claim: Claim, results: list[dict], context: tuple[str, str]) -> Verdict:
     profile, device = context
-    base = {"profile": profile, "device": device, "indicative": profile == "quick"}
+    base: dict[str, Any] = {"profile": profile, "device": device, "indicative": profile == "quick"}
     incomparable = _incomparable(claim, context, _device_names(results, claim, context))
     try:
         status, ours, why, ids, value = _KINDS[claim.kind](claim, results, context)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from kits.common import cpu_peak
 from kits.common.names import PROGRESS_MARKER
@@ -61,6 +62,7 @@ class Outcome:
     timed_out: bool = False
     oom_killed: bool = False          # the kernel/engine killed it for host memory
     interrupted: bool = False         # Ctrl-C: never recorded as finished
+    start_error: str | None = None    # why the process never started (an engine's refusal), in one sentence
     launcher: dict = field(default_factory=dict)   # runner-specific facts (image id, interpreter, ...)
 
 
@@ -147,9 +149,8 @@ def collect(spec: dict, outcome: Outcome, out_path: Path) -> dict:
         return failed("timeout", f"the run exceeded its {spec['limits']['timeout_s']:.0f} s limit")
     if outcome.oom_killed:
         return failed("oom", "killed for lack of host memory (OOMKilled)")
-    start_error = outcome.launcher.get("container", {}).get("start_error")
-    if start_error:
-        return failed("error", f"the engine could not start the container: {start_error}")
+    if outcome.start_error:
+        return failed("error", outcome.start_error)
     text = out_path.read_text() if out_path.exists() else None
     if outcome.exit_code != 0:
         if text is None:

@@ -10,23 +10,29 @@ from pathlib import Path
 
 from reprokit import host_checks, images
 from reprokit.errors import UserError
-from reprokit.runners import docker as docker_runner
-from reprokit.runners.local import LocalRunner
+from reprokit.runners.base import Runner
+from reprokit.runners.make import make
 
 
 def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool, device: str, repo_root: Path,
            envs_root: Path, data_dir: Path, extra_dirs: tuple[Path, ...], frameworks: Iterable[str],
-           flavors: dict[str, host_checks.Flavor] | None = None, visible_gpus: str | None = None):
+           flavors: dict[str, host_checks.Flavor] | None = None, visible_gpus: str | None = None,
+           dry_run: bool = False) -> tuple[Runner, str]:
     """(runner, why). ``backend`` is auto, docker or local; ``python`` (--python) means a given interpreter;
-    ``flavors`` the GPU build each framework runs; ``visible_gpus`` what a local run's CUDA may see."""
-    def local() -> LocalRunner:
-        return LocalRunner(envs_root, data_dir, device, python=python, extra_paths=extra_dirs, flavors=flavors,
-                           visible_gpus=visible_gpus)
+    ``flavors`` the GPU build each framework runs; ``visible_gpus`` what a local run's CUDA may see. A dry run
+    of --backend docker asks nothing of an engine: the images are described from their recipes."""
+    def local() -> Runner:
+        return make("local", data_dir=data_dir, device=device, python=python, extra_dirs=extra_dirs,
+                    flavors=flavors, visible_gpus=visible_gpus, envs_root=envs_root)
 
     if python is not None or backend == "local":
         return local(), "--python given" if python is not None else "asked for"
     ok, why = host_checks.engine_status()
     if not ok:
+        if backend == "docker" and dry_run:
+            return (make("docker", data_dir=data_dir, device=device, gpus=gpus, extra_dirs=extra_dirs,
+                         flavors=flavors, repo_root=repo_root),
+                    f"asked for; a dry run, so the engine was not needed ({why.rstrip('.')})")
         if backend == "docker":
             raise UserError(why)
         return local(), why
@@ -51,7 +57,6 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     gpus = host_checks.parse_gpus(gpus or "none")
     strict = forced or bool(gpus_explicit)
     client = client or images.client_or_error()
-    extra = [(Path(d), f"/opt/reprokit/user/{i}") for i, d in enumerate(extra_dirs)]
 
     def fallback(why: str):
         if forced or local is None:
@@ -64,8 +69,8 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
                             f"but this Docker engine has no NVIDIA container runtime; {host_checks.TOOLKIT_FIX}.")
         return fallback("the Docker engine has no NVIDIA container runtime for this host's GPU; install "
                         "nvidia-container-toolkit to run in the pinned images")
-    runner = docker_runner.DockerRunner(repo_root, data_dir, gpus, extra, base_override=base_override,
-                                        client=client, log=log, flavors=flavors)
+    runner = make("docker", data_dir=data_dir, device=device or "cpu", gpus=gpus, extra_dirs=tuple(extra_dirs),
+                  flavors=flavors, repo_root=repo_root, base_override=base_override, client=client, log=log)
     try:
         recipes = [runner.recipe(fw) for fw in frameworks]
     except UserError as exc:
@@ -79,7 +84,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     engine = client.version().get("Version", "?")
     state = (f"to build: {', '.join(r.tag for r in missing)}" if missing
              else f"images {', '.join(r.tag for r in recipes)}")
-    return runner, f"Docker engine {engine} answers; {state}; GPUs: {runner._gpus_text()}"
+    return runner, f"Docker engine {engine} answers; {state}; GPUs: {runner.gpus_text()}"
 
 
 def _registry_reachable(client, ref: str) -> bool:

@@ -72,19 +72,6 @@ def leftovers(client) -> list:
     return client.containers.list(all=True, filters={"label": LABEL})
 
 
-def remove_leftovers(client, *, include_running: bool = False) -> int:
-    """Remove leftover kit containers; running ones only when asked (another session may own them)."""
-    import docker.errors
-    n = 0
-    for c in leftovers(client):
-        if c.status == "running" and not include_running:
-            continue
-        with contextlib.suppress(docker.errors.APIError):
-            c.remove(force=True)
-            n += 1
-    return n
-
-
 # ---------------------------------------------------------------------------
 # The runner
 
@@ -187,7 +174,8 @@ class DockerRunner:
         if framework not in self._recipes:
             self._recipes[framework] = images.recipe(
                 framework, self.flavor_of(framework), base_override=self.base_override,
-                lock_override=self.lock_overrides.get(framework), repo_root=self.repo_root, client=self.client)
+                lock_override=self.lock_overrides.get(framework), repo_root=self.repo_root,
+                client=self.client if self.base_override else None)     # only an override is looked up
         return self._recipes[framework]
 
     def prepare(self, frameworks: set[str], log: Log | None = None) -> None:
@@ -197,7 +185,7 @@ class DockerRunner:
         self._engine_version = client.version().get("Version")
         if self.gpus != "none":
             if not nvidia_runtime_available(client):
-                raise UserError(f"GPUs were requested (--gpus {self._gpus_text()}) but this Docker engine has no "
+                raise UserError(f"GPUs were requested (--gpus {self.gpus_text()}) but this Docker engine has no "
                                 f"NVIDIA container runtime; {TOOLKIT_FIX}.")
             if engine_is_local(client):
                 check_gpu_host(frameworks, self.gpus, repo_root=self.repo_root,
@@ -237,8 +225,13 @@ class DockerRunner:
                                              repo_root=self.repo_root, log=log)
 
     def missing(self, frameworks: set[str]) -> list[str]:
-        """Image tags that prepare() will have to build (for the time estimate)."""
-        return [self.recipe(fw).tag for fw in sorted(frameworks) if images.find(self.recipe(fw), self.client) is None]
+        """Image tags that prepare() will have to build (for the time estimate); all of them where no engine
+        answers (a dry run plans without one)."""
+        try:
+            client = self.client
+        except UserError:
+            return [self.recipe(fw).tag for fw in sorted(frameworks)]
+        return [self.recipe(fw).tag for fw in sorted(frameworks) if images.find(self.recipe(fw), client) is None]
 
     def describe(self, framework: str) -> dict:
         r = self.recipe(framework)
@@ -246,13 +239,14 @@ class DockerRunner:
         return {"lock": str(lock), "lock_sha256": r.lock_sha256, "image": r.tag,
                 **host_checks.build_facts(framework, self.flavor_of(framework), self.flavors.get(framework))}
 
-    def _gpus_text(self) -> str:
+    def gpus_text(self) -> str:
         return self.gpus if isinstance(self.gpus, str) else ",".join(self.gpus)
 
-    def _image(self, framework: str):
+    def image_id(self, framework: str) -> str:
+        """The id of the image a framework's runs use, prepared if it is not yet."""
         if framework not in self._images:
             self.prepare({framework})
-        return self._images[framework]
+        return self._images[framework].id
 
     # -- one run -----------------------------------------------------------
 
@@ -340,17 +334,20 @@ class DockerRunner:
                 _readable_by_others(path)
 
     def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
-        image = self._image(call.framework)
+        if call.framework not in self._images:
+            self.prepare({call.framework})
+        image = self._images[call.framework]
         self._share(call)
         client = self.client
         config = self.container_config(call, call.label)
         launcher = {"backend": "docker", "image": images.image_facts(image),
-                    "container": {"name": config["name"], "user": config["user"], "gpus": self._gpus_text(),
+                    "container": {"name": config["name"], "user": config["user"], "gpus": self.gpus_text(),
                                   "network": "none", "engine": self._engine_version}}
         tail: list[str] = []
         container = None
         exit_code = None
         timed_out = oom = interrupted = False
+        start_error = None
         timing: dict = {}
         launcher["timing"] = timing
         t0 = time.perf_counter()
@@ -375,7 +372,8 @@ class DockerRunner:
                 exit_code = state.get("ExitCode")
             wall = time.perf_counter() - t0
         except _StartFailed as exc:
-            tail.append(f"docker: the engine could not start the container: {exc}")
+            start_error = f"the engine could not start the container: {exc}"
+            tail.append(f"docker: {start_error}")
             wall = time.perf_counter() - t0
             exit_code = 125              # what `docker run` returns when the engine fails
         except KeyboardInterrupt:
@@ -388,7 +386,7 @@ class DockerRunner:
         if interrupted:
             return Outcome(None, wall, tail, interrupted=True, launcher=launcher)
         return Outcome(None if timed_out else exit_code, wall, tail, timed_out=timed_out,
-                       oom_killed=oom and not timed_out, launcher=launcher)
+                       oom_killed=oom and not timed_out, launcher=launcher, start_error=start_error)
 
     def _start(self, client, config: dict, launcher: dict):
         """Create and start the container; _StartFailed with the engine's reason if it cannot start.

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from reprokit import envs
-from reprokit.provenance import REPO, sha256_file
 from reprokit.host_checks import Flavor, build_facts
+from reprokit.provenance import REPO, sha256_file
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 from reprokit.topology import parse_cpulist
 

@@ -1,0 +1,59 @@
+"""The equivalence certificates of a matrix, made before any timing and cached in the state folder by
+what they certify (reprokit/certify_plan.py decides the pairs and their keys)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kits.common.files import write_json_atomic
+from kits.common.names import FRAMEWORKS
+from reprokit import certify_plan
+from reprokit.certificate import certify_many
+from reprokit.runners.base import Runner
+from reprokit.script_certificate import certify_scripts
+
+
+def for_matrix(specs: list[dict], runner: Runner, state: Path, enabled: bool, budget: float,
+               budget_why: str) -> dict[str, list[dict]]:
+    """Each experiment's equivalence certificates, checked before any timing: one per variant pair
+    that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
+    they certify and the trajectory budget (FLOPs, made as ``budget_why`` says), the missing ones made
+    together (one process per framework). One that cannot run is recorded with its reason, never left out."""
+    entries: list[tuple[str, dict | None, dict | None]] = []        # (experiment, pair, certificate)
+    for experiment, pairs in certify_plan.pairs(specs).items():
+        for pair in pairs:
+            if pair.get("status") == "not-run" or not enabled:
+                entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
+                continue
+            cached = state / "certificates" / f"{certify_plan.cache_key(pair, budget)}.json"
+            entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
+    missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
+    todo = {key: [missing[j] for j in ids]
+            for key, ids in certify_plan.by_key([entries[i][1] for i in missing], budget).items()}
+    if todo:
+        print(f"certificates: {len(todo)} to make for {sum(map(len, todo.values()))} variant pair(s) (same initial "
+              f"weights, logits, steps, arithmetic); {len(entries) - sum(map(len, todo.values()))} cached or not run",
+              flush=True)
+        log = lambda line: print(line, flush=True)      # noqa: E731
+        kits = {k: ids for k, ids in todo.items() if not certify_plan.is_script(entries[ids[0]][1])}
+        made = dict(zip(kits, certify_many([entries[ids[0]][1] for ids in kits.values()], runner,
+                                           [state / "work" / f"cert-{k}" for k in kits], trajectory_budget=budget,
+                                           trajectory_budget_why=budget_why, log=log)))
+        made |= {k: certify_scripts(entries[ids[0]][1], runner, state / "work" / f"cert-{k}", log=log)
+                 for k, ids in todo.items() if k not in kits}
+        for key, ids in todo.items():
+            cert = made[key]
+            write_json_atomic(state / "certificates" / f"{key}.json", cert)
+            for i in ids:
+                entries[i] = (entries[i][0], entries[i][1], cert)
+            print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}"
+                  f"{f' (and {len(ids) - 1} pair(s) it stands for)' if len(ids) > 1 else ''}: {cert['status']}: "
+                  f"{cert['summary']}", flush=True)
+    out: dict[str, list[dict]] = {}
+    for experiment, pair, cert in entries:
+        if pair:
+            # A cached certificate may be of the same model, data and step under another variant name.
+            cert = {**cert, "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
+                    "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
+        out.setdefault(experiment, []).append(cert)
+    return out

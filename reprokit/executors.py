@@ -1,0 +1,93 @@
+"""Where a matrix runs, beside how each run starts (the runner): this host's slots, or a Ray cluster's nodes.
+
+An executor is given the runner, the runs still to do and the store, runs them and
+stores each result the moment it ends. The CLI talks only to this protocol, so a
+Slurm or Kubernetes executor is one more class, not more branches.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from reprokit.console import RunProgress
+from reprokit.runners.base import Runner
+from reprokit.store import Store
+from reprokit.topology import Placement
+
+ProgressFor = Callable[[int, dict], RunProgress]
+
+
+class Executor(Protocol):
+    name: str
+    at_once: int                # runs that may go at once (for the time estimate)
+
+    def describe(self, runner: Runner) -> str:
+        """Where the runs go, for the plan's first line."""
+
+    def builds(self, runner: Runner, frameworks: set[str]) -> list[str]:
+        """What prepare() will build on this host first (for the time estimate)."""
+
+    def prepare(self, runner: Runner, frameworks: set[str]) -> None:
+        """Build or check what the runs need here; raise UserError before any run."""
+
+    def run(self, runner: Runner, todo: list[dict], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+        """Run every spec, storing each result as it ends; (failed runs, interrupted)."""
+
+
+@dataclass
+class HostExecutor:
+    """This host: one run at a time with every assigned GPU, or one per ``--parallel`` slot."""
+    work: Path
+    ledger: Path
+    slots: list[Placement | None] = field(default_factory=lambda: [None])
+    name: str = "host"
+
+    @property
+    def at_once(self) -> int:
+        return 1 if self.slots == [None] else len(self.slots)
+
+    def describe(self, runner: Runner) -> str:
+        return f"backend {runner.name}" + (f", up to {self.at_once} at once" if self.at_once > 1 else "")
+
+    def builds(self, runner: Runner, frameworks: set[str]) -> list[str]:
+        return runner.missing(frameworks)
+
+    def prepare(self, runner: Runner, frameworks: set[str]) -> None:
+        runner.prepare(frameworks)
+
+    def run(self, runner: Runner, todo: list[dict], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+        from reprokit import schedule
+        return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for)
+
+
+@dataclass
+class RayExecutor:
+    """The nodes of an existing Ray cluster, each running a run with its own runner (reprokit/cluster.py)."""
+    address: str
+    serving: list[str]          # the nodes that can serve a run
+    at_once: int
+    device: str
+    data_dir: Path
+    experiment_dirs: tuple[Path, ...] = ()
+    name: str = "ray"
+
+    def describe(self, runner: Runner) -> str:
+        return f"backend ray ({runner.name} on the nodes), up to {self.at_once} at once" if self.at_once > 1 \
+            else f"backend ray ({runner.name} on the nodes)"
+
+    def builds(self, runner: Runner, frameworks: set[str]) -> list[str]:
+        return [] if runner.name == "local" else runner.missing(frameworks)    # nodes build their own virtualenvs
+
+    def prepare(self, runner: Runner, frameworks: set[str]) -> None:
+        if runner.name != "local":           # the images are built here, then streamed to the nodes
+            runner.prepare(frameworks)
+
+    def run(self, runner: Runner, todo: list[dict], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+        from reprokit import cluster, node_staging
+        data_files = {s["data"]["file"]: self.data_dir / s["data"]["file"] for s in todo}
+        head, images = cluster.stage_on_head(runner, {s["framework"] for s in todo}, data_files,
+                                             node_staging.script_files(todo, self.data_dir))
+        job = cluster.Job(runner.name, self.device, head, images, tuple(str(d) for d in self.experiment_dirs))
+        return cluster.run_all(job, todo, self.serving, store, progress_for)

@@ -1,0 +1,127 @@
+"""One `reprokit reproduce` command as typed data: what to run, where, and how.
+
+The CLI turns its arguments into a ``Request`` at the door and checks what it can
+check without looking at the host; nothing below the CLI reads argparse's namespace.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kits.common.names import FRAMEWORKS
+from reprokit.errors import UserError
+
+DEFAULT_VARIANTS = ("fixed", "as_posted")
+DEFAULT_CLAIMS = "seeds"
+RUNNERS = ("auto", "docker", "local")       # how a kit process starts
+EXECUTORS = ("host", "ray")                 # where the matrix is spread
+
+
+@dataclass(frozen=True)
+class What:
+    """The experiments, their variants and sizes, and the claims that judge them."""
+    frameworks: tuple[str, ...] = FRAMEWORKS
+    experiment_dirs: tuple[Path, ...] = ()          # resolved
+    only: tuple[str, ...] = ()
+    scripts: dict[str, Path] = field(default_factory=dict)   # --script FRAMEWORK=PATH: the only experiment
+    name: str | None = None
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    ablation: bool = False
+    claims: str = DEFAULT_CLAIMS                    # a name, a file, or "none"
+    profile: str | None = None                      # None: the hardware's default
+    repeats: int | None = None                      # None: the profile's default
+    dataset: str | None = None
+    max_steps: int | None = None
+    epochs: int | None = None
+    timeout_s: float | None = None
+    from_report: Path | None = None                 # resolved
+
+
+@dataclass(frozen=True)
+class Where:
+    """The runner (how a process starts) and the executor (where the matrix is spread)."""
+    runner: str = "auto"
+    executor: str = "host"
+    gpus: str | None = None                         # None: all if any
+    parallel: str = "1"
+    ray_address: str | None = None
+    python: Path | None = None
+
+
+@dataclass(frozen=True)
+class How:
+    """The folders and the switches of the command."""
+    data_dir: Path
+    state_dir: Path
+    reports_dir: Path
+    offline: bool = False
+    fresh: bool = False
+    dry_run: bool = False
+    certify: bool = True
+
+
+@dataclass(frozen=True)
+class Request:
+    what: What
+    where: Where
+    how: How
+
+
+def _frameworks(given: str) -> tuple[str, ...]:
+    chosen = tuple(f.strip() for f in given.split(",") if f.strip())
+    unknown = set(chosen) - set(FRAMEWORKS)
+    if unknown or not chosen:
+        raise UserError(f"--frameworks: unknown {', '.join(sorted(unknown)) or '(empty)'}; "
+                        f"allowed: {', '.join(FRAMEWORKS)}")
+    return chosen
+
+
+def _scripts(given: list[str] | None) -> dict[str, Path]:
+    """--script FRAMEWORK=PATH, as given (repeatable)."""
+    out = {}
+    for one in given or []:
+        framework, sep, path = one.partition("=")
+        if not sep or framework not in FRAMEWORKS:
+            raise UserError(f"--script {one!r} is not understood; use --script FRAMEWORK=PATH with FRAMEWORK one "
+                            f"of {', '.join(FRAMEWORKS)}")
+        out[framework] = Path(path)
+    return out
+
+
+def _where(ns: argparse.Namespace) -> Where:
+    """--backend docker|local|ray are aliases: docker and local name the runner, ray the executor (whose nodes
+    use --ray-runner)."""
+    runner, executor = ns.runner, ns.executor
+    if ns.backend == "ray":
+        executor, runner = "ray", ns.ray_runner
+    elif ns.backend != "auto":
+        runner = ns.backend
+    if executor == "ray":
+        if not ns.ray_address:
+            raise UserError("--backend ray needs --ray-address HOST:PORT, the address `ray start --head` printed.")
+        if ns.parallel != "1":
+            raise UserError("--parallel is for one host; with --backend ray each GPU of the cluster takes one run "
+                            "at a time, so leave --parallel out.")
+        if ns.python is not None:
+            raise UserError("--python names an interpreter on this host; with --backend ray each node uses its own "
+                            "runner (--ray-runner docker or local), so leave --python out.")
+        runner = "docker" if runner == "auto" else runner
+    return Where(runner=runner, executor=executor, gpus=ns.gpus, parallel=ns.parallel, ray_address=ns.ray_address,
+                 python=ns.python)
+
+
+def from_args(ns: argparse.Namespace) -> Request:
+    """The command's request, with what can be refused without the host refused here, in one sentence."""
+    for flag, value in (("--repeats", ns.repeats), ("--max-steps", ns.max_steps), ("--epochs", ns.epochs)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    variants = tuple(v.strip() for v in ns.variants.split(",") if v.strip()) if ns.variants else DEFAULT_VARIANTS
+    what = What(frameworks=_frameworks(ns.frameworks), experiment_dirs=tuple(d.resolve() for d in ns.experiments),
+                only=tuple(ns.only or ()), scripts=_scripts(ns.script), name=ns.name, variants=variants,
+                ablation=ns.ablation, claims=ns.claims, profile="full" if ns.full else ns.profile,
+                repeats=ns.repeats, dataset=ns.dataset, max_steps=ns.max_steps, epochs=ns.epochs,
+                timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None)
+    how = How(data_dir=ns.data_dir.resolve(), state_dir=ns.state_dir.resolve(), reports_dir=ns.reports_dir.resolve(),
+              offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify)
+    return Request(what, _where(ns), how)

@@ -1,0 +1,30 @@
+"""The one place a runner is built, whichever caller (the CLI's choice, a Ray head or node) asks for it."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reprokit import host_checks
+from reprokit.envs import ENVS
+from reprokit.provenance import REPO
+from reprokit.runners.base import Runner
+
+
+def user_mounts(extra_dirs: tuple[Path, ...]) -> list[tuple[Path, str]]:
+    """Where a container sees each --experiments folder."""
+    return [(Path(d), f"/opt/reprokit/user/{i}") for i, d in enumerate(extra_dirs)]
+
+
+def make(kind: str, *, data_dir: Path, device: str, gpus: str | list[str] = "none",
+         extra_dirs: tuple[Path, ...] = (), python: Path | None = None,
+         flavors: dict[str, host_checks.Flavor] | None = None, visible_gpus: str | None = None,
+         envs_root: Path = ENVS, repo_root: Path = REPO, **docker: Any) -> Runner:
+    """A ``kind`` ("docker" or "local") runner; ``docker`` passes the Docker runner's own options on."""
+    if kind == "local":
+        from reprokit.runners.local import LocalRunner
+        return LocalRunner(envs_root, data_dir, device, python=python, extra_paths=extra_dirs, flavors=flavors,
+                           visible_gpus=visible_gpus)
+    if kind == "docker":
+        from reprokit.runners.docker import DockerRunner
+        return DockerRunner(repo_root, data_dir, gpus, user_mounts(extra_dirs), flavors=flavors, **docker)
+    raise ValueError(f"no runner named {kind!r}")

@@ -1,0 +1,89 @@
+"""The house's arrows, read from the imports themselves (ast), so a shortcut fails here, not in review."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from kits.common.names import REGISTRY
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _modules(root: str) -> dict[str, Path]:
+    out = {}
+    for path in sorted((REPO / root).rglob("*.py")):
+        if "experiments" in path.parts or "__pycache__" in path.parts:
+            continue
+        parts = path.relative_to(REPO).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(path: Path, top_level_only: bool = False, modules: dict | None = None) -> set[str]:
+    """Every module a file imports, at module level or anywhere. ``from a import b`` counts a.b where that is
+    one of ``modules``, else a."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            known = {m for m in subs if modules is not None and m in modules}
+            out |= known if known == subs else {node.module, *subs}
+    return out
+
+
+def test_the_kits_import_nothing_of_the_host():
+    """The kits run inside the images, where only kits/ is mounted."""
+    for name, path in _modules("kits").items():
+        host = {m for m in _imports(path) if m.split(".")[0] == "reprokit"}
+        assert not host, f"{name} imports {sorted(host)}"
+
+
+def test_a_frameworks_kit_is_reached_only_through_the_registry():
+    """kits/*.py and kits/common name no framework's package: they look it up (names.kit_module), so a new
+    framework is its folder and its registry entry."""
+    packages = {fw.package for fw in REGISTRY.values()}
+    for name, path in _modules("kits").items():
+        own = next((p for p in packages if name.startswith(p)), None)
+        reached = {m for m in _imports(path) if any(m.startswith(p) for p in packages - {own})}
+        assert not reached, f"{name} imports {sorted(reached)}"
+
+
+def test_the_host_modules_import_no_cycle_at_module_level():
+    modules = _modules("reprokit")
+    graph = {name: {m for m in _imports(path, True, modules) if m in modules and m != name}
+             for name, path in modules.items()}
+    done: set[str] = set()
+
+    def visit(node: str, trail: list[str]) -> None:
+        assert node not in trail, "import cycle: " + " -> ".join([*trail[trail.index(node):], node])
+        if node in done:
+            return
+        for nxt in graph[node]:
+            visit(nxt, [*trail, node])
+        done.add(node)
+
+    for name in graph:
+        visit(name, [])
+
+
+def test_only_the_door_reads_the_command_line():
+    """The CLI turns argparse's namespace into a typed Request (reprokit/request.py); nothing below reads it.
+    images.py keeps its own small command (`python -m reprokit.images`)."""
+    allowed = {"reprokit.cli", "reprokit.request", "reprokit.images"}
+    for name, path in _modules("reprokit").items():
+        if "argparse" in _imports(path):
+            assert name in allowed, f"{name} imports argparse"
+
+
+def test_one_factory_builds_the_runners():
+    for name, path in _modules("reprokit").items():
+        if name in ("reprokit.runners.make", "reprokit.runners.docker", "reprokit.runners.local"):
+            continue
+        built = [n.func.id if isinstance(n.func, ast.Name) else n.func.attr for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))
+                 and (n.func.id if isinstance(n.func, ast.Name) else n.func.attr) in ("DockerRunner", "LocalRunner")]
+        assert not built, f"{name} builds {built} itself; use reprokit.runners.make"
