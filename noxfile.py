@@ -68,14 +68,14 @@ def lint(session: nox.Session) -> None:
 def images(session: nox.Session) -> None:
     """Build the pinned Docker image of each framework (only those missing); options after --."""
     _host(session)
-    session.run("python", "-m", "reprokit.images", "build", *session.posargs)
+    session.run("python", "-m", "reprokit.environments.images", "build", *session.posargs)
 
 
 @nox.session
 def pin(session: nox.Session) -> None:
     """Resolve the base images' digests, rewrite docker/*.Dockerfile, then the lock files (needs Docker Hub, PyPI)."""
     _host(session)
-    session.run("python", "-m", "reprokit.images", "pin", *session.posargs)
+    session.run("python", "-m", "reprokit.environments.images", "pin", *session.posargs)
     session.notify("lock")
 
 
@@ -124,7 +124,7 @@ def bench(session: nox.Session) -> None:
         session.run("python", "benchmarks/bench_probe.py",
                     *shlex.split(os.environ.get("REPROKIT_BENCH_PROBE_ARGS", "--rounds 12")), env=env)
     finally:
-        answer = session.run("python", "-c", "from reprokit.host_checks import engine_status as s; "
+        answer = session.run("python", "-c", "from reprokit.environments.host_checks import engine_status as s; "
                              "ok, why = s(); print(('yes: ' if ok else 'no: ') + why)", silent=True, env=env)
         if str(answer).strip().startswith("yes"):
             docker_args = shlex.split(os.environ.get("REPROKIT_BENCH_DOCKER_ARGS", "--runs 5"))

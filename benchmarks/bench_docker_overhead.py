@@ -18,6 +18,7 @@ engine; prints one table and exits 1 when the median misses the target.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -27,10 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reprokit import plan, results
+from kits.common.spec import RunSpec
 from reprokit.errors import UserError
-from reprokit.experiments import load
-from reprokit.provenance import code
+from reprokit.plan import plan
+from reprokit.plan.experiments import load
+from reprokit.results import results
+from reprokit.results.provenance import code
 from reprokit.runners import base
 from reprokit.runners import docker as dr
 
@@ -38,16 +41,15 @@ TARGET_S = 1.5
 EXPERIMENT = REPO / "kits" / "experiments" / "simplecnn_cifar10_memory.toml"
 
 
-def tiny_spec(runner: dr.DockerRunner, framework: str, data_dir: Path, device: str) -> dict:
+def tiny_spec(runner: dr.DockerRunner, framework: str, data_dir: Path, device: str) -> RunSpec:
     """The built-in experiment's quick profile cut to a few steps: the training is ~0."""
     opts = plan.Options(profile="quick", device=device, repeats=1, frameworks=(framework,), data_dir=data_dir,
                         allow_download=False)
     (spec,) = [s for s in plan.specs_for(load(EXPERIMENT), opts, runner.describe, code())
-               if s["framework"] == framework]
-    spec["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=1)
-    spec["data"]["test_samples"] = min(spec["data"]["test_samples"], 64)
-    spec["run_id"] = plan.run_id(spec)
-    return spec
+               if s.framework == framework]
+    return plan.identified(dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, epochs=1, max_steps_per_epoch=2, warmup_steps=1),
+        data=dataclasses.replace(spec.data, test_samples=min(spec.data.test_samples, 64))))
 
 
 def main() -> int:

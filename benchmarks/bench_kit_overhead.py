@@ -19,7 +19,7 @@
    step timing on/off) are within +-2% of their medians, or 15 rounds ran (at
    least 6: two processes). The interval is the distribution-free one of a
    median from order statistics: [x_(k), x_(n+1-k)] with the binomial
-   coverage it has (printed; reprokit/report/stats.py, as in the reports).
+   coverage it has (printed; reprokit/results/stats.py, as in the reports).
    Gates per pair: the median kit/bare at least 0.97 (goal 0.99, printed); the
    kit not beating its bare loop beyond the interval (the interval's low end
    above 1 means the reference is not the fastest loop); and the bench's null
@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -67,15 +68,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kits.common.names import FRAMEWORKS
-from reprokit import plan, report
-from reprokit.envs import ENVS, STATE
+from kits.common.spec import RunSpec
+from reprokit import report
+from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.provenance import code
-from reprokit.report import stats
+from reprokit.plan import plan
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.results import stats
+from reprokit.results.provenance import code
+from reprokit.results.store import Store
 from reprokit.runners.base import KitCall, run_spec
 from reprokit.runners.local import LocalRunner
-from reprokit.store import Store
 
 MIN_RATIO = 0.97          # kit throughput / bare-loop throughput, median over rounds, per model and framework
 GOAL_RATIO = 0.99         # where we want that ratio to be (printed, not gated)
@@ -94,18 +97,18 @@ def log(line: str = "") -> None:
     print(line, flush=True)
 
 
-def quick_specs(framework: str, data_dir: Path, runner: LocalRunner) -> list[dict]:
+def quick_specs(framework: str, data_dir: Path, runner: LocalRunner) -> list[RunSpec]:
     """The fixed quick-profile RunSpecs of every built-in experiment, on the CPU, for one framework."""
     opts = plan.Options(profile="quick", device="cpu", repeats=1, frameworks=(framework,), data_dir=data_dir,
                         allow_download=False)
     experiments = discover([BUILTIN_DIR])
     return [s for e in experiments.values() for s in plan.specs_for(e, opts, runner.describe, code())
-            if s["variant"] == "fixed"]
+            if s.variant == "fixed"]
 
 
 # --- 1. throughput ----------------------------------------------------------------------------
 
-def throughput(framework: str, runner: LocalRunner, specs: list[dict], work: Path, args) -> list[dict]:
+def throughput(framework: str, runner: LocalRunner, specs: list[RunSpec], work: Path, args) -> list[dict]:
     """kits.bench in the framework's environment, through the runner, in fresh processes of
     ``args.per_process`` rounds each, until every model's pooled rounds are settled; each model's summary.
 
@@ -115,7 +118,7 @@ def throughput(framework: str, runner: LocalRunner, specs: list[dict], work: Pat
     spawns worker processes for the same reason)."""
     pooled: dict[str, dict] = {}
     for p in range(math.ceil(args.max_rounds / args.per_process)):
-        todo = [s for s in specs if not _settled(pooled.get(s["experiment"]), args)]
+        todo = [s for s in specs if not _settled(pooled.get(s.experiment), args)]
         if not todo:
             break
         done = len(pooled[todo[0]["experiment"]]["rounds"]) if pooled else 0     # the same for every unsettled model
@@ -130,14 +133,15 @@ def throughput(framework: str, runner: LocalRunner, specs: list[dict], work: Pat
                                if w < math.inf) or f"none below {stats.MIN_INTERVAL} rounds"
             log(f"  {m['framework']:<10} {m['experiment']:<26} {len(kept['rounds'])} rounds from {p + 1} "
                 f"process(es): interval half-widths {widths}")
-    return [summary(pooled[s["experiment"]]) for s in specs]
+    return [summary(pooled[s.experiment]) for s in specs]
 
 
-def _bench_process(framework: str, runner: LocalRunner, specs: list[dict], work: Path, rounds: int, args) -> list:
+def _bench_process(framework: str, runner: LocalRunner, specs: list[RunSpec], work: Path, rounds: int,
+                   args) -> list:
     """One kits.bench process; its per-round lines are shown as they come."""
     work.mkdir(parents=True)
     spec_path, out = work / "specs.json", work / "out"
-    spec_path.write_text(json.dumps(specs))
+    spec_path.write_text(json.dumps([s.to_dict() for s in specs]))
     call = KitCall(framework, "kits.bench", ("--specs", spec_path, "--data-dir", runner.data_dir,
                                              "--rounds", str(rounds), "--warmup", str(args.warmup),
                                              "--steps", str(args.steps), "--out", out / "throughput.json"),
@@ -189,16 +193,14 @@ def summary(m: dict) -> dict:
 
 # --- 2. local runner overhead -----------------------------------------------------------------
 
-def tiny(spec: dict) -> dict:
+def tiny(spec: RunSpec) -> RunSpec:
     """A spec whose training is next to nothing: one epoch of 2 steps, a 64-sample evaluation."""
-    s = copy.deepcopy(spec)
-    s["train"].update(epochs=1, max_steps_per_epoch=2, warmup_steps=1)
-    s["data"]["test_samples"] = min(s["data"]["test_samples"], 64)
-    s["run_id"] = plan.run_id(s)
-    return s
+    return plan.identified(dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, epochs=1, max_steps_per_epoch=2, warmup_steps=1),
+        data=dataclasses.replace(spec.data, test_samples=min(spec.data.test_samples, 64))))
 
 
-def runner_overhead(framework: str, runner: LocalRunner, spec: dict, work: Path, runs: int) -> dict:
+def runner_overhead(framework: str, runner: LocalRunner, spec: RunSpec, work: Path, runs: int) -> dict:
     """The local runner's cost per run: process launch to result collected, minus the kit's timing.wall_s
     (which counts from the process's start: interpreter start and imports are the kit's own time)."""
     spec = tiny(spec)

@@ -9,7 +9,7 @@ warmup steps, and print the seconds per step. Each round runs the script once pl
 the framework's real environment) and once under the probe (`python -m kits.probe`, through the local
 runner, with the full profile's bounds: none), in fresh processes, in alternating order. A round's cost is
 the probed step's time minus the plain one's, in microseconds and as a share of the plain step; the rounds'
-median and its order-statistic interval (reprokit/report/stats.py, as in the reports) are printed. That
+median and its order-statistic interval (reprokit/results/stats.py, as in the reports) are printed. That
 difference carries each fresh process's own bias (on this project's 2-core VM, whole steps differ by 5-30%
 between processes of the same code), so the gated figure is the probe's own time on the script's path,
 measured inside the probed process (kits/common/observe.HookClock: every hook, count and bookkeeping it
@@ -20,6 +20,7 @@ Exit status: 0 when every gate holds, 1 when one misses, 2 on a setup error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,14 +28,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reprokit.envs import ENVS
-from reprokit.experiments import from_scripts
-from reprokit.plan import Options
-from reprokit.provenance import code
-from reprokit.report import stats
+from kits.common.spec import ScriptSpec
+from reprokit.environments.envs import ENVS
+from reprokit.plan.experiments import from_scripts
+from reprokit.plan.plan import Options
+from reprokit.plan.script_plan import specs_for
+from reprokit.results import stats
+from reprokit.results.provenance import code
 from reprokit.runners.base import KitCall, spec_call
 from reprokit.runners.local import LocalRunner
-from reprokit.script_plan import specs_for
 
 SCRIPTS = Path(__file__).parent / "probe_scripts"
 FILES = {"pytorch": "torch_timed.py", "tensorflow": "keras_timed.py"}
@@ -55,16 +57,17 @@ def plain(python: Path, script: Path) -> float:
     return _seconds(proc.stdout.splitlines())
 
 
-def probed(runner: LocalRunner, spec: dict, work: Path) -> tuple[float, float]:
+def probed(runner: LocalRunner, spec: ScriptSpec, work: Path) -> tuple[float, float]:
     """The probed script's seconds per step by its own clock, and the probe's own code's
     (probe.own_seconds_per_step)."""
     spec_path = work / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    call = spec_call(spec, spec_path, work / "out", runner.data_dir)
+    written = spec.to_dict()
+    spec_path.write_text(json.dumps(written))
+    call = spec_call(written, spec_path, work / "out", runner.data_dir)
     outcome = runner.run(KitCall(call.framework, call.module, call.args, output=call.output, inputs=call.inputs,
                                  timeout_s=600, label="bench-probe"), lambda event: None)
     if outcome.exit_code != 0:
-        raise RuntimeError(f"{spec['script']['path']} failed under the probe:\n" + "\n".join(outcome.log_tail[-20:]))
+        raise RuntimeError(f"{spec.script.path} failed under the probe:\n" + "\n".join(outcome.log_tail[-20:]))
     own = json.loads((call.output / "result.json").read_text())["probe"]["own_seconds_per_step"]
     return _seconds(outcome.log_tail), own
 
@@ -78,7 +81,7 @@ def bench(framework: str, rounds: int, work: Path) -> dict:
                    allow_download=False, dataset="learnable")
     exp = from_scripts("bench", {framework: script})
     (spec,) = specs_for(exp.name, exp.scripts, opts, runner.describe, code())
-    spec["measure"]["memory_every_steps"] = 5
+    spec = dataclasses.replace(spec, measure=dataclasses.replace(spec.measure, memory_every_steps=5))
     m = {"framework": framework, "own_us": [], "own_shares": [], "costs_us": [], "shares": [], "plain_ms": []}
     for r in range(rounds + 1):                          # round 0 warms the page cache: dropped
         order = ("plain", "probed") if r % 2 else ("probed", "plain")

@@ -12,7 +12,7 @@ tiny experiment on the quick profile, one CPU thread each.
    through Ray on the two slots. Prints serial wall / parallel wall; target at
    least 1.7 (2 is the ceiling on 2 slots).
 2. Scheduling overhead. One run at a time through the Ray backend
-   (``reprokit.cluster.run_all``): the time from submitting it to its result
+   (``reprokit.execute.cluster.run_all``): the time from submitting it to its result
    stored, minus the kit process's own lifetime (``launcher.wall_s``, which
    the node's runner measures). Prints the median; target under 0.5 s.
 
@@ -38,15 +38,16 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 
-from reprokit import cluster, schedule  # noqa: E402
+from kits.common.spec import RunSpec  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
-from reprokit.envs import ENVS  # noqa: E402
-from reprokit.experiments import load  # noqa: E402
-from reprokit.plan import Options, specs_for  # noqa: E402
-from reprokit.provenance import code  # noqa: E402
+from reprokit.environments.envs import ENVS  # noqa: E402
+from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
+from reprokit.execute import cluster, schedule  # noqa: E402
+from reprokit.plan.experiments import load  # noqa: E402
+from reprokit.plan.plan import Options, specs_for  # noqa: E402
+from reprokit.results.provenance import code  # noqa: E402
+from reprokit.results.store import Store  # noqa: E402
 from reprokit.runners.local import LocalRunner  # noqa: E402
-from reprokit.store import Store  # noqa: E402
-from reprokit.topology import FAKE_SLOTS_ENV  # noqa: E402
 
 MAX_OVERHEAD_S = 0.5
 MIN_SPEEDUP = 1.7
@@ -89,8 +90,8 @@ def main() -> int:
                        frameworks=("pytorch", "tensorflow"), data_dir=data_dir, allow_download=False)
         specs = specs_for(load(root / "exp" / "tiny.toml"), opts, runner.describe, code())[:args.runs]
 
-        def label(i: int, spec: dict) -> RunProgress:
-            return RunProgress(f"[run {i + 1}] {spec['framework']} r{spec['repeat']}")
+        def label(i: int, spec: RunSpec) -> RunProgress:
+            return RunProgress(f"[run {i + 1}] {spec.framework} r{spec.repeat}")
 
         t0 = time.perf_counter()
         serial_store = Store(root / "serial" / "results")
@@ -105,7 +106,7 @@ def main() -> int:
         cluster.connect(local_cluster.address)
         serving, _ = cluster.check("local", "cpu", local_cluster.address)
         head, _ = cluster.stage_on_head(runner, {"pytorch", "tensorflow"},
-                                        {s["data"]["file"]: data_dir / s["data"]["file"] for s in specs})
+                                        {s.data.file: data_dir / s.data.file for s in specs if s.data.file})
         job = cluster.Job("local", "cpu", head)
         t0 = time.perf_counter()
         parallel_store = Store(root / "parallel" / "results")
@@ -120,11 +121,11 @@ def main() -> int:
 
         overheads = []
         for spec in specs[:args.overhead_runs]:
-            store = TimedStore(root / f"overhead-{spec['run_id']}")
+            store = TimedStore(root / f"overhead-{spec.run_id}")
             t0 = time.perf_counter()
             cluster.run_all(job, [spec], serving, store, label)
-            result = store.get(spec["run_id"])
-            overheads.append(store.stored_at[spec["run_id"]] - t0 - result["launcher"]["wall_s"])
+            result = store.get(spec.run_id)
+            overheads.append(store.stored_at[spec.run_id] - t0 - result["launcher"]["wall_s"])
     finally:
         if local_cluster is not None:
             local_cluster.stop()

@@ -37,7 +37,7 @@ numpy, the framework and kits/ only.
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import gc
 import importlib
 import itertools
@@ -49,6 +49,7 @@ from pathlib import Path
 
 from kits.common import data as datalib
 from kits.common.names import PROGRESS_MARKER, kit_module
+from kits.common.spec import RunSpec
 
 # --- the kit ----------------------------------------------------------------------------------
 
@@ -88,16 +89,15 @@ class _OuterClock:
         return self._b.take_sums()
 
 
-def kit_spec(spec: dict, warmup: int, steps: int, step_timing: bool = True) -> dict:
+def kit_spec(spec: RunSpec, warmup: int, steps: int, step_timing: bool = True) -> RunSpec:
     """The RunSpec cut to one epoch of warmup + steps (evaluation kept, on two batches)."""
-    s = copy.deepcopy(spec)
-    s["train"].update(epochs=1, warmup_steps=warmup, max_steps_per_epoch=warmup + steps)
-    s["measure"]["step_timing"] = step_timing
-    s["data"]["test_samples"] = min(s["data"]["test_samples"], 2 * s["train"]["eval_batch_size"])
-    return s
+    return dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, epochs=1, warmup_steps=warmup, max_steps_per_epoch=warmup + steps),
+        measure=dataclasses.replace(spec.measure, step_timing=step_timing),
+        data=dataclasses.replace(spec.data, test_samples=min(spec.data.test_samples, 2 * spec.train.eval_batch_size)))
 
 
-def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int, step_timing: bool = True) -> dict:
+def kit_round(spec: RunSpec, data_dir: Path, warmup: int, steps: int, step_timing: bool = True) -> dict:
     """One in-process run of the kit: its reported samples/s and the outer clock's."""
     import kits.run as kitrun
 
@@ -111,13 +111,13 @@ def kit_round(spec: dict, data_dir: Path, warmup: int, steps: int, step_timing: 
 
     kitrun.train = clocked_train
     try:
-        result = kitrun.run(s, data_dir)
+        result = kitrun.run(s.to_dict(), data_dir)       # the kit reads its spec as the JSON a runner writes
     finally:
         kitrun.train = real_train
     timing, eff = result["timing"], result["effective"]
     if eff["train_steps_per_epoch"] != [warmup + steps]:
         raise RuntimeError(f"the kit ran {eff['train_steps_per_epoch']} steps, not {warmup + steps}")
-    samples = steps * spec["train"]["batch_size"]
+    samples = steps * spec.train.batch_size
     clock = clocks[-1]
     return {"kit_sps": timing["samples_per_s"], "outer_sps": samples / (clock.t1 - clock.t0),
             "kit_cpu_sps": samples / (clock.c1 - clock.c0),
@@ -140,27 +140,27 @@ def orders(rng: random.Random):
         yield from block
 
 
-def _side(side: str, spec: dict, data_dir: Path, arrays: datalib.Arrays, warmup: int, steps: int) -> dict:
+def _side(side: str, spec: RunSpec, data_dir: Path, arrays: datalib.Arrays, warmup: int, steps: int) -> dict:
     """One side's figures for a round's row."""
     if side == "kit":
         return kit_round(spec, data_dir, warmup, steps)
     if side == "untimed":                 # the kit with its per-step timing off: what the timing costs
         untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
         return {"untimed_sps": untimed["kit_sps"], "untimed_outer_sps": untimed["outer_sps"]}
-    wall, cpu = importlib.import_module(kit_module(spec["framework"], "bare")).loop(spec, arrays, warmup, steps)
-    samples = steps * spec["train"]["batch_size"]
+    wall, cpu = importlib.import_module(kit_module(spec.framework, "bare")).loop(spec, arrays, warmup, steps)
+    samples = steps * spec.train.batch_size
     return {"bare_sps": samples / wall, "bare_cpu_sps": samples / cpu}
 
 
-def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, seed: int, log=print) -> dict:
+def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int, seed: int, log=print) -> dict:
     """A dropped warm-up round, then ``rounds`` rounds of the kit, the kit without step timing and the bare
     loop, in orders drawn by ``seed``. How many rounds are enough is the caller's call: it pools the rounds
     of several processes, since a bias one process gives a side stays for all its rounds."""
-    d = spec["data"]
-    arrays = datalib.load(data_dir / d["file"], d["sha256"], d["train_samples"], d["test_samples"])
-    per_epoch = len(arrays.x_train) // spec["train"]["batch_size"]
+    d = spec.data
+    arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
+    per_epoch = len(arrays.x_train) // spec.train.batch_size
     if warmup + steps > per_epoch:
-        raise SystemExit(f"{spec['experiment']}: warmup {warmup} + steps {steps} exceed the {per_epoch} "
+        raise SystemExit(f"{spec.experiment}: warmup {warmup} + steps {steps} exceed the {per_epoch} "
                          f"steps of one epoch; ask for fewer steps")
     draw = orders(random.Random(seed))
     rows: list[dict] = []
@@ -175,12 +175,12 @@ def compare(spec: dict, data_dir: Path, rounds: int, warmup: int, steps: int, se
         row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
         if r:
             rows.append(row)
-        log(f"  {spec['framework']:<10} {spec['experiment']:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}"
+        log(f"  {spec.framework:<10} {spec.experiment:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}"
             f" [{', '.join(row['order'])}]: kit {row['kit_sps']:7.1f} samples/s (outer clock {row['outer_sps']:7.1f}), "
             f"bare {row['bare_sps']:7.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
             f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}")
-    return {"experiment": spec["experiment"], "framework": spec["framework"], "model": spec["model"]["name"],
-            "batch_size": spec["train"]["batch_size"], "warmup": warmup, "steps": steps, "seed": seed,
+    return {"experiment": spec.experiment, "framework": spec.framework, "model": spec.model.name,
+            "batch_size": spec.train.batch_size, "warmup": warmup, "steps": steps, "seed": seed,
             "rounds": rows}
 
 
@@ -196,15 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     seed = random.SystemRandom().randrange(2 ** 32) if args.seed is None else args.seed
-    specs = json.loads(args.specs.read_text())
-    frameworks = {s["framework"] for s in specs}
+    specs = [RunSpec.from_dict(s) for s in json.loads(args.specs.read_text())]
+    frameworks = {s.framework for s in specs}
     if len(frameworks) != 1:
         raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
-    importlib.import_module(kit_module(specs[0]["framework"], "bare")).process_setup(specs[0])
+    importlib.import_module(kit_module(specs[0].framework, "bare")).process_setup(specs[0])
     _tell(f"  kits.bench seed {seed}: --seed {seed} draws the same round orders again")
     out = []
     for spec in specs:
-        per_epoch = spec["data"]["train_samples"] // spec["train"]["batch_size"]
+        per_epoch = spec.data.train_samples // spec.train.batch_size
         steps = min(args.steps, per_epoch - args.warmup)
         out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps, seed, log=_tell))
     args.out.write_text(json.dumps(out, indent=1))

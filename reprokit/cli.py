@@ -12,15 +12,19 @@ import signal
 import sys
 from pathlib import Path
 
-from reprokit import certify_plan, certify_runs, datasets, estimate, matrix, publish, request, script_requirements
+from reprokit.certify import certify_plan, certify_runs
 from reprokit.console import RunProgress, duration
-from reprokit.envs import STATE
+from reprokit.environments import datasets, script_requirements
+from reprokit.environments.envs import STATE
 from reprokit.errors import UserError
-from reprokit.experiments import PROFILES
-from reprokit.provenance import REPO
-from reprokit.report import compare
+from reprokit.execute import data_step
+from reprokit.plan import estimate, matrix, request
+from reprokit.plan.experiments import PROFILES
+from reprokit.report import compare, publish
+from reprokit.results.provenance import REPO
+from reprokit.results.store import Store
+from reprokit.runners.base import Spec
 from reprokit.runners.make import make
-from reprokit.store import Store
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,9 +89,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[tuple[float | None, str]]:
     """The plan, one line per run with its estimate; returns the estimates of the runs to do."""
-    todo = [s for s in m.specs if s["run_id"] not in done]
+    todo = [s for s in m.specs if s.run_id not in done]
     estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
-    builds = m.executor.builds(m.runner, {s["framework"] for s in todo})
+    builds = m.executor.builds(m.runner, {s.framework for s in todo})
     known = [e for e, _ in estimates]
     at_once = max(1, min(m.executor.at_once, len(todo)))
     total = None if None in known else sum(known) / at_once + estimate.ENV_BUILD_S * len(builds)
@@ -97,14 +101,13 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[t
           + (f" (including building {', '.join(builds)})" if builds else ""))
     ahead = iter(estimates)
     for i, s in enumerate(m.specs, 1):
-        if s["run_id"] in done:
+        if s.run_id in done:
             when = "done"
         else:
             seconds, how = next(ahead)
             when = f"~{duration(seconds)} ({how})"
-        run_id = s["run_id"] if s["data"]["sha256"] else "(id once data is prepared)"
-        print(f"  {i:>2}. {run_id:<16}  {s['experiment']:<26} {s['framework']:<10} {s['variant']:<28} "
-              f"r{s['repeat']}  {when}")
+        run_id = s.run_id if s.data.sha256 else "(id once data is prepared)"
+        print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
     print()
     return estimates
 
@@ -122,22 +125,23 @@ def reproduce(argv: list[str] | None = None) -> int:
     for fw, flavor in sorted(m.flavors.items()):
         print(f"GPU build: {fw} {flavor.name} (CUDA {flavor.cuda}): {flavor.why}")
     store = Store(how.state_dir / "results")
-    done = {s["run_id"] for s in m.specs if not how.fresh and (r := store.get(s["run_id"])) and r["status"] == "ok"}
-    todo = [s for s in m.specs if s["run_id"] not in done]
+    done = {s.run_id for s in m.specs if not how.fresh and (r := store.get(s.run_id)) and r["status"] == "ok"}
+    todo = [s for s in m.specs if s.run_id not in done]
     estimates = _print_plan(m, done, store.all())
     if how.dry_run:
         print("dry run: nothing was started. Run the same command without --dry-run to start it.")
         return 0
     if todo:
-        m.executor.prepare(m.runner, {s["framework"] for s in todo})
-    script_requirements.fetch(m.specs, m.runner.data_dir)       # scripts' extra wheels: the one download
-    certificates = certify_runs.for_matrix(m.specs, m.runner, how.state_dir, how.certify,
+        m.executor.prepare(m.runner, {s.framework for s in todo})
+    as_json = [s.to_dict() for s in m.specs]          # what the certificates and the wheels' fetch read
+    script_requirements.fetch(as_json, m.runner.data_dir)       # scripts' extra wheels: the one download
+    certificates = certify_runs.for_matrix(as_json, m.runner, how.state_dir, how.certify,
                                            *certify_plan.trajectory_budget(m.device, m.gpu_name))
 
-    def progress_for(i: int, spec: dict) -> RunProgress:
+    def progress_for(i: int, spec: Spec) -> RunProgress:
         after = [e for e, _ in estimates[i + 1:]]
-        return RunProgress(f"[run {i + 1}/{len(todo)}] {spec['experiment']} / {spec['framework']} / "
-                           f"{spec['variant']} r{spec['repeat']}", estimates[i][0],
+        return RunProgress(f"[run {i + 1}/{len(todo)}] {spec.experiment} / {spec.framework} / "
+                           f"{spec.variant} r{spec.repeat}", estimates[i][0],
                            None if None in after else sum(after) / m.executor.at_once)
 
     failures, interrupted = m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
@@ -149,12 +153,12 @@ def reproduce(argv: list[str] | None = None) -> int:
     if what.from_report and not what.name:
         name = f"{publish.default_name(m.profile, m.device)}-from-{what.from_report.name}"
     report_dir = how.reports_dir / name
-    ran = {s["experiment"] for s in m.specs}
+    ran = {s.experiment for s in m.specs}
     kept, kept_certs = publish.earlier(report_dir, ran)
     if kept:
         print(f"report: keeping {len(kept)} finished result(s) of "
               f"{', '.join(sorted({r['experiment'] for r in kept}))} from the earlier report of this name")
-    path = publish.publish(report_dir, name, [*kept, *(store.get(s["run_id"]) for s in m.specs)], m.experiments,
+    path = publish.publish(report_dir, name, [*kept, *(store.get(s.run_id) for s in m.specs)], m.experiments,
                            m.claims, {**kept_certs, **certificates})
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
@@ -193,7 +197,7 @@ def prepare_data(argv: list[str]) -> int:
           f"{datasets.cifar10_batches(data_dir, allow_download=not args.offline).name}/ in {data_dir}")
     runner = make("local", data_dir=data_dir, device="cpu", python=args.python)     # the network is needed
     print(f"data: TFDS's cifar10 in {data_dir / datasets.kitdata.TFDS_CIFAR10} "
-          f"(sha256 {datasets.prepare_tfds(data_dir, runner, STATE / 'work')['sha256'][:12]})")
+          f"(sha256 {data_step.tfds(data_dir, runner, STATE / 'work')['sha256'][:12]})")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 ``certify_all`` certifies the built-in models (the tests' tiny SimpleCNN, the quick VGG16) and
 the control pairs (a user's own models, from a folder of the user's own) with
-``reprokit.certificate.certify_many``: one PyTorch process and one TensorFlow process for all of
+``reprokit.certify.certificate.certify_many``: one PyTorch process and one TensorFlow process for all of
 them. conftest.py's session fixture ``certified`` calls it once; tests/test_certificate.py and
 tests/test_certificate_controls.py read the results.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from conftest import TINY, tiny_specs
 
-from reprokit import certificate
-from reprokit.envs import ENVS
-from reprokit.experiments import BUILTIN_DIR, load
-from reprokit.plan import Options, specs_for
+from reprokit.certify import certificate
+from reprokit.environments.envs import ENVS
+from reprokit.plan.experiments import BUILTIN_DIR, load
+from reprokit.plan.plan import Options, specs_for
 from reprokit.runners.local import LocalRunner
 
 FRAMEWORKS = ("pytorch", "tensorflow")

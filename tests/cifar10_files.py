@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from kits.common.data import cifar10_batch, pickle2
-from reprokit import datasets
-from reprokit.provenance import REPO
+from reprokit.environments import datasets
+from reprokit.results.provenance import REPO
 
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import envs
-from reprokit.envs import ENVS
-from reprokit.experiments import load
-from reprokit.plan import Options, specs_for
-from reprokit.provenance import code
+from reprokit.environments import envs
+from reprokit.environments.envs import ENVS
+from reprokit.plan.experiments import load
+from reprokit.plan.plan import Options, specs_for
+from reprokit.results.provenance import code
 
 TINY = textwrap.dedent("""\
     [experiment]
@@ -106,7 +106,7 @@ def posted_data(kit_python, tmp_path_factory) -> Path:
     the kit's .npz, the batches torchvision reads and TFDS's cifar10 made by the kit's data step."""
     import cifar10_files
 
-    from reprokit import datasets
+    from reprokit.environments import datasets
     folder = tmp_path_factory.mktemp("posted-data")
     batches = cifar10_files.images(per_batch=16)
     archive = cifar10_files.write_python_archive(folder, batches)
@@ -156,7 +156,7 @@ def stand_in_gpu_host(tmp_path, monkeypatch):
     import gpu_host
 
     from kits.common import nvidia_smi
-    from reprokit import topology
+    from reprokit.environments import topology
 
     def use(driver: str = "580.95.05") -> None:
         folder = tmp_path / "gpu-host"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.store import Store
+from reprokit.results.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "reports" / "quick-cpu" / "results"
@@ -47,9 +47,12 @@ CHILD = '''
 import sys
 from pathlib import Path
 
-from reprokit import cli, publish
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.report import claims, compare
+from reprokit import cli
+
+from reprokit.report import publish
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.claims import claims
+from reprokit.report import compare
 
 a, b, out = map(Path, sys.argv[1:])
 publish.publish(out / "report", "bare", compare.load(a), discover([BUILTIN_DIR]), claims.load("seeds"), {})

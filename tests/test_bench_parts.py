@@ -6,9 +6,9 @@ import json
 import random
 import sys
 
-from reprokit import results
-from reprokit.provenance import REPO
-from reprokit.store import Store
+from reprokit.results import results
+from reprokit.results.provenance import REPO
+from reprokit.results.store import Store
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 

@@ -20,10 +20,10 @@ from conftest import tiny_specs, write_spec
 
 from kits.common import arithmetic, stochastic
 from kits.common import certificate as cert
-from reprokit import certificate
-from reprokit.envs import ENVS
+from reprokit.certify import certificate
+from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
-from reprokit.provenance import REPO
+from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
 FRAMEWORKS = ("pytorch", "tensorflow")

@@ -6,10 +6,11 @@ import copy
 
 import pytest
 
-from reprokit import certify_plan, plan
-from reprokit.experiments import BUILTIN_DIR, discover, load
-from reprokit.provenance import code
-from reprokit.report import claims
+from reprokit.certify import certify_plan
+from reprokit.claims import claims
+from reprokit.plan import plan
+from reprokit.plan.experiments import BUILTIN_DIR, discover, load
+from reprokit.results.provenance import code
 from reprokit.runners.local import LocalRunner
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from kits.common.pitfalls import PITFALLS
+from reprokit.claims import claims
 from reprokit.errors import UserError
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.provenance import REPO
-from reprokit.report import claims
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.results.provenance import REPO
 
 SCHEMA = json.loads((Path(claims.__file__).parents[1] / "schemas" / "claims.schema.json").read_text())
 

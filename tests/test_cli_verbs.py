@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from kits.common.spec import RunSpec
-from reprokit import datasets, publish, report
+from reprokit import report
+from reprokit.environments import datasets
 from reprokit.errors import UserError
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.matrix import specs_from
-from reprokit.provenance import REPO, code
-from reprokit.store import Store
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.plan.matrix import specs_from
+from reprokit.report import publish
+from reprokit.results.provenance import REPO, code
+from reprokit.results.store import Store
 
 REFERENCE = REPO / "reports" / "quick-cpu"
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from reprokit.errors import UserError
-from reprokit.report import compare, metrics
+from reprokit.report import compare
+from reprokit.results import metrics
 
 REAL = Path(__file__).resolve().parent.parent / "reports" / "quick-cpu" / "results"
 

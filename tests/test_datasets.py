@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from kits.common import data as kitdata
-from reprokit import datasets
+from reprokit.environments import datasets
 from reprokit.errors import UserError
-from reprokit.provenance import REPO
+from reprokit.results.provenance import REPO
 
 PER_BATCH = 20  # images in each of the small archive's six batches
 # A pixel planted in data_batch_2, image 3: green channel, row 5, column 7.
@@ -362,6 +362,7 @@ def test_torchvision_reads_the_verified_archive_as_posted(posted_data, kit_pytho
 def test_the_tfds_data_step_runs_through_the_runner_and_refuses_a_wrong_archive(kit_python, tmp_path: Path):
     """`reprokit data`'s TFDS step is a kit process like any other: TFDS's own builder checks the archive
     against the checksum it registers, and a wrong one ends in one sentence, with nothing left in the cache."""
+    from reprokit.execute import data_step
     from reprokit.runners.make import make
     cache = tmp_path / "data"
     cache.mkdir()
@@ -369,5 +370,5 @@ def test_the_tfds_data_step_runs_through_the_runner_and_refuses_a_wrong_archive(
     runner = make("local", data_dir=cache, device="cpu", python=kit_python("tensorflow"))
     with pytest.raises(UserError, match=r"preparing TFDS's cifar10 in .* failed \(.+\); reach the network, or "
                                         r"place the official cifar-10-binary.tar.gz"):
-        datasets.prepare_tfds(cache, runner, tmp_path / "work")
+        data_step.tfds(cache, runner, tmp_path / "work")
     assert datasets.tfds_prepared(cache) is None and not (cache / kitdata.TFDS_ROOT).exists()

@@ -19,9 +19,9 @@ import pytest
 from conftest import tiny_specs, write_spec
 
 from kits.common import detectors
-from reprokit.experiments import load
-from reprokit.plan import Options, specs_for
-from reprokit.provenance import REPO, code
+from reprokit.plan.experiments import load
+from reprokit.plan.plan import Options, specs_for
+from reprokit.results.provenance import REPO, code
 
 USER_DIR = Path(__file__).parent / "user_pitfalls"
 

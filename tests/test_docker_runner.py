@@ -30,9 +30,10 @@ from pathlib import Path
 import pytest
 
 from kits.common import report as kit_report
-from reprokit import host_checks, images, results
-from reprokit.envs import ENVS
+from reprokit.environments import host_checks, images
+from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
+from reprokit.results import results
 from reprokit.runners import base, choose
 from reprokit.runners import docker as dr
 from reprokit.runners.local import LocalRunner
@@ -759,9 +760,9 @@ def test_the_docker_socket_is_never_mounted(tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny_dir, data_dir, tmp_path):
-    from reprokit.experiments import load
-    from reprokit.plan import Options, specs_for
-    from reprokit.provenance import code
+    from reprokit.plan.experiments import load
+    from reprokit.plan.plan import Options, specs_for
+    from reprokit.results.provenance import code
 
     for needed in ("kits/run.py", "locks/tensorflow-cpu.txt"):
         if not (REPO / needed).is_file():
@@ -795,10 +796,10 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
                                                                               kit_python):
     """A Keras script of a user's own folder in the pinned TensorFlow image: its folder read-only, no network,
     the probe's result file like a kit run's."""
-    from reprokit import script_plan
-    from reprokit.experiments import load
-    from reprokit.plan import Options
-    from reprokit.provenance import code
+    from reprokit.plan import script_plan
+    from reprokit.plan.experiments import load
+    from reprokit.plan.plan import Options
+    from reprokit.results.provenance import code
 
     folder = REPO / "tests" / "user_scripts"
     runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base, extra_ca=_extra_ca_path(),
@@ -818,7 +819,7 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     # The certificate's TensorFlow side in the container, from a PyTorch side made here (CI builds no PyTorch
     # image): the PyTorch weights and batch mounted read-only, the script stopped at its first step.
     from kits.common import certificate as cert
-    from reprokit import script_certificate
+    from reprokit.certify import script_certificate
     kit_python("pytorch")
     both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
                    allow_download=False)

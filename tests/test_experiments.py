@@ -9,8 +9,8 @@ import pytest
 from conftest import TINY
 
 from reprokit.errors import UserError
-from reprokit.experiments import BUILTIN_DIR, discover, load
-from reprokit.provenance import REPO
+from reprokit.plan.experiments import BUILTIN_DIR, discover, load
+from reprokit.results.provenance import REPO
 
 
 def test_builtin_experiments_load_in_every_profile():

@@ -13,9 +13,11 @@ import sys
 import gpu_host
 import pytest
 
-from reprokit import cli, host_checks, matrix
-from reprokit.provenance import REPO
+from reprokit import cli
+from reprokit.environments import host_checks
+from reprokit.plan import matrix
 from reprokit.report import pair_findings
+from reprokit.results.provenance import REPO
 
 H100 = {"index": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 
@@ -107,7 +109,7 @@ def test_a_local_gpu_run_sees_only_the_gpu_named_and_says_why_it_found_none(kit_
 def test_the_cuda_12_build_is_an_image_of_its_own_made_on_demand():
     """Its own lock, so its own content tag (CI builds only the CPU images); the Docker runner asks for it by
     flavor and records it in every spec it describes."""
-    from reprokit import images
+    from reprokit.environments import images
     from reprokit.runners.docker import DockerRunner
 
     cu12, cu13 = images.recipe("pytorch", "cuda12"), images.recipe("pytorch", "cuda")

@@ -12,8 +12,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from reprokit import cli, matrix
-from reprokit.provenance import REPO
+from reprokit import cli
+from reprokit.plan import matrix
+from reprokit.results.provenance import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from reprokit import gpu_state
+from reprokit.execute import gpu_state
 
 H100 = "GPU-00000000-0000-0000-0000-000000000000"
 

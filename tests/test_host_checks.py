@@ -1,4 +1,4 @@
-"""The GPU host checks (reprokit/host_checks.py): which GPUs --gpus names, and whether they fit
+"""The GPU host checks (reprokit/environments/host_checks.py): which GPUs --gpus names, and whether they fit
 each framework's CUDA build as docker/bases.toml records it (measured from the wheels)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from reprokit import host_checks as hc
+from reprokit.environments import host_checks as hc
 from reprokit.errors import UserError
 
 GPU_OK = [{"index": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3", "driver": "580.95.05",

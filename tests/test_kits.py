@@ -9,10 +9,12 @@ import pytest
 from conftest import tiny_specs, write_spec
 
 from kits.common.feeding import NumpyFeeder
-from reprokit import datasets, model_cost, results
-from reprokit.envs import ENVS
-from reprokit.provenance import REPO
+from reprokit.environments import datasets
+from reprokit.environments.envs import ENVS
+from reprokit.plan import model_cost
 from reprokit.report.parameter_counts import parameter_counts
+from reprokit.results import results
+from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
 pytestmark = pytest.mark.slow
@@ -129,7 +131,7 @@ def test_both_frameworks_build_the_same_model(tiny_results):
 @pytest.mark.parametrize("experiment", ["vgg16_cifar10_speed", "simplecnn_cifar10_memory"])
 def test_full_size_models_match_the_published_counts(kit_python, fw, experiment):
     """torchvision's vgg16(num_classes=10) and Keras's VGG16(classes=10) both have 134,301,514."""
-    from reprokit.experiments import BUILTIN_DIR, load
+    from reprokit.plan.experiments import BUILTIN_DIR, load
     resolved = load(BUILTIN_DIR / f"{experiment}.toml").resolved("full")
     package = {"pytorch": "kits.pytorch_kit.models", "tensorflow": "kits.tensorflow_kit.models"}[fw]
     size = resolved["data"]["input_size"]
@@ -233,9 +235,9 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
     dataset, prepared by the data step, and the kit reads it with tfds.load('cifar10'), batches of one."""
     from conftest import TINY
 
-    from reprokit.experiments import load
-    from reprokit.plan import Options, specs_for
-    from reprokit.provenance import code
+    from reprokit.plan.experiments import load
+    from reprokit.plan.plan import Options, specs_for
+    from reprokit.results.provenance import code
     toml = (TINY.replace('dataset = "learnable"', 'dataset = "cifar10"')
             .replace("train_samples = 256", "train_samples = 64").replace("test_samples = 64", "test_samples = 16"))
     (tmp_path / "tiny.toml").write_text(toml + '\n[variants.as_posted]\ndescription = "the posted input"\n'

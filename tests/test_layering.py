@@ -71,9 +71,9 @@ def test_the_host_modules_import_no_cycle_at_module_level():
 
 
 def test_only_the_door_reads_the_command_line():
-    """The CLI turns argparse's namespace into a typed Request (reprokit/request.py); nothing below reads it.
-    images.py keeps its own small command (`python -m reprokit.images`)."""
-    allowed = {"reprokit.cli", "reprokit.request", "reprokit.images"}
+    """The CLI turns argparse's namespace into a typed Request (reprokit/plan/request.py); nothing below reads it.
+    images.py keeps its own small command (`python -m reprokit.environments.images`)."""
+    allowed = {"reprokit.cli", "reprokit.plan.request", "reprokit.environments.images"}
     for name, path in _modules("reprokit").items():
         if "argparse" in _imports(path):
             assert name in allowed, f"{name} imports argparse"
@@ -87,3 +87,29 @@ def test_one_factory_builds_the_runners():
                  if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))
                  and (n.func.id if isinstance(n.func, ast.Name) else n.func.attr) in ("DockerRunner", "LocalRunner")]
         assert not built, f"{name} builds {built} itself; use reprokit.runners.make"
+
+
+# The host's packages from the bottom up: each imports only from those before it (and itself), so data flows
+# one way: results are read by everything, a plan uses environments, runners and executors, the report only reads.
+LAYERS = ("errors", "console", "results", "claims", "environments", "runners", "execute", "plan", "certify", "report",
+          "cli", "__main__")
+
+
+def test_the_host_packages_import_only_downwards():
+    modules = _modules("reprokit")
+    for name, path in modules.items():
+        parts = name.split(".")
+        if len(parts) == 1:
+            continue                            # reprokit/__init__.py
+        mine = LAYERS.index(parts[1])
+        for target in _imports(path, modules=modules):
+            tparts = target.split(".")
+            if tparts[0] != "reprokit" or len(tparts) < 2 or tparts[1] == parts[1]:
+                continue
+            assert LAYERS.index(tparts[1]) < mine, f"{name} imports {target}: {tparts[1]} is not below {parts[1]}"
+
+
+def test_every_host_module_is_in_a_layer():
+    for name in _modules("reprokit"):
+        parts = name.split(".")
+        assert len(parts) == 1 or parts[1] in LAYERS, f"{name} belongs to no layer of LAYERS"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reprokit.report import metrics
-from reprokit.report.metrics import NotMeasured
+from reprokit.results import metrics
+from reprokit.results.metrics import NotMeasured
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = sorted((REPO / "reports").glob("*/results/*.json"))

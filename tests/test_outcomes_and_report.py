@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from reprokit import results
 from reprokit.report import fenced, md
+from reprokit.results import results
 from reprokit.runners.base import Outcome, collect
 
 SPEC = {"run_id": "0123456789abcdef", "experiment": "tiny", "variant": "fixed", "framework": "pytorch",

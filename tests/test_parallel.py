@@ -14,9 +14,11 @@ import sys
 import pytest
 from gpu_host import TOPO
 
-from reprokit import cli, host_checks, results, topology
-from reprokit.provenance import REPO
+from reprokit import cli
+from reprokit.environments import host_checks, topology
 from reprokit.report import pair_findings
+from reprokit.results import results
+from reprokit.results.provenance import REPO
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
 

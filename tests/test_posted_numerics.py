@@ -12,10 +12,10 @@ import subprocess
 
 from conftest import tiny_specs, write_spec
 
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.plan import Options, specs_for
-from reprokit.provenance import REPO, code
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.plan.plan import Options, specs_for
 from reprokit.report import pair_findings, sections
+from reprokit.results.provenance import REPO, code
 
 NONE = {"lock": None, "lock_sha256": None, "image": None}
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import cli, results
-from reprokit.provenance import REPO
+from reprokit import cli
+from reprokit.results import results
+from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
 pytestmark = pytest.mark.slow
@@ -132,7 +133,7 @@ def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):
     """Keras's own accuracy, as fit prints it, against the probe's count from the loss's inputs."""
     import re
 
-    from reprokit import matrix
+    from reprokit.plan import matrix
     tf_python = kit_python("tensorflow")
     args = cli.parse(["--script", f"tensorflow={SCRIPTS / 'keras_fit.py'}", "--frameworks",
                                      "tensorflow", "--backend", "local", "--profile", "quick", "--data-dir",
@@ -188,10 +189,10 @@ def test_a_planted_pair_is_explained_and_its_twin_is_not(kit_python, tmp_path, d
 
 def test_a_gpu_run_whose_script_trains_on_the_cpu_fails_as_no_gpu(kit_python, tmp_path, data_dir):
     """The spec asks for a GPU; the script's model is on the CPU (none here): refused at its first step."""
-    from reprokit import script_plan
-    from reprokit.experiments import from_scripts
-    from reprokit.plan import Options
-    from reprokit.provenance import code
+    from reprokit.plan import script_plan
+    from reprokit.plan.experiments import from_scripts
+    from reprokit.plan.plan import Options
+    from reprokit.results.provenance import code
 
     python = kit_python("pytorch")
     opts = Options(profile="quick", device="gpu", repeats=1, frameworks=("pytorch",), data_dir=data_dir,

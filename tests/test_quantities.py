@@ -8,7 +8,9 @@ import re
 import pytest
 
 from kits.common.measure import NoStepTimer, Tracker, WindowTimer
-from reprokit.report import claims, metrics, sections, summary_csv, units
+from reprokit.claims import claims
+from reprokit.report import sections, summary_csv
+from reprokit.results import metrics, units
 
 
 def test_the_claims_schema_quantity_enum_is_written_from_the_quantities():

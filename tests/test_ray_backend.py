@@ -24,12 +24,10 @@ import pytest
 import ray_cluster  # sets Ray's environment before Ray is imported
 
 pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
-from reprokit import (
-    host_checks,  # noqa: E402
-    results,  # noqa: E402
-)
-from reprokit.provenance import REPO  # noqa: E402
-from reprokit.topology import FAKE_SLOTS_ENV  # noqa: E402
+from reprokit.environments import host_checks  # noqa: E402
+from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
+from reprokit.results import results  # noqa: E402
+from reprokit.results.provenance import REPO  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TEST_BASE = os.environ.get("REPROKIT_TEST_BASE_IMAGE", "reprokit/test-base:bookworm-py311")
@@ -112,7 +110,7 @@ def _loopback(address: str) -> bool:
 def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
     from conftest import tiny_specs
 
-    from reprokit import cluster as cl
+    from reprokit.execute import cluster as cl
     from reprokit.runners.local import LocalRunner
     spec = tiny_specs(tiny_dir, data_dir)["pytorch"]
     job = cl.Job("local", "cpu", head=None)

@@ -19,10 +19,11 @@ import pytest
 
 from kits.common.pitfalls import PITFALLS
 from reprokit import report
-from reprokit import results as results_mod
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.report import claims as claims_mod
-from reprokit.report import metrics, verdicts
+from reprokit.claims import claims as claims_mod
+from reprokit.claims import verdicts
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.results import metrics
+from reprokit.results import results as results_mod
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "reports" / "quick-cpu" / "results"

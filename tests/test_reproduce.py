@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import results
-from reprokit.provenance import REPO
+from reprokit.results import results
+from reprokit.results.provenance import REPO
 
 pytestmark = pytest.mark.slow
 

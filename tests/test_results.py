@@ -6,8 +6,8 @@ import json
 
 import jsonschema
 
-from reprokit import results
-from reprokit.provenance import REPO
+from reprokit.results import results
+from reprokit.results.provenance import REPO
 
 FILES = sorted((REPO / "reports").glob("*/results/*.json"))
 

@@ -1,4 +1,4 @@
-"""The certificate on the models two users' scripts train, captured by the probe (reprokit/script_certificate.py).
+"""The certificate on the models two users' scripts train, captured by the probe (reprokit/certify/script_certificate.py).
 
 Real scripts from tests/user_scripts/, real frameworks, the local runner: each script runs under the probe to
 its first optimizer step, where its model is put into the certificate's canonical form from the object itself.
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import script_plan
-from reprokit.envs import ENVS
-from reprokit.experiments import from_scripts, load
-from reprokit.plan import Options
-from reprokit.provenance import REPO, code
+from reprokit.certify.script_certificate import certify_scripts
+from reprokit.environments.envs import ENVS
+from reprokit.plan import script_plan
+from reprokit.plan.experiments import from_scripts, load
+from reprokit.plan.plan import Options
+from reprokit.results.provenance import REPO, code
 from reprokit.runners.local import LocalRunner
-from reprokit.script_certificate import certify_scripts
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def test_the_probes_process_never_imports_the_kits_pitfall_module(kit_python, tm
     """What the probe reports of a script comes from the frameworks, never from the kit's pitfall switches: the
     module that holds them is not even imported, in a measured run or a certificate side, in either framework."""
     pair = _pair(load(SCRIPTS / "twin_pair.toml"), data_dir)
-    from reprokit import datasets
+    from reprokit.environments import datasets
     datasets.prepare({"dataset": pair["pytorch"]["data"]["dataset"], "train_samples": None, "test_samples": None,
                       "seed": 0}, data_dir, allow_download=False)
     for fw, extra in (("pytorch", ["--certify"]), ("tensorflow", ["--certify", "--weights-from",
@@ -113,7 +113,7 @@ def test_the_seed_004_posts_code_is_certified_apart_where_the_posts_differ(kit_p
     what the post's readers found by hand - PyTorch reuses one BatchNorm per width and ends in softmax into
     CrossEntropyLoss, Keras has one BatchNorm per convolution and a Dense more - and nothing that is not there
     (Keras's Sequential.add leaves stale graph nodes that must not read as shared layers)."""
-    from reprokit.experiments import BUILTIN_DIR
+    from reprokit.plan.experiments import BUILTIN_DIR
     kit_python("pytorch"), kit_python("tensorflow")
     exp = load(BUILTIN_DIR / "simplecnn_cifar10_memory.toml")
     cert = certify_scripts(_pair_of(exp, exp.script_variants["verbatim"], data_dir),

@@ -1,11 +1,12 @@
 """A seed's posted scripts run beside the kit's rebuild of them (the `verbatim` variant): planned on the same
 data file and bounds as the kit's runs of the same profile, so the report can set the two side by side
-(reprokit/script_plan.py, reprokit/report/reconstruction.py). Planned, not run: matrix.build on a dry run."""
+(reprokit/plan/script_plan.py, reprokit/report/reconstruction.py). Planned, not run: matrix.build on a dry run."""
 from __future__ import annotations
 
 import pytest
 
-from reprokit import cli, matrix
+from reprokit import cli
+from reprokit.plan import matrix
 
 
 @pytest.mark.parametrize(("profile", "extra"), [("quick", []), ("standard", ["--max-steps", "5"])])

@@ -1,4 +1,4 @@
-"""A script's extra requirements (reprokit/script_requirements.py): hash-pinned, layered on the lock, installed
+"""A script's extra requirements (reprokit/environments/script_requirements.py): hash-pinned, layered on the lock, installed
 from wheels the host fetched, with no network in the run.
 
 The package is a real wheel the test builds; pip fetches it from a local folder (PIP_FIND_LINKS, PIP_NO_INDEX),
@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import cli, script_requirements
+from reprokit import cli
+from reprokit.environments import script_requirements
 from reprokit.errors import UserError
-from reprokit.provenance import REPO
+from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
 NAME, VERSION = "reprokit_probe_extra", "1.0"

@@ -7,9 +7,9 @@ import pytest
 
 from kits.common.pitfalls import Pitfall, Pitfalls
 from kits.common.spec import RunSpec, SpecError
-from reprokit.experiments import BUILTIN_DIR, discover
-from reprokit.plan import Options, specs_for
-from reprokit.provenance import code
+from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.plan.plan import Options, specs_for
+from reprokit.results.provenance import code
 
 
 @pytest.fixture(scope="module")

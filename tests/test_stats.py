@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from reprokit.report import stats
+from reprokit.results import stats
 
 
 def _simulate(n: int, trials: int = 4000, seed: int = 1) -> np.ndarray:

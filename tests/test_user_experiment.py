@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from conftest import TINY
 
-from reprokit.provenance import REPO
+from reprokit.results.provenance import REPO
 
 pytestmark = pytest.mark.slow
 

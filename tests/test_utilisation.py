@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reprokit import utilisation
+from reprokit.results import utilisation
 
 REFERENCE = sorted((Path(__file__).resolve().parent.parent / "reports" / "quick-cpu" / "results").glob("*.json"))
 

@@ -24,6 +24,8 @@ first convolution has no input gradient (the image needs none), a frozen layer n
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +44,7 @@ def axis_names(rank: int, layout: str) -> list[str]:
     return ["N", "C", *spatial] if layout == "channels_first" else ["N", *spatial, "C"]
 
 
-def ordered(axes) -> list[str]:
+def ordered(axes: Iterable[str]) -> list[str]:
     """Axis names in one order (N, then spatial, then C, F), whatever the layout."""
     rank = {"N": 0, "H": 1, "W": 2, "L": 1, "C": 8, "F": 9}
     return sorted(set(axes), key=lambda a: (rank.get(a, 5), a))
@@ -62,8 +64,9 @@ def same_padding_start(size_in: int, kernel: int, stride: int, dilation: int) ->
     return total // 2
 
 
-def conv(kernel, cin: int, cout: int, groups: int, stride, dilation, size_in, size_out, start, batch: int,
-         grads: list[str]) -> dict:
+def conv(kernel: Sequence[int], cin: int, cout: int, groups: int, stride: Sequence[int], dilation: Sequence[int],
+         size_in: Sequence[int], size_out: Sequence[int], start: Sequence[int], batch: int,
+         grads: list[str]) -> dict[str, Any]:
     """A convolution's record; ``start`` is the padding before each spatial axis, ``size_in`` the input's
     spatial size before any padding."""
     padding: list[int] = []
@@ -75,7 +78,7 @@ def conv(kernel, cin: int, cout: int, groups: int, stride, dilation, size_in, si
             "grads": grads}
 
 
-def matmul(rows: float, inner: int, cols: int, batch: int, grads: list[str]) -> dict:
+def matmul(rows: float, inner: int, cols: int, batch: int, grads: list[str]) -> dict[str, Any]:
     """A matrix product of (rows x inner) by (inner x cols); ``rows`` over the whole batch."""
     per_sample = rows / batch
     per_sample = int(per_sample) if float(per_sample).is_integer() else per_sample
@@ -83,7 +86,8 @@ def matmul(rows: float, inner: int, cols: int, batch: int, grads: list[str]) -> 
             "macs": per_sample * inner * cols, "grads": grads}
 
 
-def pool(kind: str, window, stride, size_in, size_out, start, count_padding: bool | None = None) -> dict:
+def pool(kind: str, window: Sequence[int], stride: Sequence[int], size_in: Sequence[int], size_out: Sequence[int],
+         start: Sequence[int], count_padding: bool | None = None) -> dict[str, Any]:
     padding: list[int] = []
     for i, k in enumerate(window):
         padding += window_padding(size_in[i], size_out[i], k, stride[i], 1, start[i])
@@ -92,16 +96,16 @@ def pool(kind: str, window, stride, size_in, size_out, start, count_padding: boo
             "output": list(size_out), "count_padding": count_padding if padded and kind == "avg" else None}
 
 
-def activation(kind: str, parameter: float | str | None = None) -> dict:
+def activation(kind: str, parameter: float | str | None = None) -> dict[str, Any]:
     return {"op": "activation", "kind": kind, "parameter": parameter}
 
 
-def dropout(rate: float, mask_shape, x_shape, names: list[str]) -> dict:
+def dropout(rate: float, mask_shape: Sequence[int], x_shape: Sequence[int], names: list[str]) -> dict[str, Any]:
     shared = [names[i] for i, (m, x) in enumerate(zip(mask_shape, x_shape)) if m == 1 and x > 1]
     return {"op": "dropout", "rate": round(float(rate), 6), "shared_over": ordered(shared)}
 
 
-def flops(ops: list[dict]) -> dict:
+def flops(ops: list[dict[str, Any]]) -> dict[str, Any]:
     """Training FLOPs per sample of a canonical op list, by the rule in the module's docstring."""
     arith = [o for o in ops if o["op"] in ARITHMETIC]
     forward = 2 * sum(o["macs"] for o in arith)
@@ -115,7 +119,7 @@ def flops(ops: list[dict]) -> dict:
             "matrix_products": sum(o["op"] == "matmul" for o in arith)}
 
 
-def canonical_rows(root_shape, chain: list[tuple[str, list[int]]], layout: str) -> list[int] | None:
+def canonical_rows(root_shape: Sequence[int], chain: list[tuple[str, list[int]]], layout: str) -> list[int] | None:
     """For a dense layer fed by a feature map through reshapes and transposes only: the canonical
     (h, w, c) position of each of its input features, or None when the chain is not a permutation of
     one sample's features (then the rows stay as they are).
@@ -156,13 +160,13 @@ def rows_from_canonical(kernel: np.ndarray, rows: list[int] | None) -> np.ndarra
 
 # -- descriptions and comparisons ------------------------------------------------------------------
 
-def _size(v) -> str:
+def _size(v: Iterable[float]) -> str:
     return "x".join(str(int(x)) for x in v)
 
 
-def describe(op: dict, with_padding: bool = True) -> str:
+def describe(op: dict[str, Any], with_padding: bool = True) -> str:
     """One op in words, e.g. "conv 3x3, 8->16 channels, stride 1, output 8x8"."""
-    kind = op["op"]
+    kind: str = op["op"]
     if kind == "conv":
         stride = _size(op["stride"]) if len(set(op["stride"])) > 1 else str(op["stride"][0])
         text = f"conv {_size(op['kernel'])}, {op['channels'][0]}->{op['channels'][1]} channels"
@@ -173,7 +177,8 @@ def describe(op: dict, with_padding: bool = True) -> str:
     if kind == "matmul":
         return f"matmul {_num(op['rows'])}x{op['inner']} by {op['inner']}x{op['cols']} per sample"
     if kind == "activation":
-        return op["kind"] + (f" ({op['parameter']})" if op.get("parameter") is not None else "")
+        name: str = op["kind"]
+        return name + (f" ({op['parameter']})" if op.get("parameter") is not None else "")
     if kind == "pool":
         text = (f"{op['kind']} pool {_size(op['window'])}, stride {_size(op['stride'])}, output {_size(op['output'])}, "
                 f"padding {tuple(op['padding'])}")
@@ -192,23 +197,23 @@ def describe(op: dict, with_padding: bool = True) -> str:
     return kind
 
 
-def _num(x) -> str:
+def _num(x: float) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def _arith_key(op: dict) -> tuple:
+def _arith_key(op: dict[str, Any]) -> tuple[Any, ...]:
     if op["op"] == "conv":
         return ("conv", tuple(op["kernel"]), tuple(op["channels"]), op["groups"], tuple(op["stride"]),
                 tuple(op["dilation"]), tuple(op["output"]), tuple(op["grads"]))
     return ("matmul", op["rows"], op["inner"], op["cols"], tuple(op["grads"]))
 
 
-def _grads(op: dict) -> str:
+def _grads(op: dict[str, Any]) -> str:
     return {(): "no gradient", ("input",): "input gradient only", ("weight",): "weight gradient only",
             ("input", "weight"): "input and weight gradients"}.get(tuple(op["grads"]), "+".join(op["grads"]))
 
 
-def first_arithmetic_difference(a: list[dict], b: list[dict], la: str, lb: str) -> str | None:
+def first_arithmetic_difference(a: list[dict[str, Any]], b: list[dict[str, Any]], la: str, lb: str) -> str | None:
     """Where two canonical op lists stop computing the same products, in one sentence; None if nowhere."""
     xa = [o for o in a if o["op"] in ARITHMETIC]
     xb = [o for o in b if o["op"] in ARITHMETIC]
@@ -225,7 +230,7 @@ def first_arithmetic_difference(a: list[dict], b: list[dict], la: str, lb: str) 
     return None
 
 
-def structure(ops: list[dict]) -> list[list[str]]:
+def structure(ops: list[dict[str, Any]]) -> list[list[str]]:
     """The layers without parameters between the products: segment i lists, in order, what follows
     product i (segment 0: what comes before the first). A convolution contributes its padding; runs of
     activations and dropout are sorted, since they commute."""
@@ -246,7 +251,7 @@ def structure(ops: list[dict]) -> list[list[str]]:
     return segments
 
 
-def first_structure_difference(a: list[dict], b: list[dict], la: str, lb: str) -> str | None:
+def first_structure_difference(a: list[dict[str, Any]], b: list[dict[str, Any]], la: str, lb: str) -> str | None:
     """Where the layers without parameters first differ, both sides of that place in words; None if nowhere."""
     sa, sb = structure(a), structure(b)
     for i in range(min(len(sa), len(sb))):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class ResidentPeak:
     def __init__(self) -> None:
         self.unavailable: str | None = None
         self.baseline = rss_bytes()      # before the model is built: the framework's libraries and the data
+        self._trim: Callable[[int], object] | None
         try:
             self._trim = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):   # not glibc: an evaluation's mark then also holds training's leftovers
@@ -63,14 +65,14 @@ class ResidentPeak:
         except OSError as exc:
             self.unavailable = f"the resident high-water mark cannot be reset here ({exc})"
 
-    def read(self) -> dict:
+    def read(self) -> dict[str, Any]:
         if self.unavailable:
             return {"process": {"peak_bytes": None, "source": self.unavailable}}
         return {"process": {"peak_bytes": _status_bytes("VmHWM"), "source": self.SOURCE,
                             "baseline_bytes": self.baseline}}
 
 
-def step_stats(values: list[float]) -> dict:
+def step_stats(values: list[float]) -> dict[str, Any]:
     """Median, 95th percentile and mean of per-step seconds, with the raw values kept."""
     if not values:
         return {"p50": None, "p95": None, "mean": None, "n": 0, "values": []}
@@ -95,7 +97,7 @@ class Tracker(Protocol):
 
     def stop(self) -> None: ...
 
-    def report(self): ...
+    def report(self) -> object: ...
 
 
 class WindowTimer:
@@ -106,7 +108,7 @@ class WindowTimer:
     k steps do neither: the per-step figure is the window's time divided by k.
     """
 
-    def __init__(self, k: int, sync) -> None:
+    def __init__(self, k: int, sync: Callable[[], object]) -> None:
         self.method = f"windows of {k} step(s), the device synchronised at window edges"
         self.k = k
         self._sync = sync
@@ -125,6 +127,7 @@ class WindowTimer:
         if self._count == self.k:
             self._sync()
             t = now()
+            assert self._start is not None         # start() opened the window
             self._per_step.append((t - self._start) / self.k)
             self._start = t
             self._count = 0

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from kits.common.measure import WindowTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import ScriptSpec
 from kits.common.training import Measurements
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class HookClock:
@@ -39,10 +43,10 @@ class HookClock:
     _depth = 0
 
 
-def own_time(fn):
+def own_time(fn: Callable[P, R]) -> Callable[P, R]:
     """Count a hook's time on HookClock."""
     @functools.wraps(fn)
-    def timed(*args, **kwargs):
+    def timed(*args: P.args, **kwargs: P.kwargs) -> R:
         if HookClock._depth:
             return fn(*args, **kwargs)
         HookClock._depth += 1
@@ -55,11 +59,11 @@ def own_time(fn):
     return timed
 
 
-def unclocked(fn):
+def unclocked(fn: Callable[P, R]) -> Callable[P, R]:
     """A wait for the device inside a hook (a kit run's timing waits as long, at the same edges): not the probe's
     own work, so HookClock leaves it out."""
     @functools.wraps(fn)
-    def waits(*args, **kwargs):
+    def waits(*args: P.args, **kwargs: P.kwargs) -> R:
         t0 = now()
         try:
             return fn(*args, **kwargs)
@@ -81,7 +85,8 @@ class Forward:
     grad: bool
     training: bool                     # the module's mode (PyTorch), or the call's training argument (Keras)
     wait: float = 0.0                  # seconds since the last step ended (the time it waited for this batch)
-    counts: list = field(default_factory=list)    # the loss's (summed loss, correct) for this batch, on the device
+    # the loss's (summed loss, correct) for this batch, on the device
+    counts: list[tuple[Any, Any]] = field(default_factory=list)
 
 
 class LoaderPass:
@@ -109,26 +114,27 @@ class LoaderPass:
 class Bounded:
     """A loader's iterator, ended where its pass's bounds say (the script's loop sees it run out)."""
 
-    def __init__(self, inner, bound: LoaderPass) -> None:
+    def __init__(self, inner: Any, bound: LoaderPass) -> None:     # a framework's iterator (some have a len)
         self._inner, self._bound = inner, bound
 
-    def __iter__(self):
+    def __iter__(self) -> Bounded:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         if not self._bound.more():
             raise StopIteration
         return self._fetch()
 
-    def _fetch(self):
+    def _fetch(self) -> Any:
         return next(self._inner)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._inner)
 
 
 class Observer:
-    def __init__(self, spec: ScriptSpec, sync, phases: PhaseMemory, memory_now, progress: Progress) -> None:
+    def __init__(self, spec: ScriptSpec, sync: Callable[[], object], phases: PhaseMemory,
+                 memory_now: Callable[[], int], progress: Progress) -> None:
         self.spec, self.phases, self.memory_now, self.progress = spec, phases, memory_now, progress
         self.sync = unclocked(sync)
         self.m = Measurements(window_steps=spec.measure.window_steps)
@@ -137,11 +143,11 @@ class Observer:
         self.phase, self.epoch, self.steps, self.in_phase = WARMUP, 1, 0, 0
         self.pending: Forward | None = None          # the last forward pass, not yet known to be training or not
         self.training_modes: tuple[bool, bool] | None = None
-        self.sums: dict[str, list] = {"train": [], "eval": []}
+        self.sums: dict[str, list[tuple[Any, Any]]] = {"train": [], "eval": []}
         self.epoch_sums: list[dict[str, Any]] = []     # an epoch's sums (lists) and counts (ints)
         self.seen: dict[str, Any] = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0,
                                      "grad_enabled_in_eval": 0, "loss_input_probe": None}
-        self.syncs: Counter = Counter()              # host synchronisations in the script's code, by phase
+        self.syncs: Counter[str] = Counter()         # host synchronisations in the script's code, by phase
         self.loaders: list[LoaderPass] = []
         self.fetched_from: LoaderPass | None = None     # the pass the last batch came from, since the last step
         self.training_loader: int | None = None         # the loader the training steps' batches come from
@@ -151,10 +157,10 @@ class Observer:
         self.t_eval: float | None = None
         self.t_measured: float | None = None
         self.epoch_samples = self.epoch_steps = self.eval_steps = self.eval_samples = 0
-        self.train_part: dict | None = None          # the epoch's training, once it ended
+        self.train_part: dict[str, Any] | None = None  # the epoch's training, once it ended
         self.own_s = 0.0                             # the probe's own time over the measured steps (HookClock)
         self._own_mark: float | None = None
-        self.at_first_step: list = []                # callables: the model is known, its device too
+        self.at_first_step: list[Callable[[], object]] = []     # called once the model is known, its device too
 
     # -- from the framework's hooks -----------------------------------------------------------------
 
@@ -174,7 +180,7 @@ class Observer:
             self.pending.wait = t - self.t_step_end
 
     @own_time
-    def loss(self, loss_sum, correct) -> None:
+    def loss(self, loss_sum: Any, correct: Any) -> None:
         """The loss of the pending forward pass, counted by the probe (device values, read once at the end)."""
         if self.pending is not None:
             self.pending.counts.append((loss_sum, correct))
@@ -330,7 +336,7 @@ class Observer:
         self.in_phase = self.epoch_steps = self.epoch_samples = self.eval_steps = self.eval_samples = 0
         self.train_part, self.t_epoch = None, None
 
-    def finish(self, as_float, stopped: bool) -> None:
+    def finish(self, as_float: Callable[[Any], float], stopped: bool) -> None:
         """The script ended, or the probe ``stopped`` it at the step of a forward pass that never finished; a
         last forward pass without a step after it was evaluation. Close the open epoch and read the probe's
         own counts (``as_float`` turns a device value into a number)."""

@@ -1,6 +1,6 @@
 """The RunSpec, typed: everything a kit needs to run, loaded once from the JSON the host wrote.
 
-The host plans and hashes RunSpecs as JSON (reprokit/plan.py); a kit entry point
+The host plans and hashes RunSpecs as JSON (reprokit/plan/plan.py); a kit entry point
 turns that JSON into a ``RunSpec`` with ``RunSpec.from_dict`` and reads nothing
 else. A field the spec lacks or does not know is refused there, with its path,
 before any framework starts. Standard library only: the kits import it, and so
@@ -195,11 +195,19 @@ class RunSpec:
         out["pitfalls"] = self.pitfalls.names()
         return out
 
+    def computed_run_id(self) -> str:
+        """The run id this spec's content hashes to: the sha256 of its JSON (sorted keys) without run_id,
+        first 16 hex digits (a dataclass field holds the id the plan wrote, so this method has its own name)."""
+        import hashlib
+        import json
+        body = {k: v for k, v in self.to_dict().items() if k != "run_id"}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
 
 @dataclass(frozen=True)
 class Requirements:
-    """A script's extra requirements (reprokit/script_requirements.py): its file, what the lock already pins, and
-    the hash-pinned lines the probe installs from the host's wheels."""
+    """A script's extra requirements (reprokit/environments/script_requirements.py): its file, what the lock
+    already pins, and the hash-pinned lines the probe installs from the host's wheels."""
     file: str
     sha256: str
     install: list
@@ -269,6 +277,14 @@ class ScriptSpec:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def computed_run_id(self) -> str:
+        """The run id this spec's content hashes to: the sha256 of its JSON (sorted keys) without run_id,
+        first 16 hex digits (a dataclass field holds the id the plan wrote, so this method has its own name)."""
+        import hashlib
+        import json
+        body = {k: v for k, v in self.to_dict().items() if k != "run_id"}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def parse(kind, value, path: str):

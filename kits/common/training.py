@@ -9,6 +9,7 @@ training and evaluation phase's start, read at its end.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kits.common.backend import Backend
 from kits.common.measure import NoStepTimer, now
@@ -22,9 +23,9 @@ class Measurements:
     observed_batch_sizes: list[int] = field(default_factory=list)     # every training step's, from the tensors
     samples_per_epoch: list[int] = field(default_factory=list)
     steps_per_epoch: list[int] = field(default_factory=list)
-    epoch_times: list[dict] = field(default_factory=list)
-    epoch_metrics: list[dict] = field(default_factory=list)   # the figures the run reported
-    counted: list[dict] = field(default_factory=list)         # the kit's own count, per epoch and split
+    epoch_times: list[dict[str, Any]] = field(default_factory=list)
+    epoch_metrics: list[dict[str, Any]] = field(default_factory=list)   # the figures the run reported
+    counted: list[dict[str, Any]] = field(default_factory=list)         # the kit's own count, per epoch and split
     averaged_over: str = "samples"     # what the reported figures were divided by, judged from the count
     memory_over_steps: list[tuple[int, int]] = field(default_factory=list)
     data_wait_s: float = 0.0
@@ -143,7 +144,7 @@ class _Split:
     loss_sum: float
     correct: float
     seconds: float
-    reported: dict | None
+    reported: dict[str, Any] | None
 
 
 def _evaluate(backend: Backend, sizes_seen: list[int]) -> _Split:
@@ -175,7 +176,8 @@ def _record_epoch(m: Measurements, epoch: int, train: _Split, test: _Split) -> N
                             **_figures("test", test.reported, test.loss_sum, test.correct, test.samples)})
 
 
-def _figures(split: str, reported: dict | None, loss_sum: float, correct: float, samples: int) -> dict:
+def _figures(split: str, reported: dict[str, Any] | None, loss_sum: float, correct: float,
+             samples: int) -> dict[str, Any]:
     """The split's reported loss and accuracy: the run's own (its metrics hook's), else the kit's per sample."""
     if reported is not None:
         return {f"{split}_loss": reported["loss"], f"{split}_accuracy": reported["accuracy"]}
@@ -183,7 +185,7 @@ def _figures(split: str, reported: dict | None, loss_sum: float, correct: float,
             f"{split}_accuracy": correct / samples if samples else None}
 
 
-def averaged_over(reported: list[dict], counted: list[dict]) -> str:
+def averaged_over(reported: list[dict[str, Any]], counted: list[dict[str, Any]]) -> str:
     """What the reported accuracies were divided by: samples or batches, judged from the kit's own count
     (correct predictions, samples and steps); "unknown" where they match neither."""
     kinds = set()

@@ -5,28 +5,28 @@ import time
 
 from kits.common import bare
 from kits.common import data as datalib
-from kits.common.spec import Threads
+from kits.common.spec import RunSpec
 
 
-def loop(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
+def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
     """Wall and process CPU seconds for `steps` steps after `warmup`: the plainest fast eager loop."""
     import torch
     import torch.nn.functional as F
 
     from kits.pytorch_kit import models
 
-    torch.manual_seed(spec["train"]["seed"])
-    device = torch.device("cuda" if spec["device"] == "gpu" else "cpu")
+    torch.manual_seed(spec.train.seed)
+    device = torch.device("cuda" if spec.device == "gpu" else "cpu")
     scale, resize = bare.scale_resize(spec)
-    model = models.build(bare.model(spec), spec["data"]["input_size"]).to(device)
+    model = models.build(spec.model, spec.data.input_size).to(device)
     model.train()
-    opt = spec["train"]["optimizer"]
-    if opt["name"] == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]),
-                                     eps=opt["epsilon"])
+    opt = spec.train.optimizer
+    if opt.name == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2),
+                                     eps=opt.epsilon)
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
-                                    nesterov=opt["nesterov"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=opt.lr, momentum=opt.momentum,
+                                    nesterov=opt.nesterov)
 
     def sync() -> None:
         if device.type == "cuda":
@@ -53,7 +53,7 @@ def loop(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[f
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def process_setup(spec: dict) -> None:
+def process_setup(spec: RunSpec) -> None:
     """Thread pools as the kit sets them, once; later kit Backends may ask again for the same.
 
     torch refuses a second set_num_interop_threads in one process even with the
@@ -62,7 +62,7 @@ def process_setup(spec: dict) -> None:
     """
     import torch
 
-    threads = Threads(**spec["numerics"]["cpu_threads"])
+    threads = spec.numerics.cpu_threads
     torch.set_num_threads(threads.intra())
     torch.set_num_interop_threads(threads.inter_op)
     original = torch.set_num_interop_threads

@@ -6,26 +6,26 @@ import time
 
 from kits.common import bare
 from kits.common import data as datalib
-from kits.common.spec import Threads
+from kits.common.spec import RunSpec
 
 
-def loop(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
+def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
     """Wall and process CPU seconds for `steps` steps after `warmup`: a tf.function step with a tape."""
     import keras
     import tensorflow as tf
 
     from kits.tensorflow_kit import models
 
-    keras.utils.set_random_seed(spec["train"]["seed"])
+    keras.utils.set_random_seed(spec.train.seed)
     scale, resize = bare.scale_resize(spec)
-    model = models.build(bare.model(spec), spec["data"]["input_size"])
-    opt = spec["train"]["optimizer"]
-    if opt["name"] == "adam":
-        optimizer = keras.optimizers.Adam(learning_rate=opt["lr"], beta_1=opt["beta1"], beta_2=opt["beta2"],
-                                          epsilon=opt["epsilon"])
+    model = models.build(spec.model, spec.data.input_size)
+    opt = spec.train.optimizer
+    if opt.name == "adam":
+        optimizer = keras.optimizers.Adam(learning_rate=opt.lr, beta_1=opt.beta1, beta_2=opt.beta2,
+                                          epsilon=opt.epsilon)
     else:
-        optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"],
-                                         nesterov=opt["nesterov"])
+        optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum,
+                                         nesterov=opt.nesterov)
     optimizer.build(model.trainable_variables)       # its slots before the trace, as the kit builds them
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -54,13 +54,13 @@ def loop(spec: dict, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[f
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def process_setup(spec: dict) -> None:
+def process_setup(spec: RunSpec) -> None:
     """Thread pools before the first op, as the kit's Backend sets them (it may repeat the same values)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    threads = Threads(**spec["numerics"]["cpu_threads"])
+    threads = spec.numerics.cpu_threads
     tf.config.threading.set_intra_op_parallelism_threads(threads.intra())
     tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
-    if spec["device"] != "gpu":
+    if spec.device != "gpu":
         tf.config.set_visible_devices([], "GPU")

@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections import Counter
 
 from kits.common.names import LABELS
-from reprokit.report.claims import Claim, Operand
+from reprokit.claims.claims import Claim, Operand
+from reprokit.claims.verdicts import STATUSES, Verdict, fmt_figure, posted_text
 from reprokit.report.markdown import anchor, md, short, table
-from reprokit.report.metrics import QUANTITIES
-from reprokit.report.verdicts import STATUSES, Verdict, fmt_figure, posted_text
+from reprokit.results.metrics import QUANTITIES
 
 
 def overview(found: list[Verdict]) -> str:

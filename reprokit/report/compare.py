@@ -19,9 +19,9 @@ from typing import Any
 
 from kits.common.names import LABELS
 from reprokit.errors import UserError
-from reprokit.report import metrics, stats
 from reprokit.report.markdown import md, table
-from reprokit.store import Store
+from reprokit.results import metrics, stats
+from reprokit.results.store import Store
 
 METRICS = ("samples_per_s", "step_time_p50_s", "train_time_per_epoch_s", "eval_time_per_epoch_s",
            "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "final_test_accuracy")

@@ -8,20 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprokit.experiments import Experiment
-from reprokit.report import (
-    claims_section,
-    first_screen,
-    plots,
-    reconstruction,
-    runs,
-    sections,
-    stats,
-    summary_csv,
-)
-from reprokit.report.claims import Claim
+from reprokit.claims.claims import Claim
+from reprokit.claims.verdicts import Verdict, evaluate
+from reprokit.plan.experiments import Experiment
+from reprokit.report import claims_section, first_screen, plots, reconstruction, sections, summary_csv
 from reprokit.report.markdown import anchor, md
-from reprokit.report.verdicts import Verdict, evaluate
+from reprokit.results import runs, stats
 
 PLOT_SUFFIXES = ("-throughput.png", "-memory.png")
 

@@ -6,14 +6,15 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from kits.common.names import FRAMEWORKS, LABELS
-from reprokit.report import metrics, reconstruction, runs, stats
+from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
+from reprokit.report import reconstruction
 from reprokit.report.markdown import md
-from reprokit.report.metrics import NotMeasured
-from reprokit.report.runs import FIXED, POSTED, SCRIPT, VERBATIM
-from reprokit.report.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
+from reprokit.results import metrics, runs, stats
+from reprokit.results.metrics import NotMeasured
+from reprokit.results.runs import FIXED, POSTED, SCRIPT, VERBATIM
 
 if TYPE_CHECKING:
-    from reprokit.experiments import Experiment
+    from reprokit.plan.experiments import Experiment
 
 DEFAULT_HEADLINES = (("epoch_time_s", "reported"), ("peak_memory_bytes", "reported"))
 

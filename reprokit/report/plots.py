@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 
 from kits.common.names import FRAMEWORKS, LABELS, REGISTRY
-from reprokit.report import metrics, stats
-from reprokit.report.metrics import NotMeasured
-from reprokit.report.runs import variant_order
+from reprokit.results import metrics, stats
+from reprokit.results.metrics import NotMeasured
+from reprokit.results.runs import variant_order
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any common colour-vision deficiency.
 PHASE_COLOR = {"train": "#009E73", "eval": "#CC79A7", "peak": "#999999"}

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kits.common.names import LABELS
-from reprokit.report import metrics, units
 from reprokit.report.markdown import anchor, md, table
-from reprokit.report.runs import POSTED, VERBATIM
+from reprokit.results import metrics, units
+from reprokit.results.runs import POSTED, VERBATIM
 
 if TYPE_CHECKING:
-    from reprokit.experiments import Experiment
+    from reprokit.plan.experiments import Experiment
 
 RATIO_TOLERANCE = 0.10
 SETTING = ("effective_batch_size", "train_steps_per_epoch", "parameters")

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
-from reprokit import certify_plan
-from reprokit.report import metrics, pair_findings, parameter_counts, runs, stats, units
+from reprokit.certify import certify_plan
+from reprokit.report import pair_findings, parameter_counts
 from reprokit.report.markdown import fenced, md, short, table
-from reprokit.report.metrics import NotMeasured
-from reprokit.report.runs import FIXED
+from reprokit.results import metrics, runs, stats, units
+from reprokit.results.metrics import NotMeasured
+from reprokit.results.runs import FIXED
 
 # The side-by-side table's rows in the report's order (summary.csv's is another); each reads as its quantity's
 # ``row`` says (metrics.Quantity).

@@ -8,9 +8,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from reprokit.report import metrics
-from reprokit.report.metrics import NotMeasured
-from reprokit.report.runs import order
+from reprokit.results import metrics
+from reprokit.results.metrics import NotMeasured
+from reprokit.results.runs import order
 
 # (column, dotted field of the result) for what identifies a run
 IDENTITY = (("run_id", "run_id"), ("experiment", "experiment"), ("variant", "variant"), ("framework", "framework"),

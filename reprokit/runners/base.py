@@ -23,13 +23,25 @@ from typing import Protocol
 
 from kits.common import cpu_peak
 from kits.common.names import PROGRESS_MARKER
-from reprokit import results
-from reprokit.topology import Placement
+from kits.common.spec import RunSpec, ScriptSpec
+from reprokit.environments.topology import Placement
+from reprokit.results import results
 
 LOG_TAIL_LINES = 40
 RESULT_NAME = "result.json"
 
 ProgressFn = Callable[[dict], None]
+
+# What a training run is given: a kit run's RunSpec, or a ScriptSpec (a user's script under the probe). Specs
+# travel typed; one is a dict only as the JSON a kit process reads, and where the certificates and results take one.
+Spec = RunSpec | ScriptSpec
+
+
+def typed(spec: dict) -> Spec:
+    """A spec's JSON (a plan's, a result's) as its type: a ScriptSpec for a script's run, else a RunSpec."""
+    if spec.get("source") == "script":
+        return ScriptSpec.from_dict(spec)
+    return RunSpec.from_dict(spec)
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,8 @@ def fresh_folder(path: Path) -> Path:
 def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path,
               placement: Placement | None = None) -> KitCall:
     """The training run of one spec, its result file in the call's output folder: ``kits.run`` for a RunSpec,
-    ``kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input)."""
+    ``kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input). ``spec``
+    is the spec as written at spec_path, the JSON the kit process reads (run_spec writes it; a certificate its own)."""
     args: tuple = ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir)
     inputs: tuple = (spec_path,)
     module = "kits.run"
@@ -104,20 +117,22 @@ def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path,
                    timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"], placement=placement)
 
 
-def run_spec(runner: Runner, spec: dict, work: Path, on_progress: ProgressFn,
+def run_spec(runner: Runner, spec: Spec, work: Path, on_progress: ProgressFn,
              placement: Placement | None = None) -> dict | None:
     """One training run through the runner: exactly one result, None if interrupted (Ctrl-C).
 
-    With a placement, the result records it (launcher.placement): the GPU's UUID and the CPU set.
+    The spec becomes JSON here, for the kit process, and the result records it as written. With a placement,
+    the result records it (launcher.placement): the GPU's UUID and the CPU set.
     """
-    run_dir = fresh_folder(work / spec["run_id"])
+    run_dir = fresh_folder(work / spec.run_id)
     spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True))
-    call = spec_call(spec, spec_path, run_dir / "out", runner.data_dir, placement)
+    written = spec.to_dict()
+    spec_path.write_text(json.dumps(written, indent=1, sort_keys=True))
+    call = spec_call(written, spec_path, run_dir / "out", runner.data_dir, placement)
     outcome = runner.run(call, on_progress)
     if outcome.interrupted:
         return None
-    result = collect(spec, outcome, call.output / RESULT_NAME)
+    result = collect(written, outcome, call.output / RESULT_NAME)
     cpu_peak.remember(runner.data_dir, result)         # a CPU peak the run measured: the next run reads it
     if placement is not None:
         result.setdefault("launcher", {})["placement"] = placement.record()
@@ -141,7 +156,8 @@ GPU_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "RESOURCE_EXHAUSTED
 
 
 def collect(spec: dict, outcome: Outcome, out_path: Path) -> dict:
-    """One result dict for any outcome: the kit's own file if it is valid, else a failure."""
+    """One result dict for any outcome: the kit's own file if it is valid, else a failure. ``spec`` is the
+    spec as the kit process was given it (JSON), which a failure's record keeps."""
     def failed(kind: str, message: str) -> dict:
         return results.failure(spec, kind, message, outcome.log_tail, outcome.wall_s, outcome.launcher)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from reprokit import host_checks, images
+from reprokit.environments import host_checks, images
 from reprokit.errors import UserError
 from reprokit.runners.base import Runner
 from reprokit.runners.make import make

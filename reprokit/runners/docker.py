@@ -31,9 +31,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kits.common.names import CONTAINER_LABEL, PROGRESS_MARKER
-from reprokit import host_checks, images
-from reprokit.errors import UserError
-from reprokit.host_checks import (
+from reprokit.environments import host_checks, images
+from reprokit.environments.host_checks import (
     TOOLKIT_FIX,
     check_gpu_host,
     device_requests,
@@ -41,6 +40,7 @@ from reprokit.host_checks import (
     nvidia_runtime_available,
     parse_gpus,
 )
+from reprokit.errors import UserError
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 KITS_TARGET = "/opt/reprokit/kits"

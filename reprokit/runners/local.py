@@ -14,11 +14,11 @@ import threading
 import time
 from pathlib import Path
 
-from reprokit import envs
-from reprokit.host_checks import Flavor, build_facts
-from reprokit.provenance import REPO, sha256_file
+from reprokit.environments import envs
+from reprokit.environments.host_checks import Flavor, build_facts
+from reprokit.environments.topology import parse_cpulist
+from reprokit.results.provenance import REPO, sha256_file
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
-from reprokit.topology import parse_cpulist
 
 
 class LocalRunner:

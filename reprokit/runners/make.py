@@ -2,17 +2,36 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from reprokit import host_checks
-from reprokit.envs import ENVS
-from reprokit.provenance import REPO
+from reprokit.environments import host_checks
+from reprokit.environments.envs import ENVS
+from reprokit.results.provenance import REPO
 from reprokit.runners.base import Runner
+
+if TYPE_CHECKING:       # imported when one is made: the Docker runner's module wants the SDK only then
+    from reprokit.runners.docker import DockerRunner
+    from reprokit.runners.local import LocalRunner
 
 
 def user_mounts(extra_dirs: tuple[Path, ...]) -> list[tuple[Path, str]]:
     """Where a container sees each --experiments folder."""
     return [(Path(d), f"/opt/reprokit/user/{i}") for i, d in enumerate(extra_dirs)]
+
+
+# The kind names the class, so a caller that needs one runner's own methods (the Docker runner's recipe) has it.
+@overload
+def make(kind: Literal["local"], *, data_dir: Path, device: str, gpus: str | list[str] = ...,
+         extra_dirs: tuple[Path, ...] = ..., python: Path | None = ...,
+         flavors: dict[str, host_checks.Flavor] | None = ..., visible_gpus: str | None = ...,
+         envs_root: Path = ..., repo_root: Path = ..., **docker: Any) -> LocalRunner: ...
+
+
+@overload
+def make(kind: Literal["docker"], *, data_dir: Path, device: str, gpus: str | list[str] = ...,
+         extra_dirs: tuple[Path, ...] = ..., python: Path | None = ...,
+         flavors: dict[str, host_checks.Flavor] | None = ..., visible_gpus: str | None = ...,
+         envs_root: Path = ..., repo_root: Path = ..., **docker: Any) -> DockerRunner: ...
 
 
 def make(kind: str, *, data_dir: Path, device: str, gpus: str | list[str] = "none",

@@ -18,20 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from kits.common.spec import ScriptSpec
-from reprokit import datasets, script_requirements
+from reprokit.environments import datasets, script_requirements
 from reprokit.errors import UserError
-from reprokit.plan import TIMEOUT_S, Options, run_id
+from reprokit.plan.plan import TIMEOUT_S, Options, identified
 
 SCHEMA = "reprokit.scriptspec/1"
 VARIANT = "script"
 # (training steps per epoch, epochs, evaluation batches per pass, warmup steps) by profile
 BOUNDS = {"quick": (3, 1, 3, 1), "standard": (300, 2, 300, 5), "full": (None, None, None, 5)}
-STAND_IN = "learnable"          # a CIFAR-10-shaped generated set that a small CNN learns (reprokit/datasets.py)
+# A CIFAR-10-shaped generated set that a small CNN learns (reprokit/environments/datasets.py).
+STAND_IN = "learnable"
 
 
 def script_entry(value: str | dict[str, Any], experiment_file: Path, framework: str) -> dict[str, Any]:
     """A script as the experiment file gives it, resolved: its folder (absolute), path in it, args, shim and
-    extra requirements (reprokit/script_requirements.py)."""
+    extra requirements (reprokit/environments/script_requirements.py)."""
     entry = {"path": value} if isinstance(value, str) else dict(value)
     folder = (experiment_file.parent / entry.get("folder", ".")).resolve()
     path = folder / entry["path"]
@@ -96,7 +97,7 @@ def _bounds(opts: Options, epochs: int | None, setting: dict[str, Any] | None) -
 def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
               describe: Callable[[str], dict[str, Any]], code: dict[str, Any],
               epochs: int | None = None, variant: str = VARIANT,
-              setting: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+              setting: dict[str, Any] | None = None) -> list[ScriptSpec]:
     """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each;
     ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds."""
     data = _data(opts, setting)
@@ -117,7 +118,5 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
                     "warmup_steps": warmup, "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
                     "differences": [], "provenance": {**code, **describe(framework)},
                     "pitfalls": [], "pitfall_summaries": {}}
-            spec = ScriptSpec.from_dict(spec).to_dict()      # every field explicit, or the plan has a bug
-            spec["run_id"] = run_id(spec)
-            out.append(spec)
+            out.append(identified(ScriptSpec.from_dict(spec)))     # every field explicit, or the plan has a bug
     return out

@@ -8,9 +8,9 @@ import venv
 from collections.abc import Callable
 from pathlib import Path
 
-from reprokit import images
+from reprokit.environments import images
 from reprokit.errors import UserError
-from reprokit.provenance import REPO, sha256_file
+from reprokit.results.provenance import REPO, sha256_file
 
 STATE = REPO / ".reprokit"     # the kit's local state: environments, data, finished results
 ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file

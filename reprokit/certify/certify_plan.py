@@ -21,7 +21,8 @@ from typing import Any
 
 from kits.common.names import FRAMEWORKS, label
 from kits.common.pitfalls import certified
-from reprokit import model_cost, utilisation
+from reprokit.plan import model_cost
+from reprokit.results import utilisation
 
 FIXED = "fixed"
 # Spec fields that do not change what the certificate checks: how long and how it is measured.

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from kits.common.files import write_json_atomic
-from reprokit import certify_plan, report
-from reprokit.report.claims import Claim
-from reprokit.store import Store
+from reprokit import report
+from reprokit.certify import certify_plan
+from reprokit.claims.claims import Claim
+from reprokit.results.store import Store
 
 RUNS = "runs"
 

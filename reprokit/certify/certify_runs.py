@@ -1,5 +1,5 @@
 """The equivalence certificates of a matrix, made before any timing and cached in the state folder by
-what they certify (reprokit/certify_plan.py decides the pairs and their keys)."""
+what they certify (reprokit/certify/certify_plan.py decides the pairs and their keys)."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,10 @@ from pathlib import Path
 
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS
-from reprokit import certify_plan
-from reprokit.certificate import certify_many
+from reprokit.certify import certify_plan
+from reprokit.certify.certificate import certify_many
+from reprokit.certify.script_certificate import certify_scripts
 from reprokit.runners.base import Runner
-from reprokit.script_certificate import certify_scripts
 
 
 def for_matrix(specs: list[dict], runner: Runner, state: Path, enabled: bool, budget: float,

@@ -7,10 +7,14 @@ guess for a quick CPU run. Anything else is "unknown", never a made-up figure.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Any
 
-from reprokit import model_cost, utilisation
+from kits.common.spec import RunSpec, ScriptSpec
+from reprokit.plan import model_cost
+from reprokit.runners.base import Spec
+from reprokit.results import utilisation
 
 FIRST_GUESS_S = {"quick": 30.0}   # a quick CPU run, start-up included, before any has finished here
 ENV_BUILD_S = 60.0                # building a framework environment or image, once
@@ -18,34 +22,34 @@ GPU_SHARE = 0.35                  # of the datasheet peak a first GPU run is ass
 START_S = 20.0                    # framework import, data load, model build, warmup on a GPU
 
 
-def precision(spec: dict[str, Any]) -> str:
-    n = spec["numerics"]
-    return "bf16" if n["precision"] == "bf16_mixed" else "tf32" if n["tf32"] else "fp32"
+def precision(spec: RunSpec) -> str:
+    n = spec.numerics
+    return "bf16" if n.precision == "bf16_mixed" else "tf32" if n.tf32 else "fp32"
 
 
-def samples(spec: dict[str, Any]) -> tuple[int, int]:
+def samples(spec: RunSpec) -> tuple[int, int]:
     """(training samples, evaluation samples) over the whole run."""
-    train, data = spec["train"], spec["data"]
-    per_epoch = data["train_samples"] // train["batch_size"]
-    if train.get("max_steps_per_epoch"):
-        per_epoch = min(per_epoch, train["max_steps_per_epoch"])
-    return train["epochs"] * per_epoch * train["batch_size"], train["epochs"] * data["test_samples"]
+    train, data = spec.train, spec.data
+    per_epoch = data.train_samples // train.batch_size
+    if train.max_steps_per_epoch:
+        per_epoch = min(per_epoch, train.max_steps_per_epoch)
+    return train.epochs * per_epoch * train.batch_size, train.epochs * data.test_samples
 
 
-def seconds(spec: dict[str, Any], history: list[dict[str, Any]], gpu_name: str | None) -> tuple[float | None, str]:
+def seconds(spec: Spec, history: list[dict[str, Any]], gpu_name: str | None) -> tuple[float | None, str]:
     """(estimate, how it was made) for one run."""
     def walls(keys: tuple[str, ...]) -> list[float]:
         return [r["launcher"]["wall_s"] for r in history
                 if r["status"] == "ok" and r.get("launcher", {}).get("wall_s")
-                and all(r[k] == spec[k] for k in keys)]
+                and all(r[k] == getattr(spec, k) for k in keys)]
     same = walls(("experiment", "framework", "variant", "profile")) or walls(("experiment", "framework", "profile"))
     if same:
         return statistics.median(same), f"median of {len(same)} finished run(s) like it here"
-    if spec.get("source") == "script":
-        return (None, "unknown: a script's cost is known once it ran") if spec["profile"] != "quick" else \
+    if isinstance(spec, ScriptSpec):
+        return (None, "unknown: a script's cost is known once it ran") if spec.profile != "quick" else \
             (FIRST_GUESS_S["quick"], "first-run guess")
-    if spec["device"] == "gpu":
-        flops = model_cost.training_flops_per_sample(spec["model"], spec["data"]["input_size"])
+    if spec.device == "gpu":
+        flops = model_cost.training_flops_per_sample(dataclasses.asdict(spec.model), spec.data.input_size)
         if flops is None:
             return None, "unknown: a custom model's FLOPs are counted when it first runs"
         peak, source = utilisation.device_peak(gpu_name or "unknown GPU", precision(spec))
@@ -54,5 +58,5 @@ def seconds(spec: dict[str, Any], history: list[dict[str, Any]], gpu_name: str |
         trained, evaluated = samples(spec)
         work = flops * (trained + evaluated / 3)          # evaluation is the forward third
         return START_S + work / (peak * GPU_SHARE), f"training FLOPs at {GPU_SHARE:.0%} of {source}"
-    guess = FIRST_GUESS_S.get(spec["profile"])
+    guess = FIRST_GUESS_S.get(spec.profile)
     return (guess, "first-run guess") if guess else (None, "unknown: no finished run like it here yet")

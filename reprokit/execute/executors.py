@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Protocol
 
 from reprokit.console import RunProgress
-from reprokit.runners.base import Runner
-from reprokit.store import Store
-from reprokit.topology import Placement
+from reprokit.environments.topology import Placement
+from reprokit.results.store import Store
+from reprokit.runners.base import Runner, Spec
 
-ProgressFor = Callable[[int, dict], RunProgress]
+ProgressFor = Callable[[int, Spec], RunProgress]
 
 
 class Executor(Protocol):
@@ -32,7 +32,7 @@ class Executor(Protocol):
     def prepare(self, runner: Runner, frameworks: set[str]) -> None:
         """Build or check what the runs need here; raise UserError before any run."""
 
-    def run(self, runner: Runner, todo: list[dict], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+    def run(self, runner: Runner, todo: list[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         """Run every spec, storing each result as it ends; (failed runs, interrupted)."""
 
 
@@ -57,14 +57,14 @@ class HostExecutor:
     def prepare(self, runner: Runner, frameworks: set[str]) -> None:
         runner.prepare(frameworks)
 
-    def run(self, runner: Runner, todo: list[dict], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
-        from reprokit import schedule
+    def run(self, runner: Runner, todo: list[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+        from reprokit.execute import schedule
         return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for)
 
 
 @dataclass
 class RayExecutor:
-    """The nodes of an existing Ray cluster, each running a run with its own runner (reprokit/cluster.py)."""
+    """The nodes of an existing Ray cluster, each running a run with its own runner (reprokit/execute/cluster.py)."""
     address: str
     serving: list[str]          # the nodes that can serve a run
     at_once: int
@@ -84,10 +84,10 @@ class RayExecutor:
         if runner.name != "local":           # the images are built here, then streamed to the nodes
             runner.prepare(frameworks)
 
-    def run(self, runner: Runner, todo: list[dict], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
-        from reprokit import cluster, node_staging
-        data_files = {s["data"]["file"]: self.data_dir / s["data"]["file"] for s in todo}
-        head, images = cluster.stage_on_head(runner, {s["framework"] for s in todo}, data_files,
+    def run(self, runner: Runner, todo: list[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+        from reprokit.execute import cluster, node_staging
+        data_files = {s.data.file: self.data_dir / s.data.file for s in todo if s.data.file}
+        head, images = cluster.stage_on_head(runner, {s.framework for s in todo}, data_files,
                                              node_staging.script_files(todo, self.data_dir))
         job = cluster.Job(runner.name, self.device, head, images, tuple(str(d) for d in self.experiment_dirs))
         return cluster.run_all(job, todo, self.serving, store, progress_for)

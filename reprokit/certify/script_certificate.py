@@ -32,7 +32,7 @@ from kits.common import arithmetic
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS, label
-from reprokit.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances
+from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances
 from reprokit.runners.base import RESULT_NAME, spec_call
 
 NOT_REPLAYED = ("not checked for scripts: the trajectory replays each script's own loss and optimizer in fp64 from "
@@ -43,7 +43,7 @@ SAMPLES = "the first {n} samples of the batch the PyTorch script's model receive
 def certify_scripts(pair: dict[str, dict], runner, work: Path, tolerances: dict | None = None,
                     log=lambda line: None) -> dict:
     """Certify that two scripts train the same model. Returns (and writes to ``work/certificate.json``) a
-    certificate of the kit's shape (reprokit/certificate.py), with ``source: "script"`` and the models the
+    certificate of the kit's shape (reprokit/certify/certificate.py), with ``source: "script"`` and the models the
     probe captured in each."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)

@@ -3,7 +3,7 @@
 A claims file (``claims/<name>.toml``, schema ``reprokit/schemas/claims.schema.json``) lists
 claims. Each one names its experiment, its source in the seed post, the published words and
 figures (each with a unit), a metric from a small generic vocabulary, a tolerance, and where it
-is comparable at all. ``reprokit.report.verdicts`` is the one evaluator; nothing here is specific
+is comparable at all. ``reprokit.claims.verdicts`` is the one evaluator; nothing here is specific
 to a seed. A bad file is refused with one sentence naming the file, the claim, the key and what
 is allowed, before anything runs.
 
@@ -37,9 +37,9 @@ import jsonschema
 
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
-from reprokit.report import metrics
-from reprokit.report.units import NON_NEGATIVE, UNITS
-from reprokit.schema_messages import describe
+from reprokit.results import metrics
+from reprokit.results.schema_messages import describe
+from reprokit.results.units import NON_NEGATIVE, UNITS
 
 SCHEMA_ID = "reprokit.claims/1"
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"

@@ -21,10 +21,10 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from kits.common.files import write_json_atomic
-from reprokit import gpu_state
 from reprokit.console import RunProgress
-from reprokit.runners.base import run_spec
-from reprokit.topology import Placement
+from reprokit.environments.topology import Placement
+from reprokit.execute import gpu_state
+from reprokit.runners.base import Runner, Spec, run_spec
 
 STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)
 
@@ -48,11 +48,11 @@ class Ledger:
             out.append(entry)
         return out
 
-    def begin(self, spec: dict, placement: Placement | None) -> None:
+    def begin(self, spec: Spec, placement: Placement | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.root / f"{spec['run_id']}.json", {
-            "run_id": spec["run_id"], "experiment": spec["experiment"], "framework": spec["framework"],
-            "variant": spec["variant"], "repeat": spec["repeat"], "pid": os.getpid(),
+        write_json_atomic(self.root / f"{spec.run_id}.json", {
+            "run_id": spec.run_id, "experiment": spec.experiment, "framework": spec.framework,
+            "variant": spec.variant, "repeat": spec.repeat, "pid": os.getpid(),
             "slot": placement.gpu_uuid if placement else None, "start": time.time(), "end": None})
 
     def end(self, run_id: str) -> list[dict]:
@@ -85,19 +85,19 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def run_placed(runner, spec: dict, work: Path, ledger: Ledger, placement: Placement | None,
-               on_progress) -> dict | None:
+def run_placed(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placement: Placement | None,
+               on_progress: Callable[[dict], None]) -> dict | None:
     """One run in its slot, with the co-load record; None when interrupted.
 
     A GPU run's GPU is read on the host before and after (a container cannot see other processes).
     """
-    gpu = spec["device"] == "gpu"
+    gpu = spec.device == "gpu"
     before = gpu_state.snapshot() if gpu else None
     ledger.begin(spec, placement)
     try:
         result = run_spec(runner, spec, work, on_progress, placement=placement)
     finally:
-        co_load = ledger.end(spec["run_id"])
+        co_load = ledger.end(spec.run_id)
     if result is None:
         return None
     launcher = result.setdefault("launcher", {})
@@ -110,7 +110,7 @@ def run_placed(runner, spec: dict, work: Path, ledger: Ledger, placement: Placem
     return result
 
 
-def _child(runner, spec: dict, work: Path, ledger_root: Path, placement: Placement, conn) -> None:
+def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement: Placement, conn) -> None:
     """A slot's process: the first Ctrl-C stops the run (the runner cleans up), later ones are ignored."""
     def first(signum, frame):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -125,8 +125,8 @@ def _child(runner, spec: dict, work: Path, ledger_root: Path, placement: Placeme
     conn.close()
 
 
-def run_all(runner, todo: list[dict], slots: list[Placement | None], work: Path, ledger_root: Path,
-            store, progress_for: Callable[[int, dict], RunProgress]) -> tuple[int, bool]:
+def run_all(runner: Runner, todo: list[Spec], slots: list[Placement | None], work: Path, ledger_root: Path,
+            store, progress_for: Callable[[int, Spec], RunProgress]) -> tuple[int, bool]:
     """Run every spec, at most one per slot at once; (failed runs, interrupted).
 
     progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts.

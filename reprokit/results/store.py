@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kits.common.files import write_json_atomic
-from reprokit import results
+from reprokit.results import results
 
 
 class Store:

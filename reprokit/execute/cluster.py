@@ -37,14 +37,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kits.common.spec import Threads
-from reprokit import provenance, results
+from kits.common.spec import RunSpec, ScriptSpec, Threads
 from reprokit.console import RunProgress
+from reprokit.environments.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
 from reprokit.errors import UserError
-from reprokit.node_staging import CHUNK, stage_data, stage_image, stage_script
+from reprokit.execute.node_staging import CHUNK, stage_data, stage_image, stage_script
+from reprokit.execute.schedule import Ledger, run_placed
+from reprokit.results import provenance, results
+from reprokit.runners.base import Spec
 from reprokit.runners.make import make
-from reprokit.schedule import Ledger, run_placed
-from reprokit.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
 
 NODE_DIR_ENV = "REPROKIT_NODE_DIR"
 FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch
@@ -183,7 +184,7 @@ def _slot_resource(device: str) -> str:
     return FAKE_RESOURCE if os.environ.get(FAKE_SLOTS_ENV) else "CPU"
 
 
-def _slot_request(device: str, spec: dict) -> dict:
+def _slot_request(device: str, spec: Spec) -> dict:
     """The Ray resources one run asks for."""
     resource = _slot_resource(device)
     if resource == "GPU":
@@ -191,8 +192,8 @@ def _slot_request(device: str, spec: dict) -> dict:
     if resource == "CPU":
         # "auto" is resolved by the kit on its node; the task reserves what it resolved to on the head (a script
         # sets its own threads: it reserves the head's CPUs too)
-        threads = spec.get("numerics", {}).get("cpu_threads") or {"intra_op": "auto", "inter_op": 1}
-        return {"num_cpus": Threads(**threads).intra()}
+        threads = spec.numerics.cpu_threads if isinstance(spec, RunSpec) else Threads(intra_op="auto", inter_op=1)
+        return {"num_cpus": threads.intra()}
     return {"resources": {resource: 1}}
 
 
@@ -238,7 +239,7 @@ def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path],
     return head, staged
 
 
-def run_all(job: Job, todo: list[dict], serving: list[str], store, progress_for) -> tuple[int, bool]:
+def run_all(job: Job, todo: list[Spec], serving: list[str], store, progress_for) -> tuple[int, bool]:
     """Every spec as a task on a serving node; (failed runs, interrupted). Results stored as they come.
 
     progress_for(i, spec) makes the display of the i-th run (from 0) when it starts on its node.
@@ -250,20 +251,20 @@ def run_all(job: Job, todo: list[dict], serving: list[str], store, progress_for)
     shown: dict[str, RunProgress] = {}
     failures = 0
 
-    def submit(i: int, spec: dict, attempt: int, lost: tuple[str, ...]) -> None:
+    def submit(i: int, spec: Spec, attempt: int, lost: tuple[str, ...]) -> None:
         nodes = [n for n in serving if n not in lost]
         selector = {NODE_LABEL: f"in({','.join(nodes)})"} if nodes else {NODE_LABEL: f"!in({','.join(lost)})"}
         ref = task.options(max_retries=0, label_selector=selector, **_slot_request(job.device, spec)).remote(
             job, spec)
         pending[ref] = (i, spec, attempt, lost)
 
-    def display(i: int, spec: dict) -> RunProgress:
-        if spec["run_id"] not in shown:
-            shown[spec["run_id"]] = progress = progress_for(i, spec)
+    def display(i: int, spec: Spec) -> RunProgress:
+        if spec.run_id not in shown:
+            shown[spec.run_id] = progress = progress_for(i, spec)
             progress.tty = False     # several runs at once: lines, not one line rewritten in place
-        return shown[spec["run_id"]]
+        return shown[spec.run_id]
 
-    def store_result(i: int, spec: dict, result: dict) -> None:
+    def store_result(i: int, spec: Spec, result: dict) -> None:
         nonlocal failures
         store.put(result)
         failures += result["status"] != "ok"
@@ -273,7 +274,7 @@ def run_all(job: Job, todo: list[dict], serving: list[str], store, progress_for)
 
     for i, spec in enumerate(todo):
         submit(i, spec, 0, ())
-    by_run = {spec["run_id"]: (i, spec) for i, spec in enumerate(todo)}
+    by_run = {spec.run_id: (i, spec) for i, spec in enumerate(todo)}
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -288,7 +289,7 @@ def run_all(job: Job, todo: list[dict], serving: list[str], store, progress_for)
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    node = where.get(spec["run_id"])
+                    node = where.get(spec.run_id)
                     if _node_lost(exc, node):
                         result = _lost(spec, node, attempt, exc)
                         if attempt == 0:
@@ -297,8 +298,8 @@ def run_all(job: Job, todo: list[dict], serving: list[str], store, progress_for)
                             submit(i, spec, 1, (*lost, node) if node else lost)
                             continue
                     else:
-                        result = results.failure(spec, "error", f"the Ray task failed: {_short(exc)}", [], 0.0,
-                                                 {"backend": "ray", "node": {"id": node}})
+                        result = results.failure(spec.to_dict(), "error", f"the Ray task failed: {_short(exc)}",
+                                                 [], 0.0, {"backend": "ray", "node": {"id": node}})
                 if result is None:
                     _stop(ray, pending, store_result)
                     return failures, True
@@ -322,8 +323,8 @@ def _node_lost(exc: Exception, node_id: str | None) -> bool:
     return node_id is not None and {n["NodeID"]: n["Alive"] for n in _ray().nodes()}.get(node_id) is False
 
 
-def _lost(spec: dict, node_id: str | None, attempt: int, exc: Exception) -> dict:
-    return results.failure(spec, "node-lost",
+def _lost(spec: Spec, node_id: str | None, attempt: int, exc: Exception) -> dict:
+    return results.failure(spec.to_dict(), "node-lost",
                            f"node {node_id or '(unknown)'} was lost mid-run"
                            + (" (after one retry on another node)" if attempt else ""),
                            [_short(exc)], 0.0, {"backend": "ray", "node": {"id": node_id}})
@@ -364,7 +365,7 @@ def _node_facts(job_runner: str) -> dict:
              "node_dir": str(_node_dir()), "docker": False, "docker_why": "not asked", "nvidia_runtime": False,
              "fake_slots": os.environ.get(FAKE_SLOTS_ENV)}
     if job_runner == "docker":
-        from reprokit import host_checks
+        from reprokit.environments import host_checks
         facts["docker"], facts["docker_why"] = host_checks.engine_status()
         if facts["docker"]:
             import docker
@@ -377,7 +378,7 @@ def _slot(node_dir: Path, device: str):
     """This task's placement on the node: the GPU Ray gave it, or a free fake slot (test-only switch)."""
     ray = _ray()
     if device == "gpu":
-        from reprokit.host_checks import resolve_gpus
+        from reprokit.environments.host_checks import resolve_gpus
         ids = {str(i) for i in ray.get_gpu_ids()}
         rows = resolve_gpus("all")
         mine = [i for i, r in enumerate(rows) if str(r["index"]) in ids or r["uuid"] in ids]
@@ -416,31 +417,31 @@ def _node_runner(job: Job, node_dir: Path):
                 envs_root=provenance.REPO / ".reprokit" / "envs")
 
 
-def _differs(job: Job, runner, spec: dict) -> str | None:
+def _differs(job: Job, runner, spec: Spec) -> str | None:
     """Why this node's code or environment is not the one the spec was planned with, or None."""
     mine = provenance.code(tuple(Path(d) for d in job.extra_dirs))
     for key in ("code_sha256", "user_code_sha256"):
-        if mine.get(key) != spec["provenance"].get(key):
+        if mine.get(key) != spec.provenance.get(key):
             return f"this node's {'kit' if key == 'code_sha256' else 'experiment'} code differs from the head's"
     if job.runner == "local":
-        described = runner.describe(spec["framework"])
-        if described.get("lock_sha256") != spec["provenance"].get("lock_sha256"):
+        described = runner.describe(spec.framework)
+        if described.get("lock_sha256") != spec.provenance.get("lock_sha256"):
             return f"this node's lock file {described.get('lock')} differs from the head's"
     return None
 
 
-def _node_run(job: Job, spec: dict) -> dict | None:
+def _node_run(job: Job, spec: Spec) -> dict | None:
     """One run on this node: stage, pin, run with the node's runner; the result (None if cancelled)."""
     ray = _ray()
     node = {"id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
-    ray.get(job.head.event.remote(spec["run_id"], {"node_id": node["id"]}))   # the head knows where before it starts
+    ray.get(job.head.event.remote(spec.run_id, {"node_id": node["id"]}))   # the head knows where before it starts
     node_dir = _node_dir()
     last = [0.0]
 
     def forward(event: dict) -> None:
         if event.get("phase") == "epoch" or time.monotonic() - last[0] >= PROGRESS_EVERY_S:
             last[0] = time.monotonic()
-            job.head.event.remote(spec["run_id"], event)
+            job.head.event.remote(spec.run_id, event)
 
     t0 = time.perf_counter()
     staged = {}
@@ -450,21 +451,21 @@ def _node_run(job: Job, spec: dict) -> dict | None:
         if problem:
             raise UserError(f"{problem}; update this node's checkout of reprokit.")
         staged["data"] = stage_data(job.head, spec, node_dir / "data")
-        here = stage_script(job.head, spec, node_dir) if spec.get("source") == "script" else spec
-        if here is not spec:
-            staged["script"] = here["script"]["folder"]
+        here = stage_script(job.head, spec, node_dir) if isinstance(spec, ScriptSpec) else spec
+        if isinstance(here, ScriptSpec) and here is not spec:
+            staged["script"] = here.script.folder
         if job.runner == "docker":
-            staged["image"] = stage_image(job.head, job.images[spec["framework"]], runner.client, node_dir)
+            staged["image"] = stage_image(job.head, job.images[spec.framework], runner.client, node_dir)
         staged["seconds"] = round(time.perf_counter() - t0, 3)
-        runner.prepare({spec["framework"]})
+        runner.prepare({spec.framework})
         with _slot(node_dir, job.device) as placement:
             result = run_placed(runner, here, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)
         if result is not None and here is not spec:
-            result["spec"] = spec                # as planned: the folder on the head, where its id was made
+            result["spec"] = spec.to_dict()      # as planned: the folder on the head, where its id was made
     except KeyboardInterrupt:
         return None
     except UserError as exc:
-        result = results.failure(spec, "error", f"on node {node['hostname']}: {exc}", [],
+        result = results.failure(spec.to_dict(), "error", f"on node {node['hostname']}: {exc}", [],
                                  time.perf_counter() - t0, {"backend": job.runner})
     if result is not None:
         result.setdefault("launcher", {})["node"] = {**node, "staged": staged}

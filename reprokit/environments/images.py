@@ -5,10 +5,10 @@ Docker SDK. An image's tag is a hash of everything that goes into it (the
 Dockerfile, the lock file, the base reference and digest), so a changed lock
 file or base yields a new tag and an unchanged one is never rebuilt.
 
-    python -m reprokit.images build [--framework F ...] [--flavor cuda|cuda12|cpu]
+    python -m reprokit.environments.images build [--framework F ...] [--flavor cuda|cuda12|cpu]
                                     [--base-override IMAGE] [--extra-ca PEM]
-    python -m reprokit.images tags  [--framework F ...] [--flavor ...] [--base-override ...]
-    python -m reprokit.images pin   [--framework F ...] [--dry-run]
+    python -m reprokit.environments.images tags  [--framework F ...] [--flavor ...] [--base-override ...]
+    python -m reprokit.environments.images pin   [--framework F ...] [--dry-run]
 
 ``build`` sends a minimal context (the Dockerfile, docker/bases.toml, the lock
 file, the optional extra CA), never the whole repository. ``pin`` asks the
@@ -29,14 +29,20 @@ import tarfile
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from kits.common.names import CONTAINER_LABEL, FRAMEWORKS
+from kits.common.names import CONTAINER_LABEL
+from kits.common.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
 from reprokit.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.images import Image
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BASES_FILE = "docker/bases.toml"
 IMAGE_REPO = "reprokit"
 UNRESOLVED = "sha256:UNRESOLVED"
@@ -66,7 +72,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def load_bases(repo_root: Path = REPO_ROOT) -> dict:
+def load_bases(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
     """docker/bases.toml: per framework its Dockerfile, lock files and GPU requirements."""
     path = Path(repo_root) / BASES_FILE
     try:
@@ -116,7 +122,8 @@ class Recipe:
 
 
 def recipe(framework: str, flavor: str = "cuda", *, base_override: str | None = None,
-           lock_override: Path | None = None, repo_root: Path = REPO_ROOT, client=None) -> Recipe:
+           lock_override: Path | None = None, repo_root: Path = REPO_ROOT,
+           client: DockerClient | None = None) -> Recipe:
     """Resolve what the image of one framework is made of; UserError if it cannot be built."""
     repo_root = Path(repo_root)
     bases = load_bases(repo_root)
@@ -138,11 +145,12 @@ def recipe(framework: str, flavor: str = "cuda", *, base_override: str | None = 
             raise UserError("a base override needs a Docker engine to look the image up; start Docker first.")
         import docker.errors
         try:
-            base_digest = client.images.get(base_override).id
+            image_id = client.images.get(base_override).id
         except docker.errors.ImageNotFound:
             raise UserError(f"the base override image {base_override} is not in the local engine; build it "
                             f"(for the CI stand-in: scripts/build-test-base-image {base_override}).") from None
-        base_ref, pinned = base_override, False
+        assert image_id is not None                 # an image the engine found has an id
+        base_digest, base_ref, pinned = image_id, base_override, False
     else:
         base_ref = base_of(dockerfile)
         name, digest = split_ref(base_ref)
@@ -196,7 +204,7 @@ def _context(r: Recipe, repo_root: Path, extra_ca: bytes | None) -> io.BytesIO:
     return buf
 
 
-def client_or_error():
+def client_or_error() -> DockerClient:
     """A Docker client that answers, or UserError saying how to get one."""
     try:
         import docker
@@ -227,7 +235,7 @@ def _short(exc: BaseException) -> str:
     return (text[-1] if text else type(exc).__name__)[:300]
 
 
-def find(r: Recipe, client):
+def find(r: Recipe, client: DockerClient) -> Image | None:
     """The built image for a recipe, or None."""
     import docker.errors
     try:
@@ -249,8 +257,8 @@ def _log_path(folder: Path, name: str) -> Path:
     raise UserError(f"cannot write a build log in {folder} or the temporary folder; free some disk space.")
 
 
-def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path = REPO_ROOT,
-          log: Log = _stderr, log_dir: Path | None = None):
+def build(r: Recipe, client: DockerClient, *, extra_ca: bytes | None = None, repo_root: Path = REPO_ROOT,
+          log: Log = _stderr, log_dir: Path | None = None) -> Image:
     """Build one image with the classic builder; UserError with the failing step when it fails."""
     import docker.errors
     import requests
@@ -266,7 +274,7 @@ def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path =
     started = time.monotonic()
     errors: list[str] = []
     tail: list[str] = []
-    image_id = None
+    image_id: str | None = None
     try:
         with open(log_path, "w") as fh:
             stream = client.api.build(
@@ -304,7 +312,7 @@ def build(r: Recipe, client, *, extra_ca: bytes | None = None, repo_root: Path =
     return image
 
 
-def remove_stages(client, stage_ids: list[str]) -> None:
+def remove_stages(client: DockerClient, stage_ids: list[str]) -> None:
     """Drop the builder stages' untagged images: they held the extra CA and duplicate the virtualenv.
 
     The final image never contains them; removing them also keeps the CA out
@@ -327,8 +335,8 @@ def builder_stages(log_text: str) -> list[str]:
     return stages
 
 
-def ensure(r: Recipe, client, *, build_missing: bool = True, extra_ca: bytes | None = None,
-           repo_root: Path = REPO_ROOT, log: Log = _stderr):
+def ensure(r: Recipe, client: DockerClient, *, build_missing: bool = True, extra_ca: bytes | None = None,
+           repo_root: Path = REPO_ROOT, log: Log = _stderr) -> Image:
     """The image for a recipe, built if missing and allowed; UserError otherwise."""
     image = find(r, client)
     if image is not None:
@@ -338,7 +346,7 @@ def ensure(r: Recipe, client, *, build_missing: bool = True, extra_ca: bytes | N
     return build(r, client, extra_ca=extra_ca, repo_root=repo_root, log=log)
 
 
-def pinned(ref: str, client):
+def pinned(ref: str, client: DockerClient) -> Image:
     """An image that must already be in this engine (staged there); UserError otherwise."""
     import docker.errors
     try:
@@ -347,13 +355,14 @@ def pinned(ref: str, client):
         raise UserError(f"the image {ref} is not in this Docker engine; stage or build it first.") from None
 
 
-def image_facts(image) -> dict:
-    """What a result records about the image a run came from."""
+def image_facts(image: Any) -> dict[str, Any]:
+    """What a result records about the image a run came from (a docker.models.images.Image; the Docker runner
+    holds its images as objects)."""
     labels = image.labels or {}
     base_name = labels.get(LABEL_BASE_NAME, "")
     base_digest = labels.get(LABEL_BASE_DIGEST) or split_ref(base_name)[1]
     return {
-        "ref": (image.tags or [None])[0],
+        "ref": image.tags[0] if image.tags else None,
         "id": image.id,
         "base": base_name or None,
         "base_digest": base_digest or None,
@@ -363,8 +372,8 @@ def image_facts(image) -> dict:
     }
 
 
-def pin(frameworks=FRAMEWORKS, *, client=None, repo_root: Path = REPO_ROOT, dry_run: bool = False,
-        resolve: Callable[[str], str] | None = None, log: Log = _stderr) -> dict[str, str]:
+def pin(frameworks: Iterable[str] = FRAMEWORKS, *, client: DockerClient | None = None, repo_root: Path = REPO_ROOT,
+        dry_run: bool = False, resolve: Callable[[str], str] | None = None, log: Log = _stderr) -> dict[str, str]:
     """Resolve each base tag's current digest on its registry and rewrite the Dockerfiles."""
     bases = load_bases(repo_root)
     if resolve is None:
@@ -412,7 +421,8 @@ def _docker_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reprokit.images", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m reprokit.environments.images",
+                                     description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (("build", "build the images that are missing"),
                            ("tags", "print the image tags (JSON) without building"),

@@ -7,18 +7,18 @@ finished run is found again by id and an interrupted matrix resumes.
 from __future__ import annotations
 
 import copy
-import hashlib
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kits.common.pitfalls import PITFALLS, Pitfall, for_framework
-from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec
-from reprokit import datasets
+from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
+from reprokit.environments import datasets
 from reprokit.errors import UserError
-from reprokit.experiments import Experiment
+from reprokit.plan.experiments import Experiment
 
 SPEC_SCHEMA = "reprokit.runspec/1"
 # Seconds a run may take before it is stopped and recorded as a timeout.
@@ -42,9 +42,13 @@ class Options:
     prepare_data: bool = True       # False (a dry run): describe the data only if it is already prepared
 
 
-def run_id(spec: dict[str, Any]) -> str:
-    body = {k: v for k, v in spec.items() if k != "run_id"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+S = TypeVar("S", RunSpec, ScriptSpec)
+
+
+def identified(spec: S) -> S:
+    """The spec with its run id, the hash of everything else in it (RunSpec.computed_run_id). The plan hands its
+    specs on typed; one becomes a dict as the JSON a kit process reads (reprokit/runners/base.py run_spec)."""
+    return dataclasses.replace(spec, run_id=spec.computed_run_id())
 
 
 def _data(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
@@ -85,7 +89,7 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], di
         if name == "fixed":
             continue
         if name in exp.script_variants:
-            continue        # the posted scripts themselves: reprokit/script_plan.py plans them
+            continue        # the posted scripts themselves: reprokit/plan/script_plan.py plans them
         if name not in exp.variants:
             if name in ("as_posted",):
                 continue    # asked for every experiment; this one has none
@@ -108,7 +112,7 @@ def _declared_defaults(numerics: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],
-              code: dict[str, Any]) -> list[dict[str, Any]]:
+              code: dict[str, Any]) -> list[RunSpec]:
     """The RunSpecs of one experiment; describe(framework) gives the runner's facts (lock, image)."""
     resolved = exp.resolved(opts.profile)
     # CPU threads stay as written: "auto" is resolved by the kit, on the CPUs its run is pinned to.
@@ -150,8 +154,6 @@ def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str
                         "repeat": repeat,
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
                         "provenance": {**code, **describe(framework)}, "run_id": ""}
-                # Through the kits' typed loader and back: every field explicit, or the plan has a bug.
-                spec = RunSpec.from_dict(spec).to_dict()
-                spec["run_id"] = run_id(spec)
-                out.append(spec)
+                # Through the kits' typed loader: every field explicit, or the plan has a bug.
+                out.append(identified(RunSpec.from_dict(spec)))
     return out

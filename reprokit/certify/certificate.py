@@ -56,7 +56,7 @@ from kits.common import custom
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS
 from kits.common.spec import RunSpec
-from reprokit import certify_plan
+from reprokit.certify import certify_plan
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall
 

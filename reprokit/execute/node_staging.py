@@ -1,9 +1,10 @@
 """What a Ray node stages before a run, once per node and checked: the dataset file, a user's script folder
 and its extra requirements' wheels, and under Docker the head's image. Each is copied from the head's
-actor (reprokit/cluster.py) and locked between the node's tasks; these functions run on the nodes."""
+actor (reprokit/execute/cluster.py) and locked between the node's tasks; these functions run on the nodes."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -12,7 +13,9 @@ import socket
 from pathlib import Path
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
+from kits.common.spec import ScriptSpec
 from reprokit.errors import UserError
+from reprokit.runners.base import Spec
 
 CHUNK = 8 << 20
 
@@ -22,28 +25,28 @@ def _get(ref):
     return ray.get(ref)
 
 
-def script_files(specs: list[dict], data_dir: Path) -> dict[str, str]:
+def script_files(specs: list[Spec], data_dir: Path) -> dict[str, str]:
     """What the head serves of the users' scripts, by name: every file of each script's folder (a node has
     no copy of it), and the wheels of its extra requirements, which the host downloaded into its data folder."""
     files = {}
     for spec in specs:
-        if spec.get("source") != "script":
+        if not isinstance(spec, ScriptSpec):
             continue
-        folder = Path(spec["script"]["folder"])
+        folder = Path(spec.script.folder)
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder)
             if path.is_file() and "__pycache__" not in rel.parts and not rel.parts[0].startswith("."):
                 files[f"script/{_folder_key(spec)}/{rel.as_posix()}"] = str(path)
-        install = (spec["script"].get("requirements") or {}).get("install")
+        install = spec.script.requirements.install if spec.script.requirements else None
         if install:
             wheels = Path(data_dir) / SCRIPT_WHEELS / wheels_key(install)
             files.update({f"data/{SCRIPT_WHEELS}/{wheels.name}/{p.name}": str(p) for p in sorted(wheels.iterdir())})
     return files
 
 
-def _folder_key(spec: dict) -> str:
+def _folder_key(spec: ScriptSpec) -> str:
     """A script folder's name on the nodes: the folder and the sha256 of the .py files the spec hashed."""
-    body = json.dumps([spec["script"]["folder"], spec["script"]["files"]], sort_keys=True)
+    body = json.dumps([spec.script.folder, spec.script.files], sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
@@ -77,9 +80,10 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def stage_data(head, spec: dict, data_dir: Path) -> bool:
+def stage_data(head, spec: Spec, data_dir: Path) -> bool:
     """The spec's dataset in this node's cache, checksum-verified once per node; True if it was copied now."""
-    name, sha = spec["data"]["file"], spec["data"]["sha256"]
+    name, sha = spec.data.file, spec.data.sha256
+    assert name is not None and sha is not None, "a spec that runs names its prepared data"
     path = data_dir / name
     verified = data_dir / ".verified" / f"{name}.sha256"
     with locked(data_dir / ".stage.lock"):
@@ -97,19 +101,19 @@ def stage_data(head, spec: dict, data_dir: Path) -> bool:
         return True
 
 
-def stage_script(head, spec: dict, node_dir: Path) -> dict:
+def stage_script(head, spec: ScriptSpec, node_dir: Path) -> ScriptSpec:
     """The spec's script folder (and its extra requirements' wheels) copied to this node once; the spec as
     this node runs it, its folder the copy (the probe checks the .py files against the spec's sha256)."""
     key = _folder_key(spec)
     folder = node_dir / "scripts" / key
-    install = (spec["script"].get("requirements") or {}).get("install")
+    install = spec.script.requirements.install if spec.script.requirements else None
     with locked(node_dir / ".stage.lock"):
         names = _get(head.names.remote())
         _copy_once(head, names, f"script/{key}/", folder)
         if install:
             key = wheels_key(install)
             _copy_once(head, names, f"data/{SCRIPT_WHEELS}/{key}/", node_dir / "data" / SCRIPT_WHEELS / key)
-    return {**spec, "script": {**spec["script"], "folder": str(folder)}}
+    return dataclasses.replace(spec, script=dataclasses.replace(spec.script, folder=str(folder)))
 
 
 def _copy_once(head, names: list[str], prefix: str, root: Path) -> None:

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kits.common.names import LABELS
-from reprokit.report import metrics, stats
-from reprokit.report import runs as run_groups
-from reprokit.report.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
-from reprokit.report.metrics import NotMeasured
-from reprokit.report.units import UNITS, fmt
+from reprokit.claims.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
+from reprokit.results import metrics, stats
+from reprokit.results import runs as run_groups
+from reprokit.results.metrics import NotMeasured
+from reprokit.results.units import UNITS, fmt
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_MEASURED = (
     "reproduced", "not reproduced", "not comparable", "not measured")

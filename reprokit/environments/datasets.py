@@ -7,14 +7,13 @@ frameworks train on the same bytes and a run needs no network.
 The as-posted readers of seed 000 read CIFAR-10 as the posts did, from files prepared
 here too: torchvision's reader the verified archive's extracted batches
 (``cifar10_batches``), and ``tfds.load('cifar10')`` TFDS's own dataset, which a separate
-data step (``prepare_tfds``, the only step besides the archive's download that may use
+data step (``reprokit/execute/data_step.py``, the only step besides the archive's download that may use
 the network) builds in the TensorFlow environment.
 """
 from __future__ import annotations
 
 import hashlib
 import http.client
-import os
 import pickle
 import shutil
 import tarfile
@@ -24,7 +23,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -32,9 +31,6 @@ from kits.common import data as kitdata
 from kits.common.files import atomic_file
 from reprokit.console import duration
 from reprokit.errors import UserError
-
-if TYPE_CHECKING:
-    from reprokit.runners.base import Runner
 
 DATASETS = ("cifar10", "synthetic", "learnable")
 
@@ -207,31 +203,6 @@ def tfds_prepared(cache_dir: Path) -> dict[str, Any] | None:
     if not (folder / "dataset_info.json").exists():
         return None
     return {"dir": kitdata.TFDS_CIFAR10, "sha256": kitdata.tree_sha256(folder)}
-
-
-def prepare_tfds(cache_dir: Path, runner: Runner, work: Path) -> dict[str, Any]:
-    """The separate data step for the posted TensorFlow input: TFDS's own cifar10 builder, started by the
-    runner in the TensorFlow environment, fetches and checks its archive (the binary version, or
-    cifar-10-binary.tar.gz placed in cache_dir) and writes its dataset into the call's own folder under
-    ``work``, moved into cache_dir/tfds once it is whole. It may use the network; no timed run does."""
-    from reprokit.runners.base import KitCall
-    out = Path(work) / "tfds-data"
-    call = KitCall("tensorflow", "kits.tensorflow_kit.tfds_data", ("--data-dir", cache_dir, "--out", out),
-                   output=out, timeout_s=3600.0, label="tfds-data")
-    outcome = runner.run(call, lambda event: None)
-    built = out / kitdata.TFDS_CIFAR10
-    if outcome.exit_code != 0 or not (built / "dataset_info.json").exists():
-        tail = outcome.start_error or (outcome.log_tail or ["(no output)"])[-1]
-        raise UserError(f"preparing TFDS's cifar10 in {Path(cache_dir) / kitdata.TFDS_ROOT} failed ({tail}); "
-                        f"reach the network, or place the official cifar-10-binary.tar.gz in {cache_dir}, "
-                        f"and re-run")
-    target = Path(cache_dir) / kitdata.TFDS_CIFAR10
-    shutil.rmtree(target, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(built, target)            # whole or not at all: a run checks the folder's sha256
-    found = tfds_prepared(cache_dir)
-    assert found is not None
-    return found
 
 
 def _download(url: str, path: Path, log: Callable[[str], object] = print) -> None:

@@ -14,10 +14,10 @@ import jsonschema
 
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
-from reprokit.schema_messages import describe
+from reprokit.results.schema_messages import describe
 
 PROFILES = ("quick", "standard", "full")
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "kits" / "experiments"
+BUILTIN_DIR = Path(__file__).resolve().parents[2] / "kits" / "experiments"
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,14 @@ class Experiment:
     @property
     def script_variants(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Variants that run the posted scripts themselves (``verbatim``): name -> their scripts by framework."""
-        from reprokit.script_plan import script_entry
+        from reprokit.plan.script_plan import script_entry
         return {name: {fw: script_entry(value, self.path, fw) for fw, value in v["scripts"].items()}
                 for name, v in self.doc.get("variants", {}).items() if "scripts" in v}
 
     @property
     def scripts(self) -> dict[str, dict[str, Any]]:
         """A script experiment's scripts by framework (reprokit/script_plan.script_entry); {} for a spec one."""
-        from reprokit.script_plan import script_entry
+        from reprokit.plan.script_plan import script_entry
         return {fw: script_entry(value, self.path, fw) for fw, value in self.doc.get("scripts", {}).items()}
 
     def resolved(self, profile: str) -> dict[str, Any]:

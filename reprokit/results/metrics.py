@@ -26,9 +26,9 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from reprokit import utilisation
-from reprokit.report import units
+from reprokit.results import units, utilisation
 
 # Memory readings a claim or a table may name: the result's own peak (its source says what it
 # is), the framework allocator's peak allocated and reserved, the device-level (NVML) peak, and
@@ -76,7 +76,7 @@ class Quantity:
     short: str                      # its name in a table row or a sentence
     what: str
     better: str | None              # "higher", "lower", or None where neither is better
-    read: Callable[[dict, str], Reading]
+    read: Callable[[dict[str, Any], str], Reading]
     readings: tuple[str, ...] = ("reported",)      # the readings a claim or a table may name (READINGS)
     show: Callable[[float], str] | None = None     # a value in a sentence; None: by its dimension (units.fmt)
     column: str | None = None       # its summary.csv column (a name of its own: the CSV is read by scripts)
@@ -84,7 +84,7 @@ class Quantity:
     row: Row | None = None          # its row in the report's side-by-side table (sections.SIDE_BY_SIDE orders them)
 
 
-def field(r: dict, path: str):
+def field(r: dict[str, Any], path: str) -> Any:
     """A result's field by dotted path; missing or null is NotMeasured, never a default."""
     node = r
     for key in path.split("."):
@@ -94,15 +94,15 @@ def field(r: dict, path: str):
     return node
 
 
-def _epochs(r: dict) -> list[dict]:
-    epochs = field(r, "timing.epochs")
+def _epochs(r: dict[str, Any]) -> list[dict[str, Any]]:
+    epochs: list[dict[str, Any]] = field(r, "timing.epochs")
     if not epochs:
         raise NotMeasured("no finished epoch")
     return epochs
 
 
-def _per_epoch(*parts: str) -> Callable[[dict, str], Reading]:
-    def read(r: dict, _: str) -> Reading:
+def _per_epoch(*parts: str) -> Callable[[dict[str, Any], str], Reading]:
+    def read(r: dict[str, Any], _: str) -> Reading:
         epochs = _epochs(r)
         return Reading(sum(e[p] for e in epochs for p in parts) / len(epochs))
     return read
@@ -114,15 +114,15 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
-def _steps(r: dict) -> tuple[int, float]:
+def _steps(r: dict[str, Any]) -> tuple[int, float]:
     steps, train_s = sum(field(r, "effective.train_steps_per_epoch")), sum(e["train_s"] for e in _epochs(r))
     if not steps or not train_s:
         raise NotMeasured("no training step timed")
     return steps, train_s
 
 
-def _step_percentile(p: str) -> Callable[[dict, str], Reading]:
-    def read(r: dict, _: str) -> Reading:
+def _step_percentile(p: str) -> Callable[[dict[str, Any], str], Reading]:
+    def read(r: dict[str, Any], _: str) -> Reading:
         try:
             return Reading(field(r, f"timing.step_s.{p}"))
         except NotMeasured:
@@ -130,7 +130,7 @@ def _step_percentile(p: str) -> Callable[[dict, str], Reading]:
     return read
 
 
-def accuracy(r: dict, split: str) -> Reading:
+def accuracy(r: dict[str, Any], split: str) -> Reading:
     """Final accuracy per sample; a run that reported it per batch (as the post did) is converted back."""
     epochs = field(r, "metrics.epochs")
     acc = epochs[-1].get(f"{split}_accuracy") if epochs else None
@@ -148,8 +148,8 @@ def accuracy(r: dict, split: str) -> Reading:
                                           f"the post did) x {steps} batches / {samples} samples")
 
 
-def _loss(split: str) -> Callable[[dict, str], Reading]:
-    def read(r: dict, _: str) -> Reading:
+def _loss(split: str) -> Callable[[dict[str, Any], str], Reading]:
+    def read(r: dict[str, Any], _: str) -> Reading:
         epochs = field(r, "metrics.epochs")
         if not epochs or epochs[-1].get(f"{split}_loss") is None:
             raise NotMeasured(f"no final {split} loss recorded")
@@ -157,7 +157,7 @@ def _loss(split: str) -> Callable[[dict, str], Reading]:
     return read
 
 
-def memory_readings(r: dict) -> dict[str, Reading]:
+def memory_readings(r: dict[str, Any]) -> dict[str, Reading]:
     """Every peak-memory reading a result has, by reading name."""
     mem = field(r, "memory")
     out: dict[str, Reading] = {}
@@ -177,7 +177,7 @@ def memory_readings(r: dict) -> dict[str, Reading]:
     return out
 
 
-def _peak(r: dict, reading: str) -> Reading:
+def _peak(r: dict[str, Any], reading: str) -> Reading:
     readings = memory_readings(r)
     if reading in readings:
         return readings[reading]
@@ -193,7 +193,7 @@ def _peak(r: dict, reading: str) -> Reading:
     raise NotMeasured(why, hardware=not on_gpu, short="GPU only" if not on_gpu else "not measured")
 
 
-def phase_peaks(r: dict, phase: str, reading: str = "reported") -> list[tuple[int, int, str]]:
+def phase_peaks(r: dict[str, Any], phase: str, reading: str = "reported") -> list[tuple[int, int, str]]:
     """(epoch, peak bytes, source) of every recorded phase of that kind, by reading, in epoch order."""
     phases = field(r, "memory").get("phases")
     if not phases:
@@ -220,14 +220,14 @@ def phase_peaks(r: dict, phase: str, reading: str = "reported") -> list[tuple[in
                       hardware=hardware, short=("CPU only" if on_gpu else "GPU only") if hardware else "not measured")
 
 
-def _phase_peak(phase: str) -> Callable[[dict, str], Reading]:
-    def read(r: dict, reading: str) -> Reading:
+def _phase_peak(phase: str) -> Callable[[dict[str, Any], str], Reading]:
+    def read(r: dict[str, Any], reading: str) -> Reading:
         epoch, peak, source = max(phase_peaks(r, phase, reading), key=lambda p: p[1])
         return Reading(peak, f"{source}, highest in epoch {epoch}")
     return read
 
 
-def memory_growth(r: dict) -> tuple[float, float, tuple[int, int]]:
+def memory_growth(r: dict[str, Any]) -> tuple[float, float, tuple[int, int]]:
     """(slope in bytes per step, growth over the fitted steps relative to the level at their start, steps).
 
     A least-squares line through the sampled memory, leaving out the first quarter of the samples
@@ -245,12 +245,12 @@ def memory_growth(r: dict) -> tuple[float, float, tuple[int, int]]:
     return slope, slope * (last - first) / start if start > 0 else 0.0, (first, last)
 
 
-def _growth(r: dict, _: str) -> Reading:
+def _growth(r: dict[str, Any], _: str) -> Reading:
     slope, rel, (a, b) = memory_growth(r)
     return Reading(rel, f"{rel:+.1%} over steps {a}–{b} ({slope / 2**10:+,.1f} KiB/step)")
 
 
-def _mfu(r: dict, _: str) -> Reading:
+def _mfu(r: dict[str, Any], _: str) -> Reading:
     flops = field(r, "model.flops_per_sample")
     field(r, "environment.device"), field(r, "environment.device_name")    # what utilisation.peak reads
     top, where = utilisation.peak(r)
@@ -259,7 +259,7 @@ def _mfu(r: dict, _: str) -> Reading:
     return Reading(flops * field(r, "timing.samples_per_s") / top, f"peak: {where}")
 
 
-def _throughput(r: dict) -> Reading:
+def _throughput(r: dict[str, Any]) -> Reading:
     """A run whose every step was a warmup step timed none: its 0.0 is no throughput."""
     rate = field(r, "timing.samples_per_s")
     if not rate:
@@ -268,7 +268,7 @@ def _throughput(r: dict) -> Reading:
     return Reading(rate)
 
 
-def _time_to_target(r: dict, _: str) -> Reading:
+def _time_to_target(r: dict[str, Any], _: str) -> Reading:
     target = field(r, "timing.target_accuracy")
     if r["timing"].get("time_to_target_s") is None:
         raise NotMeasured(f"test accuracy {target:.2f} not reached", short="not reached")
@@ -355,7 +355,7 @@ _ALL = (
 QUANTITIES: dict[str, Quantity] = {q.name: q for q in _ALL}
 
 
-def read(r: dict, name: str, reading: str = "reported") -> Reading:
+def read(r: dict[str, Any], name: str, reading: str = "reported") -> Reading:
     """One quantity of one result, in its dimension's base unit, or NotMeasured."""
     q = QUANTITIES[name]
     if reading not in q.readings:
@@ -365,7 +365,7 @@ def read(r: dict, name: str, reading: str = "reported") -> Reading:
     return q.read(r, reading)
 
 
-def value(r: dict, name: str, reading: str = "reported") -> float:
+def value(r: dict[str, Any], name: str, reading: str = "reported") -> float:
     return read(r, name, reading).value
 
 
@@ -384,7 +384,7 @@ class Collected:
         return statistics.median(self.values)
 
 
-def collect(runs: list[dict], name: str, reading: str = "reported") -> Collected:
+def collect(runs: list[dict[str, Any]], name: str, reading: str = "reported") -> Collected:
     values, ids, sources, missing = [], [], [], []
     for r in runs:
         try:
@@ -398,7 +398,7 @@ def collect(runs: list[dict], name: str, reading: str = "reported") -> Collected
     return Collected(name, tuple(values), tuple(ids), tuple(sources), tuple(missing))
 
 
-def median(runs: list[dict], name: str, reading: str = "reported") -> float:
+def median(runs: list[dict[str, Any]], name: str, reading: str = "reported") -> float:
     return collect(runs, name, reading).median()
 
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CODE_PATHS = ("kits", "reprokit", "locks", "docker", "claims", "noxfile.py", "pyproject.toml")
 
 

@@ -11,10 +11,15 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kits.common import nvidia_smi
-from reprokit import images
+from reprokit.environments import images
 from reprokit.errors import UserError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.types import DeviceRequest
 
 TOOLKIT_FIX = ("install nvidia-container-toolkit and restart Docker "
                "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html), "
@@ -48,12 +53,12 @@ def engine_status() -> tuple[bool, str]:
                        f"`sudo systemctl start docker` (or scripts/start-dockerd)")
 
 
-def engine_is_local(client) -> bool:
+def engine_is_local(client: DockerClient) -> bool:
     url = client.api.base_url
     return url.startswith("http+docker://localhost") or "localhost" in url or "127.0.0.1" in url
 
 
-def nvidia_runtime_available(client) -> bool:
+def nvidia_runtime_available(client: DockerClient) -> bool:
     """Whether the engine can hand GPUs to a container (NVIDIA container toolkit installed).
 
     Yes when the engine lists an ``nvidia`` runtime (what `nvidia-ctk runtime
@@ -92,7 +97,7 @@ def parse_gpus(value: str | Sequence[str] | None) -> str | list[str]:
     return ids
 
 
-def device_requests(gpus: str | list[str]) -> list | None:
+def device_requests(gpus: str | list[str]) -> list[DeviceRequest] | None:
     """The engine's DeviceRequests for `--gpus all` or `--gpus device=0,1`; None for no GPU."""
     import docker.types
     gpus = parse_gpus(gpus)
@@ -103,7 +108,7 @@ def device_requests(gpus: str | list[str]) -> list | None:
     return [docker.types.DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
 
 
-def query_gpus() -> list[dict]:
+def query_gpus() -> list[dict[str, Any]]:
     """The host's GPUs: index, uuid, name, driver, compute capability (None if the driver predates it)
     and their MIG devices (``mig``: profile, device, uuid)."""
     if shutil.which("nvidia-smi") is None:
@@ -117,7 +122,7 @@ def query_gpus() -> list[dict]:
     return [{**r, "mig": migs.get(r["uuid"], [])} for r in rows]
 
 
-def resolve_gpus(gpus: str | list[str], host_gpus: list[dict] | None = None) -> list[dict]:
+def resolve_gpus(gpus: str | list[str], host_gpus: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The host GPUs (or MIG devices) that --gpus names, each with its UUID; [] for 'none'.
 
     A MIG device comes back as its parent's row with the MIG UUID in ``uuid`` and the GPU's in
@@ -153,7 +158,7 @@ def version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)) or (0,)
 
 
-def kernels_for(need: dict, cc: str) -> str | None:
+def kernels_for(need: dict[str, Any], cc: str) -> str | None:
     """'sass' where the build ships machine code this GPU runs, 'ptx' where the driver must compile
     the build's PTX for it, None where it has neither.
 
@@ -168,23 +173,24 @@ def kernels_for(need: dict, cc: str) -> str | None:
     return None
 
 
-def min_driver_for(need: dict, cc: str | None) -> str:
+def min_driver_for(need: dict[str, Any], cc: str | None) -> str:
     """The oldest driver that runs this build on a GPU of this compute capability."""
     if not cc or kernels_for(need, cc) != "ptx":
-        return need["min_driver"]
-    candidates = [need["min_driver"], need.get("ptx_min_driver", need["min_driver"]),
-                  (need.get("jit_min_driver") or {}).get(cc, need["min_driver"])]
+        floor: str = need["min_driver"]
+        return floor
+    candidates: list[str] = [need["min_driver"], need.get("ptx_min_driver", need["min_driver"]),
+                             (need.get("jit_min_driver") or {}).get(cc, need["min_driver"])]
     return max(candidates, key=version)
 
 
-def builds(entry: dict) -> dict[str, dict]:
+def builds(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A framework's GPU builds by flavor, the default ("cuda") first: each is the framework's entry in
     docker/bases.toml with the flavor's own requirements over it."""
     flavors = entry.get("flavors", {})
     return {"cuda": entry, **{name: {**entry, **need} for name, need in flavors.items()}}
 
 
-def _misfits(fw: str, need: dict, rows: list[dict]) -> list[str]:
+def _misfits(fw: str, need: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """Why this build of a framework cannot run on these GPUs: one sentence per mismatch; [] where it can."""
     problems = []
     for r in rows:
@@ -213,7 +219,7 @@ class Flavor:
 
 
 def gpu_flavors(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT) -> dict[str, Flavor]:
+                host_gpus: list[dict[str, Any]] | None = None, repo_root: Path = images.REPO_ROOT) -> dict[str, Flavor]:
     """For each framework, the first of its GPU builds (the default first) whose kernels and driver fit every
     assigned GPU. Raises UserError, one sentence per mismatch and the way out, where none fits, before any
     GPU run; {} for --gpus none. ``host_gpus`` replaces the nvidia-smi query (tests)."""
@@ -238,7 +244,7 @@ def gpu_flavors(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
     return chosen
 
 
-def build_facts(framework: str, flavor: str, chosen: Flavor | None = None) -> dict:
+def build_facts(framework: str, flavor: str, chosen: Flavor | None = None) -> dict[str, Any]:
     """What a run's spec records of the build it runs on (part of its id): the flavor, and for a GPU build
     its CUDA version and the oldest driver that runs it, which the kit names when it finds no GPU."""
     if flavor == "cpu":
@@ -250,7 +256,7 @@ def build_facts(framework: str, flavor: str, chosen: Flavor | None = None) -> di
 
 
 def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                   host_gpus: list[dict] | None = None, repo_root: Path = images.REPO_ROOT,
+                   host_gpus: list[dict[str, Any]] | None = None, repo_root: Path = images.REPO_ROOT,
                    flavors: dict[str, str] | None = None) -> None:
     """Check the host's driver and GPU generation against each framework's CUDA build (``flavors``: the one
     gpu_flavors chose; the default build where none is named). Raises UserError with one sentence per
@@ -277,7 +283,7 @@ BF16_MIN_CC = (8, 0)
 
 
 def check_precision(precisions: Iterable[str], gpus: str | list[str] = "all", *,
-                    host_gpus: list[dict] | None = None) -> None:
+                    host_gpus: list[dict[str, Any]] | None = None) -> None:
     """Refuse bf16_mixed on a GPU below compute capability 8.0, in one sentence, before any run."""
     if "bf16_mixed" not in set(precisions) or parse_gpus(gpus) == "none":
         return
@@ -304,10 +310,10 @@ def host_has_gpu() -> bool:
 class JitCache:
     host: Path              # a folder on the host, mounted writable at JIT_CACHE_TARGET
     target: str
-    environment: dict
+    environment: dict[str, str]
 
 
-def jit_cache(framework: str, run_gpus: list[dict], cache_root: Path, *,
+def jit_cache(framework: str, run_gpus: list[dict[str, Any]], cache_root: Path, *,
               repo_root: Path = images.REPO_ROOT) -> JitCache | None:
     """Where a run's GPU has only PTX in the framework's build: a persistent cache for the compiled kernels.
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
-from reprokit import envs, images
+from reprokit.environments import envs, images
 from reprokit.errors import UserError
 
 PYTHON_VERSION = "3.11"            # the images' Python (docker/*.Dockerfile) and the locks'

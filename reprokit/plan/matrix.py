@@ -7,28 +7,30 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from kits.common.spec import RunSpec, ScriptSpec, SpecError
-from reprokit import datasets, host_checks, script_plan, topology
-from reprokit import plan as planning
-from reprokit.envs import ENVS
+from reprokit.claims import claims as claimlib
+from reprokit.environments import datasets, host_checks, topology
+from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
-from reprokit.executors import Executor, HostExecutor, RayExecutor
-from reprokit.experiments import BUILTIN_DIR, discover, from_scripts
-from reprokit.provenance import REPO, code
-from reprokit.report import claims as claimlib
-from reprokit.request import DEFAULT_CLAIMS, Request, What
-from reprokit.runners.base import Runner
+from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
+from reprokit.plan import plan as planning
+from reprokit.plan import script_plan
+from reprokit.plan.experiments import BUILTIN_DIR, discover, from_scripts
+from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
+from reprokit.results.provenance import REPO, code
+from reprokit.results.store import Store
+from reprokit.runners.base import Runner, Spec, typed
 from reprokit.runners.choose import choose
 from reprokit.runners.make import make
-from reprokit.store import Store
 
 
 @dataclasses.dataclass
 class Matrix:
     """Everything planned before the first run: what runs, where, and what judges it."""
-    specs: list[dict]
+    specs: list[Spec]
     runner: Runner
     executor: Executor
     why: str
@@ -78,7 +80,8 @@ def _options(what: What, profile: str, device: str, claims, experiments: dict, d
     return out
 
 
-def specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: dict, offline: bool) -> list[dict]:
+def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_info: dict,
+               offline: bool) -> list[Spec]:
     """A report's exact specs, to run again here: only the environment (runner, code) is this machine's."""
     try:
         results = Store(folder / "results").all()
@@ -86,32 +89,29 @@ def specs_from(folder: Path, runner, device: str, data_dir: Path, code_info: dic
         raise UserError(f"--from {folder}: {exc}") from None
     if not results:
         raise UserError(f"--from {folder}: no result files in {folder / 'results'}; name a report folder")
-    specs = []
+    specs: list[Spec] = []
     for r in results:
-        spec = copy.deepcopy(r["spec"])
-        kind = ScriptSpec if spec.get("source") == "script" else RunSpec
         try:
-            kind.from_dict(spec)
+            spec = typed(copy.deepcopy(r["spec"]))     # refuses a spec the kits could not read
         except (SpecError, ValueError) as exc:
             raise UserError(f"--from {folder}: {r['run_id']}.json has a spec this kit cannot run ({exc})") from None
-        if spec["device"] == "gpu" and device != "gpu":
+        if spec.device == "gpu" and device != "gpu":
             raise UserError(f"--from {folder}: the report ran on a GPU and this machine runs on its CPU; "
                             f"re-run it on a machine with a GPU (or give --gpus)")
-        if kind is ScriptSpec and not Path(spec["script"]["folder"], spec["script"]["path"]).is_file():
-            raise UserError(f"--from {folder}: its script {spec['script']['path']} is not in "
-                            f"{spec['script']['folder']} here; put the scripts' folder there and re-run")
-        d = spec["data"]
-        seed = spec["train"]["seed"] if kind is RunSpec else 0
-        here = datasets.prepare({"dataset": d["dataset"], "train_samples": d["train_samples"],
-                                 "test_samples": d["test_samples"], "seed": seed},
+        if isinstance(spec, ScriptSpec) and not Path(spec.script.folder, spec.script.path).is_file():
+            raise UserError(f"--from {folder}: its script {spec.script.path} is not in "
+                            f"{spec.script.folder} here; put the scripts' folder there and re-run")
+        d = spec.data
+        seed = spec.train.seed if isinstance(spec, RunSpec) else 0
+        here = datasets.prepare({"dataset": d.dataset, "train_samples": d.train_samples,
+                                 "test_samples": d.test_samples, "seed": seed},
                                 data_dir, allow_download=not offline)
-        if here.sha256 != d["sha256"]:
-            raise UserError(f"--from {folder}: the {d['dataset']} data prepared here (sha256 {here.sha256[:12]}) is "
-                            f"not the data the report ran on ({d['sha256'][:12]}); prepare the same data and re-run")
-        spec["provenance"] = {**code_info, **runner.describe(spec["framework"])}
-        spec = kind.from_dict(spec).to_dict()             # also refuses a spec the kits could not read
-        spec["run_id"] = planning.run_id(spec)
-        specs.append(spec)
+        if here.sha256 != d.sha256:
+            raise UserError(f"--from {folder}: the {d.dataset} data prepared here (sha256 {here.sha256[:12]}) is "
+                            f"not the data the report ran on ({(d.sha256 or '')[:12]}); prepare the same data and "
+                            f"re-run")
+        spec = dataclasses.replace(spec, provenance={**code_info, **runner.describe(spec.framework)})
+        specs.append(planning.identified(spec))
     return specs
 
 
@@ -149,14 +149,15 @@ def _slots(parallel: str, gpus: str, device: str) -> list:
     return slots[:n]
 
 
-def planned(request: Request, experiments: dict, profile: str, device: str, describe) -> tuple[list[dict], list | None]:
+def planned(request: Request, experiments: dict, profile: str, device: str,
+            describe: Callable[[str], dict]) -> tuple[list[Spec], list | None]:
     """The specs a command plans for the experiments on a device, and the claims that judge them. It asks
     nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
-    of a GPU it is not on). A script experiment's specs are its scripts' (reprokit/script_plan.py)."""
+    of a GPU it is not on). A script experiment's specs are its scripts' (reprokit/plan/script_plan.py)."""
     what, how = request.what, request.how
     claims = _claims(what, experiments)
     per_experiment = _options(what, profile, device, claims, experiments, how.data_dir, not how.offline, how.dry_run)
-    specs = []
+    specs: list[Spec] = []
     for name, o in per_experiment.items():
         exp = experiments[name]
         here = code(what.experiment_dirs)
@@ -183,7 +184,7 @@ def build(request: Request) -> Matrix:
     flavors: dict = {}
     executor: Executor
     if where.executor == "ray":
-        from reprokit import cluster
+        from reprokit.execute import cluster
         cluster.connect(where.ray_address)
         gpus = where.gpus or ("all" if cluster.has_gpus() else "none")
     else:
@@ -213,11 +214,11 @@ def build(request: Request) -> Matrix:
             why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if slots[0].fake else ''}GPU slot"
     if what.from_report:
         specs = specs_from(what.from_report, runner, device, how.data_dir, code(what.experiment_dirs), how.offline)
-        experiments = {k: v for k, v in known.items() if k in {s["experiment"] for s in specs}}
-        profile = specs[0]["profile"]
+        experiments = {k: v for k, v in known.items() if k in {s.experiment for s in specs}}
+        profile = specs[0].profile
         claims = _claims(what, experiments)
     else:
         specs, claims = planned(request, experiments, profile, device, runner.describe)
     if device == "gpu":
-        host_checks.check_precision({s["numerics"]["precision"] for s in specs if "numerics" in s}, gpus)
+        host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
     return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors)

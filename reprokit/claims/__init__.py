@@ -1,0 +1,1 @@
+"""Claims about published numbers and their verdicts."""

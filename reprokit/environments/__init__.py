@@ -1,0 +1,1 @@
+"""What a run needs first: virtualenvs, images, host checks, datasets, scripts' wheels."""

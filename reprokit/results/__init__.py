@@ -1,0 +1,1 @@
+"""Result files: their schema, the store, provenance, and publishing a report folder."""
