@@ -121,9 +121,9 @@ def throughput(framework: str, runner: LocalRunner, specs: list[RunSpec], work: 
         todo = [s for s in specs if not _settled(pooled.get(s.experiment), args)]
         if not todo:
             break
-        done = len(pooled[todo[0]["experiment"]]["rounds"]) if pooled else 0     # the same for every unsettled model
+        done = len(pooled[todo[0].experiment]["rounds"]) if pooled else 0     # the same for every unsettled model
         rounds = min(args.per_process, args.max_rounds - done)
-        log(f"  process {p + 1}: {rounds} round(s) of {', '.join(s['experiment'] for s in todo)}")
+        log(f"  process {p + 1}: {rounds} round(s) of {', '.join(s.experiment for s in todo)}")
         for m in _bench_process(framework, runner, todo, work / f"{framework}-{p + 1}", rounds, args):
             seed = m.pop("seed")
             kept = pooled.setdefault(m["experiment"], {**m, "rounds": [], "seeds": []})

@@ -38,7 +38,6 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 
-from kits.common.spec import RunSpec  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
 from reprokit.environments.envs import ENVS  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
@@ -47,6 +46,7 @@ from reprokit.plan.experiments import load  # noqa: E402
 from reprokit.plan.plan import Options, specs_for  # noqa: E402
 from reprokit.results.provenance import code  # noqa: E402
 from reprokit.results.store import Store  # noqa: E402
+from reprokit.runners.base import Spec  # noqa: E402
 from reprokit.runners.local import LocalRunner  # noqa: E402
 
 MAX_OVERHEAD_S = 0.5
@@ -90,7 +90,7 @@ def main() -> int:
                        frameworks=("pytorch", "tensorflow"), data_dir=data_dir, allow_download=False)
         specs = specs_for(load(root / "exp" / "tiny.toml"), opts, runner.describe, code())[:args.runs]
 
-        def label(i: int, spec: RunSpec) -> RunProgress:
+        def label(i: int, spec: Spec) -> RunProgress:
             return RunProgress(f"[run {i + 1}] {spec.framework} r{spec.repeat}")
 
         t0 = time.perf_counter()

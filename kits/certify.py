@@ -106,6 +106,7 @@ def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = 
     the dropout passes and the trajectories, which it certifies again at a declared reduced width."""
     t0 = time.perf_counter()
     d = spec.data
+    assert d.file is not None and d.sha256 is not None      # the host prepared the data before planning the spec
     arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
     x, y = cert.fixed_batch(arrays)
     batches = cert.step_batches(spec, arrays, steps)

@@ -92,9 +92,9 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[t
     todo = [s for s in m.specs if s.run_id not in done]
     estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
     builds = m.executor.builds(m.runner, {s.framework for s in todo})
-    known = [e for e, _ in estimates]
+    known = _sum_known([e for e, _ in estimates])
     at_once = max(1, min(m.executor.at_once, len(todo)))
-    total = None if None in known else sum(known) / at_once + estimate.ENV_BUILD_S * len(builds)
+    total = None if known is None else known / at_once + estimate.ENV_BUILD_S * len(builds)
     print(f"\nplan: {len(m.specs)} runs, profile {m.profile} on {m.device}"
           f"{f' ({m.gpu_name})' if m.gpu_name else ''}, {m.executor.describe(m.runner)}; {len(done)} already "
           f"finished, {len(todo)} to run, estimated {duration(total)}"
@@ -110,6 +110,12 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[t
         print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
     print()
     return estimates
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """Their sum, or None if any of them is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
 
 
 def parse(argv: list[str] | None) -> request.Request:
@@ -139,10 +145,10 @@ def reproduce(argv: list[str] | None = None) -> int:
                                            *certify_plan.trajectory_budget(m.device, m.gpu_name))
 
     def progress_for(i: int, spec: Spec) -> RunProgress:
-        after = [e for e, _ in estimates[i + 1:]]
+        after = _sum_known([e for e, _ in estimates[i + 1:]])
         return RunProgress(f"[run {i + 1}/{len(todo)}] {spec.experiment} / {spec.framework} / "
                            f"{spec.variant} r{spec.repeat}", estimates[i][0],
-                           None if None in after else sum(after) / m.executor.at_once)
+                           None if after is None else after / m.executor.at_once)
 
     failures, interrupted = m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
     if interrupted:
@@ -158,8 +164,9 @@ def reproduce(argv: list[str] | None = None) -> int:
     if kept:
         print(f"report: keeping {len(kept)} finished result(s) of "
               f"{', '.join(sorted({r['experiment'] for r in kept}))} from the earlier report of this name")
-    path = publish.publish(report_dir, name, [*kept, *(store.get(s.run_id) for s in m.specs)], m.experiments,
-                           m.claims, {**kept_certs, **certificates})
+    finished = [r for s in m.specs if (r := store.get(s.run_id)) is not None]     # every run's, by now
+    path = publish.publish(report_dir, name, [*kept, *finished], m.experiments, m.claims,
+                           {**kept_certs, **certificates})
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
 

@@ -86,7 +86,7 @@ def _control_toml(name: str, pytorch: str, tensorflow: str) -> str:
 def _planned(path: Path, opts: Options, code: dict | None = None) -> dict[str, dict]:
     none = {"lock": None, "lock_sha256": None, "image": None}
     # A copy: the planned specs of one experiment share their nested sections.
-    return json.loads(json.dumps({s["framework"]: s for s in specs_for(load(path), opts, lambda fw: none, code or {})}))
+    return json.loads(json.dumps({s.framework: s.to_dict() for s in specs_for(load(path), opts, lambda fw: none, code or {})}))
 
 
 def _builtin(folder: Path, data_dir: Path, opts: Options) -> dict[str, dict[str, dict]]:

@@ -87,7 +87,8 @@ def tiny_specs(folder: Path, data_dir: Path, profile: str = "quick", edit=None) 
     opts = Options(profile=profile, device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
                    data_dir=data_dir, allow_download=False)
     out = {}
-    for spec in specs_for(exp, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code()):
+    for planned in specs_for(exp, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code()):
+        spec = planned.to_dict()                 # as a runner writes it for the kit
         if edit:
             edit(spec)
         out[spec["framework"]] = spec

@@ -16,6 +16,7 @@ import bench_kit_overhead
 
 from kits import bench
 from kits.common import cpu_peak
+from kits.common.spec import RunSpec
 
 REFERENCE = sorted((REPO / "reports" / "quick-cpu" / "results").glob("*.json"))
 
@@ -30,12 +31,12 @@ def test_fan_out_writes_valid_distinct_result_files(tmp_path):
 
 
 def test_kit_spec_is_one_epoch_of_warmup_plus_steps():
-    spec = json.loads(REFERENCE[0].read_text())["spec"]
+    spec = RunSpec.from_dict(json.loads(REFERENCE[0].read_text())["spec"])
     cut = bench.kit_spec(spec, warmup=5, steps=20)
-    assert cut["train"]["epochs"] == 1 and cut["train"]["warmup_steps"] == 5
-    assert cut["train"]["max_steps_per_epoch"] == 25
-    assert cut["data"]["test_samples"] <= 2 * cut["train"]["eval_batch_size"]
-    assert spec["train"]["epochs"] != 1                 # the original is left alone
+    assert cut.train.epochs == 1 and cut.train.warmup_steps == 5
+    assert cut.train.max_steps_per_epoch == 25
+    assert cut.data.test_samples <= 2 * cut.train.eval_batch_size
+    assert spec.train.epochs != 1                 # the original is left alone
 
 
 def test_a_measured_cpu_peak_is_kept_and_read_back_by_the_next_run(tmp_path):

@@ -24,7 +24,8 @@ def test_pairs_that_differ_only_in_a_loop_pitfall_share_one_certificate(tmp_path
                         data_dir=tmp_path, allow_download=False, variants=("fixed", "as_posted"),
                         alone=frozenset(named), prepare_data=False)
     runner = LocalRunner(tmp_path / "envs", tmp_path, "cpu")        # describe() reads the lock files only
-    pairs = certify_plan.pairs(plan.specs_for(experiment, opts, runner.describe, code()))[experiment.name]
+    pairs = certify_plan.pairs([s.to_dict() for s in plan.specs_for(experiment, opts, runner.describe, code())])[
+        experiment.name]
     runnable = [p for p in pairs if p.get("status") != "not-run"]
     names = [(p["pytorch"]["variant"], p["tensorflow"]["variant"]) for p in runnable]
     assert len(runnable) == 4 and ("as_posted", "as_posted") in names, names
@@ -44,7 +45,7 @@ def vgg16_224(tmp_path) -> dict[str, dict]:
                         data_dir=tmp_path, allow_download=False, prepare_data=False)
     none = {"lock": None, "lock_sha256": None, "image": None}
     specs = plan.specs_for(load(BUILTIN_DIR / "vgg16_cifar10_speed.toml"), opts, lambda fw: none, code())
-    pair = {s["framework"]: s for s in specs}
+    pair = {s.framework: s.to_dict() for s in specs}
     assert all(s["data"]["input_size"] == 224 and s["train"]["batch_size"] == 32 for s in pair.values())
     assert all(s["model"]["width_multiplier"] == 1.0 for s in pair.values())
     return pair

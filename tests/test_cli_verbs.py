@@ -117,7 +117,8 @@ def test_from_reruns_a_reports_exact_specs_with_this_machines_environment(tmp_pa
                              "test_samples": first["test_samples"], "seed": results[0]["spec"]["train"]["seed"]}, data)
     for r in results:                      # as if the report had been made on another machine with this data
         r["spec"]["data"]["sha256"] = here.sha256
-    specs = specs_from(_report_from(tmp_path, results), _Runner(), "cpu", data, code(), offline=True)
+    specs = [s.to_dict() for s in specs_from(_report_from(tmp_path, results), _Runner(), "cpu", data, code(),
+                                             offline=True)]
     assert len(specs) == len(results)
     for spec, r in zip(specs, results):
         drop = ("provenance", "run_id")

@@ -86,8 +86,9 @@ def test_only_the_detector_no_hook_reaches_is_a_declared_reproduction():
 def _user_spec(framework: str, plant: list[str], data_dir: Path) -> dict:
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=(framework,), data_dir=data_dir,
                    allow_download=False)
-    (spec,) = specs_for(load(USER_DIR / "planted.toml"), opts,
-                        lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code([USER_DIR]))
+    (planned,) = specs_for(load(USER_DIR / "planted.toml"), opts,
+                           lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code([USER_DIR]))
+    spec = planned.to_dict()
     spec["model"]["options"]["plant"] = plant
     spec["measure"]["memory_every_steps"] = 1          # every step's memory: the trend has its windows
     return spec

@@ -787,7 +787,7 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     assert result["launcher"]["image"]["base_digest"] == client.images.get(test_base).id
     assert result["environment"]["framework"] == "tensorflow" and result["environment"]["device"] == "cpu"
     assert events, "the kit's progress lines reach the host while it runs"
-    assert_removed(client, spec["run_id"])
+    assert_removed(client, spec.run_id)
 
 
 @pytest.mark.docker
@@ -815,7 +815,7 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     assert result["effective"]["train_steps_per_epoch"] == [3] and result["environment"]["execution"] == \
         "tf.function graph"
     assert any("no network" in s for s in result["probe"]["shims"])
-    assert_removed(client, spec["run_id"])
+    assert_removed(client, spec.run_id)
     # The certificate's TensorFlow side in the container, from a PyTorch side made here (CI builds no PyTorch
     # image): the PyTorch weights and batch mounted read-only, the script stopped at its first step.
     from kits.common import certificate as cert
@@ -823,7 +823,8 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     kit_python("pytorch")
     both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
                    allow_download=False)
-    pair = {s["framework"]: s for s in script_plan.specs_for(exp.name, exp.scripts, both, runner.describe, code())}
+    pair = {s.framework: s.to_dict() for s in script_plan.specs_for(exp.name, exp.scripts, both, runner.describe,
+                                                                       code())}
     pt_out, pt, _ = script_certificate._side("pytorch", pair["pytorch"], LocalRunner(ENVS, data_dir, "cpu"),
                                              tmp_path / "cert", None)
     _, tf, why = script_certificate._side("tensorflow", pair["tensorflow"], runner, tmp_path / "cert", pt_out)

@@ -46,7 +46,7 @@ def test_the_hosts_driver_chooses_pytorchs_build_and_the_plan_says_why(driver, f
                 f"needs, so it runs its cuda12 build (CUDA 12.8, driver 525.60.13 or newer)") in line
     assert "GPU build: tensorflow cuda (CUDA 12): its default build runs on the assigned GPUs" in out
     m = matrix.build(cli.parse(_argv(tiny_dir, tmp_path, "--dry-run")[1:]))
-    specs = {s["framework"]: s for s in m.specs}
+    specs = {s.framework: s.to_dict() for s in m.specs}
     assert specs["pytorch"]["provenance"]["lock"] == lock and specs["pytorch"]["provenance"]["flavor"] == flavor
     assert specs["tensorflow"]["provenance"]["lock"] == "locks/tensorflow-cuda.txt"
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import tiny_specs, write_spec
 
 from kits.common.feeding import NumpyFeeder
+from kits.common.spec import RunSpec
 from reprokit.environments import datasets
 from reprokit.environments.envs import ENVS
 from reprokit.plan import model_cost
@@ -244,8 +245,9 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
                                         'pitfalls = ["tf_batch_of_one"]\n')
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=posted_data,
                    allow_download=False, variants=("as_posted",))
-    (spec,) = specs_for(load(tmp_path / "tiny.toml"), opts,
-                        lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code())
+    (planned,) = specs_for(load(tmp_path / "tiny.toml"), opts,
+                           lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code())
+    spec = planned.to_dict()
     assert spec["data"]["tfds"] == datasets.tfds_prepared(posted_data) is not None
     proc = _run_kit(kit_python("tensorflow"), write_spec(tmp_path, spec), tmp_path / "r.json", posted_data)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -267,7 +269,8 @@ def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_di
     runner = LocalRunner(ENVS, data_dir, "cpu")
     runner.prepare({fw})
     args = SimpleNamespace(min_rounds=6, max_rounds=6, per_process=3, target=0.02, warmup=1, steps=4)
-    (m,) = bench_kit_overhead.throughput(fw, runner, [tiny_specs(tiny_dir, data_dir)[fw]], tmp_path, args)
+    spec = RunSpec.from_dict(tiny_specs(tiny_dir, data_dir)[fw])
+    (m,) = bench_kit_overhead.throughput(fw, runner, [spec], tmp_path, args)
     assert m["processes"] == 2 and len(m["seeds"]) == 2 and len(m["rounds"]) == 6 and m["steps"] == 4
     for part in (m["rounds"][:3], m["rounds"][3:]):
         assert len({tuple(r["order"]) for r in part}) == 3

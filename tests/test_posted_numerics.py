@@ -26,7 +26,7 @@ def test_the_seeds_as_posted_variant_leaves_the_numerics_to_the_frameworks_and_d
                    allow_download=False, variants=("fixed", "as_posted"), alone=frozenset({"pt_item_per_step"}),
                    prepare_data=False)
     for name in ("vgg16_cifar10_speed", "simplecnn_cifar10_memory"):
-        specs = {(s["framework"], s["variant"]): s for s in specs_for(experiments[name], opts, lambda fw: NONE, code())}
+        specs = {(s.framework, s.variant): s.to_dict() for s in specs_for(experiments[name], opts, lambda fw: NONE, code())}
         for fw in ("pytorch", "tensorflow"):
             posted, fixed = specs[(fw, "as_posted")]["numerics"], specs[(fw, "fixed")]["numerics"]
             assert posted["tf32"] == posted["cudnn_autotune"] == "framework_default"

@@ -138,8 +138,8 @@ def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):
     args = cli.parse(["--script", f"tensorflow={SCRIPTS / 'keras_fit.py'}", "--frameworks",
                                      "tensorflow", "--backend", "local", "--profile", "quick", "--data-dir",
                                      str(data_dir), "--state-dir", str(tmp_path / "state")])
-    (spec,) = matrix.build(args).specs
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (planned,) = matrix.build(args).specs
+    (tmp_path / "spec.json").write_text(json.dumps(planned.to_dict()))
     proc = subprocess.run([str(tf_python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
                            str(tmp_path / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir",
                            str(SCRIPTS)], cwd=REPO, capture_output=True, text=True, timeout=600,
@@ -200,7 +200,7 @@ def test_a_gpu_run_whose_script_trains_on_the_cpu_fails_as_no_gpu(kit_python, tm
     exp = from_scripts("gpu", {"pytorch": SCRIPTS / "torch_fixed.py"})
     (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
                                                                              "image": None}, code())
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
     out = tmp_path / "out" / "result.json"
     proc = subprocess.run([str(python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out", str(out),
                            "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS)], cwd=REPO, capture_output=True,

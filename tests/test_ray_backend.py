@@ -24,6 +24,7 @@ import pytest
 import ray_cluster  # sets Ray's environment before Ray is imported
 
 pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
+from kits.common.spec import RunSpec  # noqa: E402
 from reprokit.environments import host_checks  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
 from reprokit.results import results  # noqa: E402
@@ -116,11 +117,11 @@ def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
     job = cl.Job("local", "cpu", head=None)
     runner = LocalRunner(REPO / ".reprokit" / "envs", data_dir, "cpu")
     spec["provenance"].update(runner.describe("pytorch"))
-    assert cl._differs(job, runner, spec) is None
+    assert cl._differs(job, runner, RunSpec.from_dict(spec)) is None
     other = {**spec, "provenance": {**spec["provenance"], "code_sha256": "0" * 64}}
-    assert "kit code differs from the head's" in cl._differs(job, runner, other)
+    assert "kit code differs from the head's" in cl._differs(job, runner, RunSpec.from_dict(other))
     other = {**spec, "provenance": {**spec["provenance"], "lock_sha256": "0" * 64}}
-    assert "lock file locks/pytorch.txt differs" in cl._differs(job, runner, other)
+    assert "lock file locks/pytorch.txt differs" in cl._differs(job, runner, RunSpec.from_dict(other))
     # what makes a node unfit, as the census reports it in the one-sentence refusal
     facts = {"resources": {"GPU": 8.0, "CPU": 96.0}, "docker": False, "docker_why": "no Docker engine answers",
              "nvidia_runtime": False}
@@ -128,7 +129,7 @@ def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
     assert cl._why_not({**facts, "docker": True}, "docker", "gpu") == "no NVIDIA container runtime"
     assert cl._why_not({**facts, "resources": {"CPU": 96.0}}, "local", "gpu") == "no GPU"
     assert cl._why_not(facts, "local", "gpu") is None
-    lost = cl._lost(spec, "ab" * 28, 1, RuntimeError("the node died"))
+    lost = cl._lost(RunSpec.from_dict(spec), "ab" * 28, 1, RuntimeError("the node died"))
     assert results.problems(lost) is None and lost["failure"]["kind"] == "node-lost"
     assert "after one retry on another node" in lost["failure"]["message"]
 

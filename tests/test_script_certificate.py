@@ -35,7 +35,7 @@ def _pair_of(exp, scripts: dict[str, dict], data_dir: Path) -> dict[str, dict]:
                    allow_download=False)
     specs = script_plan.specs_for(exp.name, scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
                                                                        "image": None}, code())
-    return {s["framework"]: s for s in specs}
+    return {s.framework: s.to_dict() for s in specs}         # the certificate reads specs as JSON
 
 
 def _checks(cert: dict) -> dict[str, dict]:

@@ -18,7 +18,8 @@ def planned(tmp_path_factory) -> list[dict]:
                    data_dir=tmp_path_factory.mktemp("data"), allow_download=False,
                    variants=("fixed", "as_posted"), ablation=True)
     return [s for e in discover([BUILTIN_DIR]).values()
-            for s in specs_for(e, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code())]
+            for s in (t.to_dict() for t in specs_for(e, opts, lambda fw: {"lock": None, "lock_sha256": None,
+                                                                          "image": None}, code()))]
 
 
 def test_every_planned_spec_loads_typed_and_round_trips(planned):

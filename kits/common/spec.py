@@ -58,7 +58,8 @@ class Model:
     options: dict = field(default_factory=dict)
 
     def builder(self, framework: str) -> str | None:
-        return self.pytorch if framework == "pytorch" else self.tensorflow
+        # builders are named for the two built-in frameworks only (docs/frameworks.md)
+        return {"pytorch": self.pytorch, "tensorflow": self.tensorflow}.get(framework)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class Hooks:
 
     def of(self, name: str, framework: str) -> str | None:
         hook = getattr(self, name)
-        return getattr(hook, framework) if hook else None
+        return getattr(hook, framework, None) if hook else None
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The equivalence certificate of an experiment, checked before any timing.
 
 ``certify_many`` (one experiment or several, for the price of one) runs
-``python -m kits.certify`` once in each framework's environment: PyTorch first, exporting each
-model's freshly initialised weights in a framework-neutral canonical form, then TensorFlow,
-loading them. It then compares what the two wrote (kits/common/certificate.py holds the
-comparisons):
+``python -m kits.certify`` once in each framework's environment: the reference (the registry's first,
+PyTorch) first, exporting each model's freshly initialised weights in a framework-neutral canonical
+form, then the other framework of the pair (TensorFlow), loading them. It then compares what the two
+wrote (kits/common/certificate.py holds the comparisons):
 
 - ``optimizer``: the optimizer each kit built, read back from the object, against its spec;
 - ``layers``: per-layer canonical parameter shapes and counts (NCHW/OIHW mapped to NHWC/HWIO,
@@ -54,7 +54,7 @@ import numpy as np
 from kits.common import certificate as cert
 from kits.common import custom
 from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS
+from kits.common.names import REFERENCE, label
 from kits.common.spec import RunSpec
 from reprokit.certify import certify_plan
 from reprokit.errors import UserError
@@ -92,14 +92,20 @@ def validate_tolerances(tolerances: dict | None) -> dict:
     return out
 
 
+def _pair(specs: dict[str, dict]) -> tuple[str, str]:
+    """The pair's frameworks, the reference first."""
+    other = next(fw for fw in specs if fw != REFERENCE)
+    return REFERENCE, other
+
+
 def _check_inputs(specs: dict[str, dict], data_dir: Path) -> None:
-    if set(specs) != set(FRAMEWORKS):
-        raise UserError(f"the certificate compares {' and '.join(FRAMEWORKS)}; got specs for "
+    if len(specs) != 2 or REFERENCE not in specs:
+        raise UserError(f"the certificate compares {REFERENCE} and one other framework; got specs for "
                         f"{', '.join(sorted(specs)) or 'none'}")
     for fw, spec in specs.items():
         if spec.get("framework") != fw:
             raise UserError(f"the spec given for {fw} is a {spec.get('framework')!r} spec")
-    a, b = (specs[fw] for fw in FRAMEWORKS)
+    a, b = (specs[fw] for fw in _pair(specs))
     if a.get("experiment") != b.get("experiment"):
         raise UserError(f"the two specs are of different experiments ({a.get('experiment')!r} and "
                         f"{b.get('experiment')!r}); a certificate compares one experiment")
@@ -109,17 +115,19 @@ def _check_inputs(specs: dict[str, dict], data_dir: Path) -> None:
         raise UserError(f"the data directory {data_dir} does not exist; prepare the data before certifying")
 
 
-def spec_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Fields of the model, data, train and numerics sections where two RunSpecs differ."""
+def spec_differences(a: dict, b: dict, prefix: str = "", labels: tuple[str, str] | None = None) -> list[str]:
+    """Fields of the model, data, train and numerics sections where two RunSpecs differ (``labels``: their
+    frameworks', by default the specs' own)."""
     out = []
+    labels = labels or (label(a["framework"]), label(b["framework"]))
     keys = ("model", "data", "train", "numerics", "pitfalls") if not prefix else sorted(set(a) | set(b))
     for key in keys:
         x, y = a.get(key), b.get(key)
         name = f"{prefix}{key}"
         if isinstance(x, dict) and isinstance(y, dict):
-            out += spec_differences(x, y, name + ".")
+            out += spec_differences(x, y, name + ".", labels)
         elif x != y and not (name == "data.file" or name.startswith("data.sha")):
-            out.append(f"{name}: PyTorch {x!r}, TensorFlow {y!r}")
+            out.append(f"{name}: {labels[0]} {x!r}, {labels[1]} {y!r}")
     return out
 
 
@@ -150,7 +158,8 @@ def _read_side(fw: str, path: Path, code: int | None, tail: str) -> tuple[dict |
         return None, f"the {cert.label(fw)} certificate exited with {code} and wrote no readable {path.name}:\n{tail}"
 
 
-# Differences every pair of kit runs has, whatever the experiment's settings.
+# Differences every pair of PyTorch and TensorFlow kit runs has, whatever the experiment's settings (the known
+# differences are of that pair of kits: another framework's pair declares none until someone writes them).
 _LAYOUT = {"field": "data layout", "pytorch": "NCHW", "tensorflow": "NHWC",
            "why": "each framework's native layout for convolutions",
            "handled": "weights move between OIHW/(out, in) and HWIO/(in, out); the PyTorch kit transposes its "
@@ -185,8 +194,10 @@ _BN_VARIANCE = {"field": "BatchNorm running variance",
                 "handled": "not removable; shows in the moving variance after the steps (informational)"}
 
 
-def _known_differences(spec: dict) -> list[dict]:
+def _known_differences(spec: dict, pair: tuple[str, str]) -> list[dict]:
     """Semantic differences between the frameworks that this experiment's settings touch."""
+    if pair != KNOWN_PAIR:
+        return []
     model = spec["model"]
     return [_LAYOUT, _EXECUTION, *_optimizer_differences(spec["train"]["optimizer"]),
             *(_batchnorm_differences(model["batchnorm"]) if model["name"] == "simplecnn" else ()),
@@ -243,16 +254,21 @@ def _initializers(init: dict | None) -> dict:
             "handled": "the certificate loads PyTorch's initial weights into TensorFlow"}
 
 
+KNOWN_PAIR = ("pytorch", "tensorflow")       # the pair _known_differences knows
+
+
 def _declared(specs: dict[str, dict]) -> list[dict]:
-    spec = specs["pytorch"]
+    pair = _pair(specs)
+    spec = specs[REFERENCE]
     own: list[dict] = []
-    for s in (specs["pytorch"], specs["tensorflow"]):
+    for s in (specs[fw] for fw in pair):
         for d in s.get("differences", []):
             if d not in own:
                 own.append(d)
     fields = {d["field"].lower() for d in own}
-    known = [{**d, "source": "certificate"} for d in _known_differences(spec) if d["field"].lower() not in fields]
-    by_field = {d["field"].lower(): d for d in _known_differences(spec)}
+    known = [{**d, "source": "certificate"} for d in _known_differences(spec, pair)
+             if d["field"].lower() not in fields]
+    by_field = {d["field"].lower(): d for d in _known_differences(spec, pair)}
     declared = [{**d, "source": "spec", **({"handled": by_field[d["field"].lower()]["handled"]}
                                           if d["field"].lower() in by_field else {})} for d in own]
     return declared + known
@@ -282,8 +298,8 @@ def _summary(result: dict) -> str:
         return "NOT equivalent: " + "; ".join(
             (c.get("mismatches") or [c["evidence"]])[0] if c["name"] == "layers" else f"{c['name']}: {c['evidence']}"
             for c in failed)
-    n = by["layers"]["numbers"]["parameters"]["pytorch"]
-    flops = by["flops"]["numbers"]["per_sample"]["pytorch"]
+    n = by["layers"]["numbers"]["parameters"][REFERENCE]
+    flops = by["flops"]["numbers"]["per_sample"][REFERENCE]
     logits = max(v["relative"] for v in by["logits"]["numbers"].values())
     loss = by["loss_trajectory"]["numbers"]["max_relative_difference"]
     return (f"equivalent within the declared tolerances: the same {n:,} parameters layer by layer, the same "
@@ -336,7 +352,7 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
         job.result = _new(job.specs, tol, runner)
     _run_jobs(jobs, runner, works, timeout_s, log)
     for job in jobs:
-        if set(job.sides) == set(FRAMEWORKS):
+        if set(job.sides) == set(job.specs):
             _compare(job.result, job.sides, job.specs, job.folders, tol)
     out = [job.result for job in jobs[:len(pairs)]]
     for job in jobs[len(pairs):]:
@@ -365,11 +381,12 @@ def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float, log
     """One process per framework and thread setting (a process sets its thread pools once)."""
     groups: dict[str, list[_Job]] = {}
     for job in jobs:
-        threads = {fw: job.specs[fw]["numerics"]["cpu_threads"] for fw in FRAMEWORKS}
+        # by the pair's frameworks too: a group is one process per framework of one pair
+        threads = {fw: job.specs[fw]["numerics"]["cpu_threads"] for fw in _pair(job.specs)}
         groups.setdefault(json.dumps(threads, sort_keys=True), []).append(job)
     for g, group in enumerate(groups.values()):
         batch = works[group[0].pair] / f"batch-{g}"
-        for fw in FRAMEWORKS:
+        for fw in _pair(group[0].specs):                # the reference first: it exports the initial weights
             todo = [job for job in group if job.result["message"] is None]
             if not todo:
                 break
@@ -383,7 +400,7 @@ def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float, log
             log(f"certificate: the {cert.label(fw)} side of {len(todo)} job(s) running ...")
             t0 = time.perf_counter()
             code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
-                                             batch / "pytorch" if fw == "tensorflow" else None)
+                                             batch / REFERENCE if fw != REFERENCE else None)
             log(f"certificate: the {cert.label(fw)} side ended in {time.perf_counter() - t0:.0f} s "
                 f"({'timed out' if code is None else f'exit {code}'})")
             for name, job in zip(names, todo):
@@ -398,7 +415,7 @@ REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights
 
 def _add_reduced(result: dict, small: dict, reason: str, specs: dict[str, dict]) -> None:
     """The dropout and trajectory checks of the reduced-width certificate, into the timed size's, named as such."""
-    width = specs["pytorch"]["model"]["width_multiplier"]
+    width = specs[REFERENCE]["model"]["width_multiplier"]
     result["reduced"] = {"width_multiplier": width, "reason": reason, "status": small["status"],
                          "message": small["message"]}
     if result["status"] == "error" or (result["status"] == "fail" and not result["checks"]):
@@ -418,15 +435,17 @@ def _add_reduced(result: dict, small: dict, reason: str, specs: dict[str, dict])
 
 
 def _new(specs: dict[str, dict], tol: dict, runner) -> dict:
-    return {"schema": SCHEMA, "experiment": specs["pytorch"]["experiment"], "profile": specs["pytorch"].get("profile"),
-            "variant": {fw: specs[fw].get("variant") for fw in FRAMEWORKS},
-            "pitfalls": {fw: specs[fw].get("pitfalls", []) for fw in FRAMEWORKS},
+    pair = _pair(specs)
+    ref, other = (specs[fw] for fw in pair)
+    return {"schema": SCHEMA, "experiment": ref["experiment"], "profile": ref.get("profile"),
+            "variant": {fw: specs[fw].get("variant") for fw in pair},
+            "pitfalls": {fw: specs[fw].get("pitfalls", []) for fw in pair},
             "status": "error", "summary": "", "message": None, "checks": [],
             "declared_differences": _declared(specs), "neutralised": [],
-            "spec_differences": spec_differences(specs["pytorch"], specs["tensorflow"]),
+            "spec_differences": spec_differences(ref, other, labels=(label(pair[0]), label(pair[1]))),
             "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()},
             "setup": None, "frameworks": {},
-            "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in FRAMEWORKS}}
+            "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in pair}}
 
 
 def _take_side(result: dict, sides: dict, fw: str, side: dict | None, text: str) -> None:
@@ -447,19 +466,20 @@ def _take_side(result: dict, sides: dict, fw: str, side: dict | None, text: str)
 
 def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folders: dict[str, Path],
              tol: dict) -> None:
-    pt, tf = sides["pytorch"], sides["tensorflow"]
+    ref, other = _pair(specs)
+    pt, tf = sides[ref], sides[other]
     result["setup"] = pt.get("setup")
     result["neutralised"] = pt.get("neutralised", []) + tf.get("neutralised", [])
     checks = result["checks"]
     checks.append(cert.compare_optimizer({fw: s["optimizer"] for fw, s in sides.items()},
-                                         {fw: specs[fw]["train"]["optimizer"] for fw in FRAMEWORKS}))
-    layers = cert.compare_layers({"pytorch": pt["layers"], "tensorflow": tf["layers"]})
+                                         {fw: specs[fw]["train"]["optimizer"] for fw in (ref, other)}))
+    layers = cert.compare_layers({ref: pt["layers"], other: tf["layers"]})
     checks.append(layers)
     checks.append(cert.compare_flops(sides))
     checks.append(cert.compare_structure(sides))
     if not layers["mapped"]:
-        who = {fw: custom.who(RunSpec.from_dict(specs[fw]), fw) for fw in FRAMEWORKS}
-        result["message"] = (f"{who['tensorflow']} cannot take the weights of {who['pytorch']}: "
+        who = {fw: custom.who(RunSpec.from_dict(specs[fw]), fw) for fw in (ref, other)}
+        result["message"] = (f"{who[other]} cannot take the weights of {who[ref]}: "
                              f"{layers['mismatches'][0]}")
         reason = ("the two models have different parameters, so one set of weights cannot be loaded into both "
                   "(the same initial weights are what the logits, dropout and trajectory checks compare)")
@@ -468,7 +488,7 @@ def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folde
         result["status"] = "fail"
         return
     if tf.get("status") == "refused":
-        result["message"] = f"the TensorFlow side refused the PyTorch weights: {tf.get('message')}"
+        result["message"] = f"the {label(other)} side refused the {label(ref)} weights: {tf.get('message')}"
         return
     problems = [p for p in (cert.check_outputs(fw, s["outputs"]) for fw, s in sides.items()) if p]
     checks.append({"name": "outputs", "passed": not problems,
@@ -477,15 +497,15 @@ def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folde
                    f"takes logits"})
     if problems:
         result["message"] = problems[0]
-    checks.append(cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, tol["logits_rtol"]))
+    checks.append(cert.compare_logits({ref: pt["logits"], other: tf["logits"]}, tol["logits_rtol"]))
     if "losses" not in pt or "losses" not in tf:    # structure only: the costly checks run at a reduced width
         result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
         return
-    checks.append(cert.compare_dropout({"pytorch": pt["train_outputs"], "tensorflow": tf["train_outputs"]}))
+    checks.append(cert.compare_dropout({ref: pt["train_outputs"], other: tf["train_outputs"]}))
     setup = pt["setup"]
     removed = ", ".join(d["field"] for d in result["neutralised"])
     checks.append(cert.compare_losses(
-        {"pytorch": pt["losses"]["fp64"], "tensorflow": tf["losses"]["fp64"]}, tol["loss_rtol"],
+        {ref: pt["losses"]["fp64"], other: tf["losses"]["fp64"]}, tol["loss_rtol"],
         f"fp64, batches of {setup['step_batch_size']} in the kit's order, dropout off"
         + (f", removed: {removed}" if removed else "") + "; the last point is batch 1 again after the last step",
         setup["steps"]))

@@ -1,10 +1,11 @@
 """Which equivalence certificates a matrix needs: one per variant pair that runs, on the timed specs.
 
-A pair is the PyTorch and the TensorFlow spec of one variant, at repeat 0. A
-variant that only one framework has (an ablation's ``+pitfall``) is paired
-with the other framework's ``fixed`` spec, which is what the report holds it
-against. A pair that cannot be certified (one framework only) is recorded
-as not run, with the reason, so the report names it instead of leaving it out.
+A pair is the spec of the reference framework (the registry's first, PyTorch) and one other framework's
+(TensorFlow), of one variant, at repeat 0: one pair per other framework the experiment runs. A variant that
+only one framework has (an ablation's ``+pitfall``) is paired with the other framework's ``fixed`` spec,
+which is what the report holds it against. A pair that cannot be certified (one framework only, or a kit
+without a certificate side) is recorded as not run, with the reason, so the report names it instead of
+leaving it out.
 
 Certificates are cached by what they certify: the model, the data and its
 preprocessing, the optimizer and loss, the numerics, the pitfalls that touch
@@ -19,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from kits.common.names import FRAMEWORKS, label
+from kits.common.names import REFERENCE, REGISTRY, label, others
 from kits.common.pitfalls import certified
 from reprokit.plan import model_cost
 from reprokit.results import utilisation
@@ -30,7 +31,8 @@ UNCERTIFIED_TRAIN = ("epochs", "max_steps_per_epoch", "warmup_steps", "target_ac
 
 
 def pairs(specs: list[dict]) -> dict[str, list[dict]]:
-    """experiment -> [{"pytorch": spec, "tensorflow": spec} or a not-run record], one per variant."""
+    """experiment -> [{"pytorch": spec, "tensorflow": spec} or a not-run record], one per variant and other
+    framework (each pair's keys: the reference, then the other)."""
     by: dict[str, dict[str, dict[str, dict]]] = {}
     scripts: dict[tuple[str, str], dict] = {}
     for s in specs:
@@ -44,36 +46,62 @@ def pairs(specs: list[dict]) -> dict[str, list[dict]]:
     for experiment, variants in by.items():
         fixed = variants.get(FIXED, {})
         for variant in sorted(variants, key=lambda v: (v != FIXED, v)):
-            pair = {fw: variants[variant].get(fw) or fixed.get(fw) for fw in FRAMEWORKS}
-            missing = [fw for fw in FRAMEWORKS if pair[fw] is None]
+            for fws in _pairs({fw for v in variants.values() for fw in v}):
+                if not any(fw in variants[variant] for fw in fws):
+                    continue                    # a variant of a third framework only: not this pair's
+                pair = {fw: variants[variant].get(fw) or fixed.get(fw) for fw in fws}
+                missing = [fw for fw in fws if pair[fw] is None]
+                if missing:
+                    there = next(s for s in pair.values() if s)
+                    out.setdefault(experiment, []).append(not_run(
+                        {fw: s for fw, s in pair.items() if s},
+                        f"only {label(there['framework'])} runs variant {variant!r} in this matrix, so there is no "
+                        f"{label(missing[0])} run to hold it against", experiment, variant, fws))
+                else:
+                    out.setdefault(experiment, []).append(_certifiable(pair, experiment, variant))
+    for (experiment, variant), found in scripts.items():
+        for fws in _pairs(set(found)):
+            pair = {fw: found[fw] for fw in fws if fw in found}     # the reference first
+            missing = [fw for fw in fws if fw not in found]
             if missing:
-                there = next(s for s in pair.values() if s)
-                pair = not_run({fw: s for fw, s in pair.items() if s},
-                               f"only {label(there['framework'])} runs variant {variant!r} in this matrix, so "
-                               f"there is no {label(missing[0])} run to hold it against", experiment, variant)
+                pair = not_run(pair, f"the experiment has no {label(missing[0])} script to hold it against",
+                               experiment, variant, fws)
             out.setdefault(experiment, []).append(pair)
-    for (experiment, variant), pair in scripts.items():
-        missing = [fw for fw in FRAMEWORKS if fw not in pair]
-        if missing:
-            pair = not_run(pair, f"the experiment has no {label(missing[0])} script to hold it against", experiment,
-                           variant)
-        out.setdefault(experiment, []).append(pair)
     return out
 
 
+def _pairs(present: set[str]) -> list[tuple[str, str]]:
+    """The framework pairs of an experiment's specs: the reference with each other framework that runs it (the
+    registry's second where none does, so that a lone reference is named as unpaired)."""
+    return [(REFERENCE, other) for other in others(present)]
+
+
+def _certifiable(pair: dict, experiment: str, variant: str) -> dict:
+    """The pair, or a not-run record where a kit has no certificate side (its registry entry's parts)."""
+    lacking = [fw for fw in pair if not REGISTRY[fw].has("certify")]
+    if not lacking:
+        return pair
+    return not_run(pair, f"the {label(lacking[0])} kit has no certificate side (its registry entry's parts: "
+                         f"{', '.join(REGISTRY[lacking[0]].parts)}), so the pair is not certified", experiment,
+                   variant)
+
+
 def is_script(pair: dict) -> bool:
-    return all(pair[fw].get("source") == "script" for fw in FRAMEWORKS)
+    return all(spec.get("source") == "script" for spec in pair.values())
 
 
-def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str | None = None) -> dict:
-    """The record of a certificate that did not run, in the certificate's own shape."""
+def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str | None = None,
+            frameworks: tuple[str, ...] | None = None) -> dict:
+    """The record of a certificate that did not run, in the certificate's own shape. ``frameworks``: the pair's
+    (the reference first), where ``pair`` lacks one; by default the pair's own."""
     if pair.get("status") == "not-run":
         return pair
     specs = [s for s in pair.values() if isinstance(s, dict) and "run_id" in s]
     experiment = experiment or specs[0]["experiment"]
+    fws = frameworks or tuple(pair)
     return {"schema": "reprokit.certificate/1", "experiment": experiment,
             "profile": specs[0]["profile"] if specs else None,
-            "variant": {fw: (pair[fw]["variant"] if fw in pair else variant) for fw in FRAMEWORKS},
+            "variant": {fw: (pair[fw]["variant"] if fw in pair else variant) for fw in fws},
             "status": "not-run", "summary": f"not run: {reason}", "message": reason, "checks": []}
 
 
@@ -92,7 +120,7 @@ def _certified_part(spec: dict) -> dict:
 def cache_key(pair: dict, budget: float) -> str:
     """What the certificate certifies, with the trajectory budget (FLOPs) it runs under: one made on an
     H100 is not an L4's, whose budget runs the costly checks at a smaller width."""
-    body: dict[str, Any] = {fw: _certified_part(pair[fw]) for fw in FRAMEWORKS}
+    body: dict[str, Any] = {fw: _certified_part(spec) for fw, spec in pair.items()}
     body["trajectory_budget"] = budget
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -151,23 +179,23 @@ def reduced(pair: dict, budget: float | None = None, why: str = "given by the ca
     """The pair at the widest width whose dropout passes and trajectories fit the budget (FLOPs, made as
     ``why`` says; by default the device's without a GPU name), with why; None where they fit at the timed
     width (or the model's cost cannot be told ahead: a custom model)."""
-    counted = [trajectory_cost(pair[fw]) for fw in FRAMEWORKS]
+    counted = [trajectory_cost(spec) for spec in pair.values()]
     costs = [c for c in counted if c is not None]
     if len(costs) != len(counted):
         return None
     if budget is None:
-        budget, why = trajectory_budget(pair["pytorch"]["device"], None)
+        budget, why = trajectory_budget(pair[REFERENCE]["device"], None)
     if max(costs) <= budget:
         return None
     factor = 0.5
     while factor > 1 / 1024:
-        small = {fw: _narrower(pair[fw], factor) for fw in FRAMEWORKS}
+        small = {fw: _narrower(spec, factor) for fw, spec in pair.items()}
         if max(_cost(s) for s in small.values()) <= budget:
             break
         factor /= 2
-    width = small["pytorch"]["model"]["width_multiplier"]
+    width = small[REFERENCE]["model"]["width_multiplier"]
     return small, (f"the dropout passes and the trajectories would cost {max(costs):.1e} FLOPs at the timed width, "
-                   f"over the {budget:.2g} budget on a {pair['pytorch']['device']} ({why}): they ran at width "
+                   f"over the {budget:.2g} budget on a {pair[REFERENCE]['device']} ({why}): they ran at width "
                    f"{width:g} ({factor:g} of the timed model's), at the timed input size and batch")
 
 

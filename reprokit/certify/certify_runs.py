@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS
 from reprokit.certify import certify_plan
 from reprokit.certify.certificate import certify_many
 from reprokit.certify.script_certificate import certify_scripts
@@ -20,26 +19,28 @@ def for_matrix(specs: list[dict], runner: Runner, state: Path, enabled: bool, bu
     they certify and the trajectory budget (FLOPs, made as ``budget_why`` says), the missing ones made
     together (one process per framework). One that cannot run is recorded with its reason, never left out."""
     entries: list[tuple[str, dict | None, dict | None]] = []        # (experiment, pair, certificate)
+    pairs_of: dict[int, dict] = {}                                     # entry -> its pair, where one is certified
     for experiment, pairs in certify_plan.pairs(specs).items():
         for pair in pairs:
             if pair.get("status") == "not-run" or not enabled:
                 entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
                 continue
+            pairs_of[len(entries)] = pair
             cached = state / "certificates" / f"{certify_plan.cache_key(pair, budget)}.json"
             entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
     missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
     todo = {key: [missing[j] for j in ids]
-            for key, ids in certify_plan.by_key([entries[i][1] for i in missing], budget).items()}
+            for key, ids in certify_plan.by_key([pairs_of[i] for i in missing], budget).items()}
     if todo:
         print(f"certificates: {len(todo)} to make for {sum(map(len, todo.values()))} variant pair(s) (same initial "
               f"weights, logits, steps, arithmetic); {len(entries) - sum(map(len, todo.values()))} cached or not run",
               flush=True)
         log = lambda line: print(line, flush=True)      # noqa: E731
-        kits = {k: ids for k, ids in todo.items() if not certify_plan.is_script(entries[ids[0]][1])}
-        made = dict(zip(kits, certify_many([entries[ids[0]][1] for ids in kits.values()], runner,
+        kits = {k: ids for k, ids in todo.items() if not certify_plan.is_script(pairs_of[ids[0]])}
+        made = dict(zip(kits, certify_many([pairs_of[ids[0]] for ids in kits.values()], runner,
                                            [state / "work" / f"cert-{k}" for k in kits], trajectory_budget=budget,
                                            trajectory_budget_why=budget_why, log=log)))
-        made |= {k: certify_scripts(entries[ids[0]][1], runner, state / "work" / f"cert-{k}", log=log)
+        made |= {k: certify_scripts(pairs_of[ids[0]], runner, state / "work" / f"cert-{k}", log=log)
                  for k, ids in todo.items() if k not in kits}
         for key, ids in todo.items():
             cert = made[key]
@@ -50,10 +51,11 @@ def for_matrix(specs: list[dict], runner: Runner, state: Path, enabled: bool, bu
                   f"{f' (and {len(ids) - 1} pair(s) it stands for)' if len(ids) > 1 else ''}: {cert['status']}: "
                   f"{cert['summary']}", flush=True)
     out: dict[str, list[dict]] = {}
-    for experiment, pair, cert in entries:
-        if pair:
+    for experiment, certified, entry in entries:
+        assert entry is not None                # each missing one was made above
+        if certified:
             # A cached certificate may be of the same model, data and step under another variant name.
-            cert = {**cert, "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS},
-                    "pitfalls": {fw: pair[fw]["pitfalls"] for fw in FRAMEWORKS}}
-        out.setdefault(experiment, []).append(cert)
+            entry = {**entry, "variant": {fw: spec["variant"] for fw, spec in certified.items()},
+                     "pitfalls": {fw: spec["pitfalls"] for fw, spec in certified.items()}}
+        out.setdefault(experiment, []).append(entry)
     return out

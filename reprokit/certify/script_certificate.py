@@ -31,7 +31,7 @@ from pathlib import Path
 from kits.common import arithmetic
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS, label
+from kits.common.names import REFERENCE, label
 from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances
 from reprokit.runners.base import RESULT_NAME, spec_call
 
@@ -50,9 +50,9 @@ def certify_scripts(pair: dict[str, dict], runner, work: Path, tolerances: dict 
     result = _new(pair, tol, runner)
     sides: dict[str, dict] = {}
     folders: dict[str, Path] = {}
-    for fw in FRAMEWORKS:
+    for fw in _frameworks(pair):                # the reference first: it writes the initial weights
         log(f"certificate: the {label(fw)} script runs to its first step under the probe ...")
-        folders[fw], side, why = _side(fw, pair[fw], runner, work, folders.get("pytorch"))
+        folders[fw], side, why = _side(fw, pair[fw], runner, work, folders.get(REFERENCE))
         if side is None or side.get("status") != "ok":
             result["message"] = why if side is None else f"the {label(fw)} side: {side.get('message')}"
             result["status"] = "fail" if side and side.get("status") in ("unmappable", "bad-model") else "error"
@@ -60,7 +60,7 @@ def certify_scripts(pair: dict[str, dict], runner, work: Path, tolerances: dict 
         sides[fw] = side
         result["frameworks"][fw] = side.get("environment", {})
         result["captured"][fw] = side.get("captured", [])
-    if len(sides) == len(FRAMEWORKS):
+    if len(sides) == len(pair):
         _compare(result, sides, tol)
     result["summary"] = _summary(result)
     result["wall_s"] = time.perf_counter() - t0
@@ -101,21 +101,28 @@ def _why_no_side(fw: str, output: Path, outcome) -> str:
     return f"the {label(fw)} script ended (exit {outcome.exit_code}) before its first optimizer step:\n{tail}"
 
 
+def _frameworks(pair: dict[str, dict]) -> tuple[str, ...]:
+    """The pair's frameworks, the reference first."""
+    return (REFERENCE, *(fw for fw in pair if fw != REFERENCE))
+
+
 def _new(pair: dict[str, dict], tol: dict, runner) -> dict:
-    pt = pair["pytorch"]
+    fws = _frameworks(pair)
+    pt = pair[REFERENCE]
     return {"schema": SCHEMA, "source": "script", "experiment": pt["experiment"], "profile": pt["profile"],
-            "variant": {fw: pair[fw]["variant"] for fw in FRAMEWORKS}, "pitfalls": {fw: [] for fw in FRAMEWORKS},
+            "variant": {fw: pair[fw]["variant"] for fw in fws}, "pitfalls": {fw: [] for fw in fws},
             "status": "error", "summary": "", "message": None, "checks": [], "declared_differences": [],
             "neutralised": [], "spec_differences": [], "captured": {},
-            "scripts": {fw: pair[fw]["script"]["path"] for fw in FRAMEWORKS},
+            "scripts": {fw: pair[fw]["script"]["path"] for fw in fws},
             "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()
                            if k == "logits_rtol"},
             "setup": None, "frameworks": {},
-            "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in FRAMEWORKS}}
+            "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in fws}}
 
 
 def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
-    pt, tf = sides["pytorch"], sides["tensorflow"]
+    ref, other = _frameworks(sides)
+    pt, tf = sides[ref], sides[other]
     result["setup"] = pt.get("setup")
     checks = result["checks"]
     checks.append(cert.compare_read_back_optimizers({fw: s["optimizer"] for fw, s in sides.items()}))
@@ -135,7 +142,7 @@ def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
                    f"both return {cert.shape_text(pt['outputs']['shape'])} outputs, as their own losses take them"
                    + (f" (the loss of {', '.join(unknown)} is not one the probe knows: what it takes is not "
                       f"checked)" if unknown else "")})
-    same = _not_comparable(layers, tf)
+    same = _not_comparable(layers, tf, label(ref), label(other))
     if same:
         checks += [skipped(n, same) for n in ("logits", "dropout")]
     else:
@@ -166,13 +173,13 @@ def _modes(sides: dict[str, dict]) -> dict:
     return {"name": "modes", "passed": False, "evidence": "; ".join(parts), "numbers": off}
 
 
-def _not_comparable(layers: dict, tf: dict) -> str | None:
+def _not_comparable(layers: dict, tf: dict, ref: str = "PyTorch", other: str = "TensorFlow") -> str | None:
     """Why the same weights cannot be run through both models, or None."""
     if not layers["mapped"]:
         return ("the two models have different parameters, so one set of weights cannot be loaded into both "
                 "(the same initial weights are what the logits and dropout checks compare)")
     if not tf.get("weights") or tf["weights"]["source"] != "loaded":
-        return f"the TensorFlow model did not start from the PyTorch weights: it ran on {tf.get('input')}"
+        return f"the {other} model did not start from the {ref} weights: it ran on {tf.get('input')}"
     return None
 
 
@@ -203,7 +210,7 @@ def _summary(result: dict) -> str:
     if failed:
         return "NOT the same model: " + "; ".join(f"{c['name']}: {c['evidence']}" for c in failed)
     by = {c["name"]: c for c in checks}
-    n = by["layers"]["numbers"]["parameters"]["pytorch"]
+    n = by["layers"]["numbers"]["parameters"][REFERENCE]
     if by["logits"].get("skipped"):
         return (f"the same {n:,} parameters layer by layer and the same arithmetic; the outputs of the same weights "
                 f"{by['logits']['evidence']}; the loss trajectories are not checked for scripts")

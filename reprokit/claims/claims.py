@@ -35,6 +35,7 @@ from pathlib import Path
 
 import jsonschema
 
+from kits.common.names import BUILTIN, FRAMEWORK_ENUM, fill_frameworks, schema_with_registry
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
 from reprokit.results import metrics
@@ -44,8 +45,11 @@ from reprokit.results.units import NON_NEGATIVE, UNITS
 SCHEMA_ID = "reprokit.claims/1"
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "claims.schema.json"
-# Its quantity enum is written from metrics by this command (tests/test_quantities.py fails until it is run).
-REGENERATE = 'python -c "from reprokit.report import claims; claims.write_schema()"'
+# The other schemas whose framework enums (names.FRAMEWORK_ENUM) are written from the registry's built-in entries.
+FRAMEWORK_SCHEMAS = tuple(SCHEMA.with_name(f"{name}.schema.json") for name in ("experiment", "result"))
+# Its quantity enum is written from metrics, and every schema's framework enum from kits/common/names.py BUILTIN,
+# by this command (tests/test_quantities.py and tests/test_registry.py fail until it is run).
+REGENERATE = 'python -c "from reprokit.claims import claims; claims.write_schema()"'
 
 # quantity -> (dimension, what it is): every quantity metrics reads
 QUANTITIES: dict[str, tuple[str, str]] = {name: (q.dimension, q.what) for name, q in metrics.QUANTITIES.items()}
@@ -148,26 +152,42 @@ def interval(figure: dict) -> tuple[float, float]:
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    return jsonschema.Draft202012Validator(schema_with_registry(json.loads(SCHEMA.read_text())))
 
 
 _QUANTITY_ENUM = re.compile(r'("quantity": \{\s*"enum": \[)[^\]]*(\])')
+_FRAMEWORK_ENUM = re.compile(r'("\$comment": "' + re.escape(FRAMEWORK_ENUM) + r'",\s*"enum": \[)[^\]]*(\])')
 
 
 def schema_text(text: str) -> str:
-    """The claims schema ``text`` with its quantity enum written from metrics.QUANTITIES, the rest as it is.
+    """The claims schema ``text`` with its quantity enum written from metrics.QUANTITIES and its framework enum
+    from the registry's built-in entries, the rest as it is.
 
-    The file stays whole (editors and readers see every quantity) and validation reads it as committed."""
+    The file stays whole (editors and readers see every quantity) and validation reads it as committed, with the
+    frameworks registered through kits/common/names.py's hook added (names.schema_with_registry)."""
     names = textwrap.fill(", ".join(f'"{name}"' for name in QUANTITIES), 116, initial_indent=" " * 8,
                           subsequent_indent=" " * 8, break_long_words=False, break_on_hyphens=False)
     out, found = _QUANTITY_ENUM.subn(lambda m: f"{m[1]}\n{names}\n      {m[2]}", text, count=1)
     if not found:
         raise ValueError(f"{SCHEMA}: no quantity enum ($defs.quantity.enum) to write")
+    frameworks = ", ".join(f'"{fw.name}"' for fw in BUILTIN)
+    out, found = _FRAMEWORK_ENUM.subn(lambda m: f"{m[1]}{frameworks}{m[2]}", out)
+    if not found:
+        raise ValueError(f"{SCHEMA}: no framework enum ($defs.framework) to write")
     return out
+
+
+def framework_schema_text(text: str) -> str:
+    """A JSON schema file (indented by 2, as json.dumps writes it) with its framework enums (marked by
+    names.FRAMEWORK_ENUM) written from the registry's built-in entries."""
+    schema = fill_frameworks(json.loads(text), [fw.name for fw in BUILTIN])
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_schema() -> None:
     SCHEMA.write_text(schema_text(SCHEMA.read_text()))
+    for path in FRAMEWORK_SCHEMAS:
+        path.write_text(framework_schema_text(path.read_text()))
 
 
 def resolve(name_or_path: str | Path) -> Path:
@@ -358,7 +378,9 @@ def _check_tolerance(claim: Claim, bad) -> None:
     if claim.kind in ("value", "ratio") and form in AROUND:
         _reference_figures(claim, bad)       # must be derivable from the published figures
     if claim.kind == "ratio" and claim.direction:
-        low, high = claim.bounds() or reference(claim, bad)
+        span = claim.bounds() or reference(claim, bad)
+        assert span is not None          # a ratio's tolerance is a bound, or taken around a published figure
+        low, high = span
         if (claim.direction == "greater" and high <= 1) or (claim.direction == "less" and low >= 1):
             raise bad("metric.direction", f"{claim.direction!r} contradicts the tolerance, which accepts only ratios "
                                           f"{'at or below' if claim.direction == 'greater' else 'at or above'} 1")
@@ -389,8 +411,9 @@ def _reference_figures(claim: Claim, bad) -> list[dict]:
 
     if claim.kind == "value":
         return [one(claim.operands["value"], "value")]
-    if claim.ratio_figure() is not None:
-        return [claim.ratio_figure()]
+    ratio = claim.ratio_figure()
+    if ratio is not None:
+        return [ratio]
     num, den = one(claim.operands["numerator"], "numerator"), one(claim.operands["denominator"], "denominator")
     if UNITS[num["unit"]][0] != UNITS[den["unit"]][0]:
         raise bad("published", f"figures {num['label']!r} ({num['unit']}) and {den['label']!r} ({den['unit']}) "

@@ -18,7 +18,7 @@ from reprokit.environments import images
 from reprokit.errors import UserError
 
 if TYPE_CHECKING:
-    from docker import DockerClient
+    from docker.client import DockerClient
     from docker.types import DeviceRequest
 
 TOOLKIT_FIX = ("install nvidia-container-toolkit and restart Docker "

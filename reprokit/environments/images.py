@@ -39,7 +39,7 @@ from kits.common.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.
 from reprokit.errors import UserError
 
 if TYPE_CHECKING:
-    from docker import DockerClient
+    from docker.client import DockerClient
     from docker.models.images import Image
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -34,8 +34,10 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kits.common.spec import RunSpec, ScriptSpec, Threads
 from reprokit.console import RunProgress
@@ -73,7 +75,7 @@ class Job:
 
     runner: str                                 # "docker" | "local": the runner each node uses
     device: str                                 # "cpu" | "gpu"
-    head: object                                # the Head actor: files and progress
+    head: Any                                   # the Head actor's handle: files and progress
     images: dict[str, dict] = field(default_factory=dict)   # framework -> {"ref", "id"}
     extra_dirs: tuple[str, ...] = ()
 
@@ -239,7 +241,7 @@ def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path],
     return head, staged
 
 
-def run_all(job: Job, todo: list[Spec], serving: list[str], store, progress_for) -> tuple[int, bool]:
+def run_all(job: Job, todo: Sequence[Spec], serving: list[str], store, progress_for) -> tuple[int, bool]:
     """Every spec as a task on a serving node; (failed runs, interrupted). Results stored as they come.
 
     progress_for(i, spec) makes the display of the i-th run (from 0) when it starts on its node.
@@ -444,7 +446,7 @@ def _node_run(job: Job, spec: Spec) -> dict | None:
             job.head.event.remote(spec.run_id, event)
 
     t0 = time.perf_counter()
-    staged = {}
+    staged: dict[str, Any] = {}
     try:
         runner = _node_runner(job, node_dir)
         problem = _differs(job, runner, spec)

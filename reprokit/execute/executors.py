@@ -6,7 +6,7 @@ Slurm or Kubernetes executor is one more class, not more branches.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -21,7 +21,10 @@ ProgressFor = Callable[[int, Spec], RunProgress]
 
 class Executor(Protocol):
     name: str
-    at_once: int                # runs that may go at once (for the time estimate)
+
+    @property
+    def at_once(self) -> int:
+        """Runs that may go at once (for the time estimate)."""
 
     def describe(self, runner: Runner) -> str:
         """Where the runs go, for the plan's first line."""
@@ -32,7 +35,7 @@ class Executor(Protocol):
     def prepare(self, runner: Runner, frameworks: set[str]) -> None:
         """Build or check what the runs need here; raise UserError before any run."""
 
-    def run(self, runner: Runner, todo: list[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+    def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         """Run every spec, storing each result as it ends; (failed runs, interrupted)."""
 
 
@@ -57,7 +60,7 @@ class HostExecutor:
     def prepare(self, runner: Runner, frameworks: set[str]) -> None:
         runner.prepare(frameworks)
 
-    def run(self, runner: Runner, todo: list[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+    def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         from reprokit.execute import schedule
         return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for)
 
@@ -84,7 +87,7 @@ class RayExecutor:
         if runner.name != "local":           # the images are built here, then streamed to the nodes
             runner.prepare(frameworks)
 
-    def run(self, runner: Runner, todo: list[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
+    def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         from reprokit.execute import cluster, node_staging
         data_files = {s.data.file: self.data_dir / s.data.file for s in todo if s.data.file}
         head, images = cluster.stage_on_head(runner, {s.framework for s in todo}, data_files,

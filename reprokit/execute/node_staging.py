@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
@@ -25,7 +26,7 @@ def _get(ref):
     return ray.get(ref)
 
 
-def script_files(specs: list[Spec], data_dir: Path) -> dict[str, str]:
+def script_files(specs: Sequence[Spec], data_dir: Path) -> dict[str, str]:
     """What the head serves of the users' scripts, by name: every file of each script's folder (a node has
     no copy of it), and the wheels of its extra requirements, which the host downloaded into its data folder."""
     files = {}

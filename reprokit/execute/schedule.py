@@ -16,9 +16,10 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable
-from multiprocessing.connection import wait
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from typing import cast
 
 from kits.common.files import write_json_atomic
 from reprokit.console import RunProgress
@@ -125,7 +126,7 @@ def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement:
     conn.close()
 
 
-def run_all(runner: Runner, todo: list[Spec], slots: list[Placement | None], work: Path, ledger_root: Path,
+def run_all(runner: Runner, todo: Sequence[Spec], slots: list[Placement | None], work: Path, ledger_root: Path,
             store, progress_for: Callable[[int, Spec], RunProgress]) -> tuple[int, bool]:
     """Run every spec, at most one per slot at once; (failed runs, interrupted).
 
@@ -182,7 +183,7 @@ def _side_by_side(runner, todo, slots, work, ledger_root, progress_for, finished
                 proc.start()
                 theirs.close()
                 running[mine] = (proc, slot, progress)
-            for conn in wait(list(running)):
+            for conn in cast("list[Connection]", wait(list(running))):    # wait() gives back what it was given
                 proc, slot, progress = running[conn]
                 try:
                     kind, payload = conn.recv()
@@ -214,7 +215,7 @@ def _stop(running: dict, finished) -> None:
             os.kill(proc.pid, signal.SIGINT)
     deadline = time.monotonic() + STOP_GRACE_S
     while running and time.monotonic() < deadline:
-        for conn in wait(list(running), timeout=max(0.0, deadline - time.monotonic())):
+        for conn in cast("list[Connection]", wait(list(running), timeout=max(0.0, deadline - time.monotonic()))):
             proc, slot, progress = running[conn]
             try:
                 kind, payload = conn.recv()

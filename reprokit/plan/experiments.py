@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 
+from kits.common.names import schema_with_registry
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
 from reprokit.results.schema_messages import describe
@@ -74,7 +75,7 @@ def from_scripts(name: str, scripts: dict[str, Path]) -> Experiment:
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
     schema = json.loads(resources.files("reprokit").joinpath("schemas/experiment.schema.json").read_text())
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(schema_with_registry(schema))
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

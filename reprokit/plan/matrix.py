@@ -183,9 +183,10 @@ def build(request: Request) -> Matrix:
     experiments = selected(what, known)
     flavors: dict = {}
     executor: Executor
+    address = where.ray_address or ""          # the request has one wherever the executor is ray
     if where.executor == "ray":
         from reprokit.execute import cluster
-        cluster.connect(where.ray_address)
+        cluster.connect(address)
         gpus = where.gpus or ("all" if cluster.has_gpus() else "none")
     else:
         gpus = where.gpus or ("all" if host_checks.host_has_gpu() else "none")
@@ -194,9 +195,9 @@ def build(request: Request) -> Matrix:
     needed = {f for e in experiments.values() for f in e.frameworks if f in what.frameworks}
     if where.executor == "ray":
         runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
-        serving, at_once = cluster.check(where.runner, device, where.ray_address)
-        why += f"; {len(serving)} node(s) of the cluster at {where.ray_address} can serve runs"
-        executor = RayExecutor(where.ray_address, serving, at_once, device, how.data_dir, what.experiment_dirs)
+        serving, at_once = cluster.check(where.runner, device, address)
+        why += f"; {len(serving)} node(s) of the cluster at {address} can serve runs"
+        executor = RayExecutor(address, serving, at_once, device, how.data_dir, what.experiment_dirs)
         gpu_name = None
     else:
         slots = _slots(where.parallel, gpus, device)

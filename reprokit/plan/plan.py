@@ -42,7 +42,7 @@ class Options:
     prepare_data: bool = True       # False (a dry run): describe the data only if it is already prepared
 
 
-S = TypeVar("S", RunSpec, ScriptSpec)
+S = TypeVar("S", bound=RunSpec | ScriptSpec)
 
 
 def identified(spec: S) -> S:

@@ -12,7 +12,7 @@ package imports upward):
     compare           two result sets, B against A (the core of `reprokit compare`)
     verdicts          each claim judged from the results
     claims            claim files, loaded and checked
-    pair_findings     what a PyTorch and a TensorFlow run about to be compared differ in
+    pair_findings     what a run of the reference framework and one of another, about to be compared, differ in
     parameter_counts  the built-in models' sizes from a spec
     runs              results grouped and ordered, and what ran against the published setting
     markdown          escaping, tables, short cells

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kits.common.names import LABELS, compared, joined, ratios
 from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate
 from reprokit.plan.experiments import Experiment
@@ -96,7 +97,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
            sections.certificates(certs, f"details.md#{anchor('equivalence certificates: ' + exp_name)}", main)]
     if fixed:
         if len(by_variant) > 1:
-            out.append(f"### PyTorch and TensorFlow, `{main}` variant")
+            out.append(f"### {joined(LABELS[fw] for fw in compared(fixed))}, `{main}` variant")
         out += [sections.side_by_side(fixed), sections.memory_note(fixed)]
     else:
         out.append(f"No finished `{main}` pair in these results, so there is no like-for-like comparison here.")
@@ -134,8 +135,8 @@ def _render(name: str, results: list[dict], experiments: dict[str, Experiment], 
     if order:
         out.append("## Answers\n\n" + "\n\n".join(
             first_screen.answers(e, experiments.get(e), grouped[e], found, certificates.get(e, [])) for e in order) +
-            "\n\nFigures are medians over repeats; ratios are PyTorch / TensorFlow. A bracket is the range of the "
-            "repeats below 6 repeats, an interval with its coverage from 6 on: "
+            f"\n\nFigures are medians over repeats; ratios are {ratios(_frameworks(results))}. A bracket is the "
+            "range of the repeats below 6 repeats, an interval with its coverage from 6 on: "
             "[how the figures are computed](details.md#how-the-figures-are-computed).")
     if found:
         out.append(claims_section.overview(found))
@@ -164,25 +165,33 @@ def render(name: str, results: list[dict], experiments: dict[str, Experiment],
     return _render(name, results, experiments, found, plot_files or {}, certificates or {})
 
 
-def details(name: str, found: list[Verdict], certificates: dict[str, list[dict]]) -> str:
-    """details.md: how the figures are computed, every claim in full, every certificate check."""
+def _frameworks(results: list[dict]) -> set[str]:
+    return {r["framework"] for r in results}
+
+
+def details(name: str, found: list[Verdict], certificates: dict[str, list[dict]],
+            frameworks: set[str] | None = None) -> str:
+    """details.md: how the figures are computed, every claim in full, every certificate check. ``frameworks``:
+    those the report's results ran (the ratios it names)."""
     out = [f"# Details of the report {md(name)}", "Back to the report: [report.md](report.md).",
-           "## How the figures are computed\n\n" + stats.METHOD + " Framework ratios are always PyTorch / "
-           "TensorFlow; each table row says which way is better. Memory is in MiB below 1 GiB and in GiB above."]
+           "## How the figures are computed\n\n" + stats.METHOD + f" Framework ratios are always "
+           f"{ratios(frameworks or ())}; each table row says which way is better. Memory is in MiB below 1 GiB and "
+           f"in GiB above."]
     if found:
         out.append(claims_section.details(found))
     if certificates:
         out.append("## Equivalence certificates")
         for exp_name in sorted(certificates):
+            several = len({tuple(c["variant"]) for c in certificates[exp_name]}) > 1
             out.append(f"### Equivalence certificates: {md(exp_name)}\n\n" +
-                       "\n\n".join(_certificate_details(c) for c in certificates[exp_name]))
+                       "\n\n".join(_certificate_details(c, several) for c in certificates[exp_name]))
     return "\n\n".join(out) + "\n"
 
 
-def _certificate_details(cert: dict) -> str:
+def _certificate_details(cert: dict, named: bool = False) -> str:
     mark = {True: "pass", False: "FAIL", None: "info"}
-    pair = f"{cert['variant']['pytorch']} / {cert['variant']['tensorflow']}"
-    lines = [f"**{md(pair)}: {cert['status']}**. {md(cert.get('summary') or cert.get('message') or '')}", ""]
+    pair = sections.variant_pair(cert, named)
+    lines = [f"**{pair}: {cert['status']}**. {md(cert.get('summary') or cert.get('message') or '')}", ""]
     lines += [f"- **{md(c['name'])}** ({mark[c['passed']]}): {md(c['evidence'])}" for c in cert["checks"]]
     if cert.get("spec_differences"):
         lines.append("- Spec fields that differ between the two runs: " +
@@ -207,7 +216,7 @@ def write(report_dir: Path, name: str, results: list[dict], experiments: dict[st
     plot_files = plots.write_all(report_dir, grouped, captions)
     found = evaluate(claims, results) if claims else []
     summary_csv.write(report_dir / "summary.csv", results)
-    (report_dir / "details.md").write_text(details(name, found, certificates))
+    (report_dir / "details.md").write_text(details(name, found, certificates, _frameworks(results)))
     path = report_dir / "report.md"
     path.write_text(_render(name, results, experiments, found, plot_files, certificates, plots.unavailable()))
     return path

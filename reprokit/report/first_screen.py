@@ -1,11 +1,12 @@
 """The report's first screen: per seed, the question, what the posted comparison really measured,
-our PyTorch / TensorFlow ratio with its bracket, and the verdicts. Short enough to read first."""
+our ratio of the reference framework over each other one (PyTorch / TensorFlow) with its bracket, and the
+verdicts. Short enough to read first."""
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import FRAMEWORKS, LABELS
+from kits.common.names import FRAMEWORKS, LABELS, REFERENCE
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 from reprokit.report import reconstruction
 from reprokit.report.markdown import md
@@ -25,12 +26,13 @@ def seed_label(exp: Experiment | None) -> str | None:
 
 
 def headlines(exp_name: str, found: list[Verdict]) -> list[tuple[str, str]]:
-    """The quantity (and reading) of the experiment's first PyTorch / TensorFlow ratio claim, or defaults."""
+    """The quantity (and reading) of the experiment's first ratio claim of the reference framework over another
+    (PyTorch / TensorFlow), or defaults."""
     for v in found:
         c = v.claim
         if c.experiment == exp_name and c.kind == "ratio":
             num, den = c.operands["numerator"], c.operands["denominator"]
-            if (num.framework, den.framework) == ("pytorch", "tensorflow") and num.quantity == den.quantity:
+            if num.framework == REFERENCE != den.framework and num.quantity == den.quantity:
                 return [(num.quantity, num.reading)]
     return list(DEFAULT_HEADLINES)
 
@@ -59,13 +61,20 @@ def _work(posted: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def _ratio(by_variant: dict[str, dict[str, list[dict[str, Any]]]], quantity: str, reading: str) -> str:
+    """One line per other framework that ran beside the reference: its ratio in each variant."""
+    lines = (_ratio_of(by_variant, quantity, reading, other) for other in FRAMEWORKS[1:])
+    return "\n".join(line for line in lines if line)
+
+
+def _ratio_of(by_variant: dict[str, dict[str, list[dict[str, Any]]]], quantity: str, reading: str,
+              other: str) -> str:
     q = metrics.QUANTITIES[quantity]
     parts, tests = [], []
     for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
         fws = by_variant.get(variant, {})
-        if "pytorch" not in fws or "tensorflow" not in fws:
+        if REFERENCE not in fws or other not in fws:
             continue
-        a, b = (metrics.collect(fws[fw], quantity, reading).values for fw in FRAMEWORKS)
+        a, b = (metrics.collect(fws[fw], quantity, reading).values for fw in (REFERENCE, other))
         if not a or not b:
             parts.append(f"{variant.replace('_', ' ')} not measured")
             continue
@@ -74,8 +83,9 @@ def _ratio(by_variant: dict[str, dict[str, list[dict[str, Any]]]], quantity: str
     if not parts:
         return ""
     ahead = "below" if q.better == "lower" else "above"
-    head = f"**PyTorch / TensorFlow, {q.short}**" + (f" ({q.better} is better: {ahead} 1 favours PyTorch)"
-                                                      if q.better else "")
+    ref = LABELS[REFERENCE]
+    head = f"**{ref} / {LABELS[other]}, {q.short}**" + (f" ({q.better} is better: {ahead} 1 favours {ref})"
+                                                        if q.better else "")
     # one sentence where every variant's test says the same (a single repeat), else each named
     texts = list(dict.fromkeys(t for _, t in tests))
     tested = texts[0] if len(texts) == 1 else "; ".join(f"{v}: {t}" for v, t in tests)

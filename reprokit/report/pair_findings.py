@@ -1,4 +1,5 @@
-"""PyTorch/TensorFlow pair findings: what one run of each framework, about to be compared, differs in.
+"""Pair findings: what one run of the reference framework and one of another (PyTorch and TensorFlow), about to
+be compared, differ in.
 
 Settings that change speed or numerics must be equal by declaration; anything
 that differs and is not declared in the spec's [[differences]] is a finding,
@@ -8,6 +9,8 @@ different co-load (runs that went side by side with other runs).
 from __future__ import annotations
 
 from typing import Any
+
+from kits.common.names import label
 
 # (environment key, what it is) for settings both kits report; a declared difference names the part
 # before " (" or " / " (reprokit/plan.DEFAULT_SETTINGS names the ones a variant leaves at the defaults)
@@ -25,25 +28,26 @@ def _precision(env: dict[str, Any]) -> str | None:
 
 
 def findings(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
-    """Compare one PyTorch and one TensorFlow result of the same experiment and variant."""
+    """Compare one result of the reference framework and one of another, of the same experiment and variant."""
     out = []
+    la, lb = label(pt["framework"]), label(tf["framework"])
     declared = {d["field"].lower() for d in pt["spec"].get("differences", [])}
     a, b = tf32_apart(pt["environment"]), tf32_apart(tf["environment"])
-    for key, label in SETTINGS:
+    for key, what in SETTINGS:
         if a.get(key) != b.get(key):
-            known = label.split(" (")[0].lower() in declared or label.split(" / ")[0].lower() in declared
+            known = what.split(" (")[0].lower() in declared or what.split(" / ")[0].lower() in declared
             out.append({"code": "settings-differ", "severity": "info" if known else "warning",
-                        "message": f"{label}: PyTorch {a.get(key)!r}, TensorFlow {b.get(key)!r}"
+                        "message": f"{what}: {la} {a.get(key)!r}, {lb} {b.get(key)!r}"
                                    + (" (declared in the spec)" if known else " (not declared in the spec)")})
     if _precision(a) != _precision(b):
         out.append({"code": "settings-differ", "severity": "warning",
-                    "message": f"compute precision: PyTorch {_precision(a)}, TensorFlow {_precision(b)}"})
+                    "message": f"compute precision: {la} {_precision(a)}, {lb} {_precision(b)}"})
     where_a = (a["host"]["hostname"], a["device_name"], _image(pt))
     where_b = (b["host"]["hostname"], b["device_name"], _image(tf))
-    for label, x, y in zip(("host", "device", "image base"), where_a, where_b):
+    for part, x, y in zip(("host", "device", "image base"), where_a, where_b):
         if x != y and None not in (x, y):
             out.append({"code": "ratio-across-machines", "severity": "warning",
-                        "message": f"the two runs come from different {label}s ({x} vs {y}): their ratio "
+                        "message": f"the two runs come from different {part}s ({x} vs {y}): their ratio "
                                    f"mixes framework and machine"})
     return out
 
@@ -77,11 +81,12 @@ def scripts(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
     seen = [(r["effective"]["batch_size"]["mean"], r["effective"]["train_steps_per_epoch"],
              _kinds(r["model"].get("layers", [])), r["environment"].get("execution")) for r in (pt, tf)]
     (b_pt, s_pt, k_pt, e_pt), (b_tf, s_tf, k_tf, e_tf) = seen
+    la, lb = label(pt["framework"]), label(tf["framework"])
     if b_pt != b_tf:
-        out.append(f"the models received {b_pt:g} samples per training step in PyTorch and {b_tf:g} in TensorFlow")
+        out.append(f"the models received {b_pt:g} samples per training step in {la} and {b_tf:g} in {lb}")
     if s_pt != s_tf:
-        out.append(f"training steps per epoch: PyTorch {s_pt}, TensorFlow {s_tf}")
-    layers = [f"{kind} PyTorch {k_pt[kind]}, TensorFlow {k_tf[kind]}" for kind in LAYER_KINDS
+        out.append(f"training steps per epoch: {la} {s_pt}, {lb} {s_tf}")
+    layers = [f"{kind} {la} {k_pt[kind]}, {lb} {k_tf[kind]}" for kind in LAYER_KINDS
               if k_pt[kind] != k_tf[kind]]
     if layers:
         out.append("the trained models' layers differ: " + "; ".join(layers))
@@ -112,8 +117,9 @@ def co_load(pts: list[dict[str, Any]], tfs: list[dict[str, Any]]) -> list[dict[s
     def text(x: list[int]) -> str:
         return ", ".join(map(str, x))
     return [{"code": "ratio-across-co-load", "severity": "warning",
-             "message": f"the two sides ran beside different numbers of other runs (PyTorch {text(a)}, TensorFlow "
-                        f"{text(b)}, per repeat): their ratio mixes framework and contention"}]
+             "message": f"the two sides ran beside different numbers of other runs ({label(pts[0]['framework'])} "
+                        f"{text(a)}, {label(tfs[0]['framework'])} {text(b)}, per repeat): their ratio mixes "
+                        f"framework and contention"}]
 
 
 def _image(result: dict[str, Any]) -> str | None:

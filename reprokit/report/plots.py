@@ -5,7 +5,7 @@ Per experiment, two figures a reader can compare at a glance:
 - throughput: samples/s per variant, both frameworks on one axis, error bars from the repeats;
 - memory: peak memory per variant split by phase (training, evaluation, where the results have
   per-phase peaks, and the run's overall peak), then memory sampled over training steps; every
-  memory panel shares one y axis, so PyTorch and TensorFlow sit on the same scale.
+  memory panel shares one y axis, so the frameworks (PyTorch, TensorFlow, ...) sit on the same scale.
 
 Colours are the Okabe-Ito palette, which colour-blind readers can tell apart. Each figure's title
 says what ran. Every figure is a pure function of the results passed in. On a host without
@@ -17,7 +17,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from kits.common.names import FRAMEWORKS, LABELS, REGISTRY
+from kits.common.names import FRAMEWORKS, LABELS, REGISTRY, compared
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import variant_order
@@ -80,14 +80,16 @@ def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption
     fig = _figure((max(6.0, 0.8 * len(variants) + 2.5), 4.0))
     fig.subplots_adjust(left=0.1, right=0.98, top=0.88, bottom=0.3)
     ax = fig.add_subplot()
-    width = 0.4
+    # one slot per framework (the reference's and the others' that ran): 0.4 wide each for a pair
+    frameworks = compared({fw for fws in by_variant.values() for fw in fws})
+    width = 0.8 / len(frameworks)
     drawn = False
-    for i, fw in enumerate(FRAMEWORKS):
+    for i, fw in enumerate(frameworks):
         xs, vals = [], []
         for j, v in enumerate(variants):
             got = metrics.collect(by_variant[v].get(fw, []), "samples_per_s").values
             if got:
-                xs.append(j + (i - 0.5) * width)
+                xs.append(j + (i - (len(frameworks) - 1) / 2) * width)
                 vals.append(got)
         if xs:
             _bars(ax, xs, vals, width, REGISTRY[fw].colour, LABELS[fw])

@@ -4,7 +4,8 @@ scripts, run unmodified as the ``verbatim`` variant?
 Everything is read from the two variants' result files and from their pairs' certificates (the training FLOPs
 per sample of the models each side trained: one counter for the kit's models and the scripts' captured ones).
 The rules are fixed before any run: a row of the setting (samples per step, steps per epoch, parameters,
-training FLOPs per sample) is the same when it is equal in both variants; a PyTorch / TensorFlow ratio agrees
+training FLOPs per sample) is the same when it is equal in both variants; a framework ratio (the reference over
+another: PyTorch / TensorFlow) agrees
 when the reconstruction's is within ``RATIO_TOLERANCE`` of the posted code's. The ratios are judged only on
 the same setting: where a row differs (a quick profile's narrower model), they are *not comparable*, and
 said so; a quantity one of the four runs lacks is *not measured*.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import LABELS
+from kits.common.names import LABELS, REFERENCE, compared, ratios
 from reprokit.report.markdown import anchor, md, table
 from reprokit.results import metrics, units
 from reprokit.results.runs import POSTED, VERBATIM
@@ -38,11 +39,12 @@ class Judged:
     def __init__(self, by_variant: dict[str, dict[str, list[dict[str, Any]]]], certs: list[dict[str, Any]]):
         self.by_variant = by_variant
         self.frameworks = sorted(set(by_variant[VERBATIM]) & set(by_variant[POSTED]))
+        self.compared = compared({*by_variant[VERBATIM], *by_variant[POSTED]})     # the reference first
         self.flops = {v: _flops(certs, v) for v in (VERBATIM, POSTED)}
         self.rows: list[list[str]] = []
         self.differs: list[str] = []          # the setting's rows that differ, in either framework
         self.missing = [f"no finished {LABELS[fw]} run of `{v}`" for v in (VERBATIM, POSTED)    # what cannot be read
-                        for fw in ("pytorch", "tensorflow") if not by_variant[v].get(fw)]
+                        for fw in self.compared if not by_variant[v].get(fw)]
         self.verdicts: dict[str, str] = {}    # a ratio's short name -> its verdict
         for fw in self.frameworks:
             for name in SETTING:
@@ -51,7 +53,8 @@ class Judged:
             self._setting_row(fw, "training FLOPs per sample", *((self.flops[v] or {}).get(fw)
                                                                  for v in (VERBATIM, POSTED)))
         for name in RATIOS:
-            self._ratio_row(name)
+            for other in self.compared[1:]:
+                self._ratio_row(name, other)
 
     def _median(self, variant: str, fw: str, name: str) -> float | None:
         try:
@@ -70,9 +73,9 @@ class Judged:
             self.differs.append(what)
         self.rows.append([f"{LABELS[fw]}: {what}", _count(posted_code), _count(rebuilt), "equal", verdict])
 
-    def _ratio_row(self, name: str) -> None:
+    def _ratio_row(self, name: str, other: str) -> None:
         q = metrics.QUANTITIES[name]
-        pair = [self._ratio(v, name) for v in (VERBATIM, POSTED)]
+        pair = [self._ratio(v, name, other) for v in (VERBATIM, POSTED)]
         verbatim, posted = pair
         rule = f"within {RATIO_TOLERANCE:.0%}"
         if verbatim is None or posted is None:
@@ -82,19 +85,21 @@ class Judged:
         else:
             off = posted / verbatim - 1
             verdict = f"agrees ({off:+.0%})" if abs(off) <= RATIO_TOLERANCE else f"**differs** ({off:+.0%})"
-        self.verdicts[q.short] = verdict
-        self.rows.append([f"PyTorch / TensorFlow {q.short}",
+        # keyed by the quantity; with more than one other framework, by the pair and the quantity
+        self.verdicts[q.short if len(self.compared) == 2 else f"{LABELS[other]} {q.short}"] = verdict
+        self.rows.append([f"{LABELS[REFERENCE]} / {LABELS[other]} {q.short}",
                           *(f"{x:.2f}x" if x is not None else "not measured" for x in pair), rule, verdict])
 
-    def _ratio(self, variant: str, name: str) -> float | None:
-        if set(self.frameworks) != {"pytorch", "tensorflow"}:
+    def _ratio(self, variant: str, name: str, other: str) -> float | None:
+        if not {REFERENCE, other} <= set(self.frameworks):
             return None
-        a, b = (self._median(variant, fw, name) for fw in ("pytorch", "tensorflow"))
+        a, b = (self._median(variant, fw, name) for fw in (REFERENCE, other))
         return a / b if a is not None and b else None
 
     def memory_by_phase(self) -> str | None:
         """Where the memory ratio differs: each phase's peak of both variants, and where the gap appears."""
-        if not self.verdicts.get(metrics.QUANTITIES["peak_memory_bytes"].short, "").startswith("**differs"):
+        memory = metrics.QUANTITIES["peak_memory_bytes"].short
+        if not any(v.startswith("**differs") for k, v in self.verdicts.items() if k.endswith(memory)):
             return None
         found = {fw: self._phase_peaks(fw) for fw in self.frameworks}
         phases = {fw: rows for fw, rows in found.items() if rows}
@@ -132,8 +137,8 @@ class Judged:
         off = [f"{what} {v.replace('**', '')}" for what, v in verdicts.items() if v.startswith("**differs")]
         if off:
             return f"**differs** on the same setting: {', '.join(off)}: the reconstruction does not stand in here"
-        return (f"**agrees**: the same setting, and each PyTorch / TensorFlow ratio within {RATIO_TOLERANCE:.0%} of "
-                f"the posted code's")
+        return (f"**agrees**: the same setting, and each {ratios(self.compared)} ratio within {RATIO_TOLERANCE:.0%} "
+                f"of the posted code's")
 
 
 def _flops(certs: list[dict[str, Any]], variant: str) -> dict[str, float] | None:

@@ -2,14 +2,15 @@
 
 Every figure is read through ``metrics``; a quantity a result lacks is shown as "not measured"
 (or why: "GPU only", "not reached"). Table cells stay short; long evidence goes to details.md.
-Framework ratios are always PyTorch / TensorFlow, and each row says which way is better.
+Framework ratios are always the reference framework (the registry's first, PyTorch) over each other one, as
+PyTorch / TensorFlow, and each row says which way is better.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from kits.common.feeding import NumpyFeeder
-from kits.common.names import FRAMEWORKS, LABELS
+from kits.common.names import FRAMEWORKS, LABELS, REFERENCE, compared, label
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
 from reprokit.certify import certify_plan
 from reprokit.report import pair_findings, parameter_counts
@@ -45,20 +46,25 @@ def ratio_cell(a: tuple[float, ...], b: tuple[float, ...], test: bool) -> str:
 
 
 def side_by_side(by_fw: dict[str, list[dict]]) -> str:
-    pt, tf = by_fw.get("pytorch", []), by_fw.get("tensorflow", [])
+    """One column per framework (the reference first), then one ratio column per other framework."""
+    fws = compared(by_fw)
+    runs_of = [by_fw.get(fw, []) for fw in fws]
+    blank = [""] * (len(fws) - 1)
     rows = []
     for name in SIDE_BY_SIDE:
         q = metrics.QUANTITIES[name]
         row = q.row
         assert row is not None          # every quantity named here has one (tests/test_quantities.py)
-        (a, va), (b, vb) = cell(pt, name, row.cell), cell(tf, name, row.cell)
-        rows.append([row.label, a, b, ratio_cell(va, vb, row.test) if row.ratio else "", q.better or ""])
-    rows += [["parameters (total / trainable)", *[_parameters(x) for x in (pt, tf)], "", ""],
-             ["batch size: configured / observed in tensors", *[_batch(x) for x in (pt, tf)], "", ""],
+        cells = [cell(rs, name, row.cell) for rs in runs_of]
+        ratios = [ratio_cell(cells[0][1], c[1], row.test) if row.ratio else "" for c in cells[1:]]
+        rows.append([row.label, *(c[0] for c in cells), *ratios, q.better or ""])
+    rows += [["parameters (total / trainable)", *[_parameters(x) for x in runs_of], *blank, ""],
+             ["batch size: configured / observed in tensors", *[_batch(x) for x in runs_of], *blank, ""],
              ["training samples per epoch", *[cell(x, "train_samples_per_epoch", "{:,.0f}".format)[0]
-                                               for x in (pt, tf)], "", ""],
-             ["repeats (figures are medians)", str(len(pt)), str(len(tf)), "", ""]]
-    return table(rows, ["", "PyTorch", "TensorFlow", "PyTorch / TensorFlow", "better"])
+                                               for x in runs_of], *blank, ""],
+             ["repeats (figures are medians)", *[str(len(x)) for x in runs_of], *blank, ""]]
+    return table(rows, ["", *(label(fw) for fw in fws), *(f"{label(REFERENCE)} / {label(fw)}" for fw in fws[1:]),
+                        "better"])
 
 
 def _parameters(rs: list[dict]) -> str:
@@ -199,7 +205,7 @@ def _accuracy(rs: list[dict], base: list[dict], variant: str) -> str:
 
 
 def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
-    """What the run-time detectors saw in each run, and what a PyTorch/TensorFlow pair differs in."""
+    """What the run-time detectors saw in each run, and what each pair (the reference and another) differs in."""
     lines = []
     for variant in runs.variant_order(by_variant):
         fws = by_variant[variant]
@@ -212,11 +218,14 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
                         declared = f" *Declared reproduction:* {md(f['declared'])}." if f.get("declared") else ""
                         lines.append(f"- {LABELS[fw]}, `{md(variant)}`: **{md(f['code'])}** ({f['severity']}): "
                                      f"{md(f['message'])}{declared}")
-        if "pytorch" in fws and "tensorflow" in fws:
-            pair = fws["pytorch"], fws["tensorflow"]
+        for other in FRAMEWORKS[1:]:
+            if REFERENCE not in fws or other not in fws:
+                continue
+            pair = fws[REFERENCE], fws[other]
+            who = "both" if set(fws) == {REFERENCE, other} else f"{LABELS[REFERENCE]} and {LABELS[other]}"
             for f in (pair_findings.findings(pair[0][0], pair[1][0]) + pair_findings.co_load(*pair)
                       + pair_findings.flavors(*pair) + pair_findings.scripts(pair[0][0], pair[1][0])):
-                lines.append(f"- both, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
+                lines.append(f"- {who}, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
     if not lines:
         return None
     return ("Detectors judge from what each run showed, never from its variant or pitfall switches: the tensors' "
@@ -230,17 +239,17 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
 def differences(by_fw: dict[str, list[dict]]) -> str:
     """Declared differences from the spec, then settings each framework reported differently."""
     rows = []
+    fws = compared(by_fw)
     any_run = next(iter(by_fw.values()))[0]
-    for d in any_run["spec"].get("differences", []):
-        rows.append([md(d["field"]), md(short(str(d["pytorch"]), 60)), md(short(str(d["tensorflow"]), 60)),
+    for d in any_run["spec"].get("differences", []):     # declared for the built-in pair (docs/frameworks.md)
+        rows.append([md(d["field"]), *(md(short(str(d.get(fw, "not declared")), 60)) for fw in fws),
                      md(short(d["why"]))])
-    pt, tf = by_fw.get("pytorch"), by_fw.get("tensorflow")
-    if pt and tf:
+    if all(by_fw.get(fw) for fw in fws):
         for key in ("tf32_ops", "cudnn_autotune", "cpu_threads", "device_name"):
-            a, b = (pair_findings.tf32_apart(r[0]["environment"]).get(key) for r in (pt, tf))
-            if a != b:
-                rows.append([md(key), md(a), md(b), "as reported by each framework at run time"])
-    return table(rows, ["what differs", "PyTorch", "TensorFlow", "why / source"])
+            values = [pair_findings.tf32_apart(by_fw[fw][0]["environment"]).get(key) for fw in fws]
+            if any(v != values[0] for v in values[1:]):
+                rows.append([md(key), *(md(v) for v in values), "as reported by each framework at run time"])
+    return table(rows, ["what differs", *(label(fw) for fw in fws), "why / source"])
 
 
 def posted_numerics(exp, by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
@@ -292,7 +301,8 @@ def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
 def probed(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
     """Each probed script: what ran, how it ended, and every shim that changed its behaviour, one by one; the
     observation hooks (which change nothing the script computes) once."""
-    parts, hooks = [], None
+    parts: list[str] = []
+    hooks: list[str] = []
     for variant, by_fw in by_variant.items():
         for fw, rs in sorted(by_fw.items()):
             r = rs[0]
@@ -318,27 +328,47 @@ def certificates(certs: list[dict], details_link: str, main: str = FIXED) -> str
     experiment's scripts), then one row per other variant pair; the evidence of every check is in details.md."""
     if not certs:
         return "**Equivalence certificate:** none was given to this report for this experiment."
-    fixed = next((c for c in certs if set(v for v in c["variant"].values() if v) == {main}), None)
+    mains: list[dict] = []                  # the first main pair's of each pair of frameworks
+    for c in certs:
+        if set(v for v in c["variant"].values() if v) == {main} and tuple(c["variant"]) not in (
+                tuple(m["variant"]) for m in mains):
+            mains.append(c)
+    several = len({tuple(c["variant"]) for c in certs}) > 1       # certificates of more than one framework pair
     parts = []
-    if fixed is None:
+    if not mains:
         parts.append(f"**Equivalence certificate:** the `{main}` pair has none.")
-    elif fixed["status"] == "not-run":
-        parts.append(f"**Equivalence certificate: not run**: {md(fixed['message'])}.")
-    else:
+    for fixed in mains:
+        who = f" ({pair_label(fixed)})" if several else ""
+        if fixed["status"] == "not-run":
+            parts.append(f"**Equivalence certificate{who}: not run**: {md(fixed['message'])}.")
+            continue
         file = certify_plan.file_name(fixed)
         mark = {True: "pass", False: "**FAIL**", None: "info"}
         checks = ", ".join(f"{md(c['name'])} {mark[c['passed']]}" for c in fixed["checks"])
-        parts.append(f"**Equivalence certificate: {fixed['status']}**, checked before any timing on the "
+        parts.append(f"**Equivalence certificate{who}: {fixed['status']}**, checked before any timing on the "
                      f"`{fixed['profile']}` specs: {md(fixed['summary'] or fixed.get('message') or '')}. "
                      + (f"Checks: {checks}. " if checks else "")
                      + f"Evidence: [details.md]({details_link}), [`{file}`]({file}).")
-    others = [c for c in certs if c is not fixed]
+    others = [c for c in certs if not any(c is m for m in mains)]
     if others:
-        rows = [[f"{md(c['variant']['pytorch'])} / {md(c['variant']['tensorflow'])}", f"**{c['status']}**",
+        rows = [[variant_pair(c, several), f"**{c['status']}**",
                  md(short(c["summary"] or "", 110)), f"[json]({certify_plan.file_name(c)})"] for c in others]
+        head = "frameworks: variants" if several else f"{pair_label(others[0])} variant"
         parts.append("Other variant pairs (an as-posted pair is expected to fail where the posts' code differs):\n\n"
-                     + table(rows, ["PyTorch / TensorFlow variant", "certificate", "what it found", "file"]))
+                     + table(rows, [head, "certificate", "what it found", "file"]))
     return "\n\n".join(parts)
+
+
+def pair_label(cert: dict) -> str:
+    """A certificate's frameworks, the reference first: "PyTorch / TensorFlow"."""
+    return " / ".join(label(fw) for fw in cert["variant"])
+
+
+def variant_pair(cert: dict, named: bool = False) -> str:
+    """A certificate's variants, the reference's first ("fixed / +tf_batch_of_one"); ``named``: after its
+    frameworks ("PyTorch / Stub: fixed / fixed")."""
+    variants = " / ".join(md(v) for v in cert["variant"].values())
+    return f"{pair_label(cert)}: {variants}" if named else variants
 
 
 def environment(results: list[dict]) -> str:

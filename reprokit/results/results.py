@@ -10,13 +10,14 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 
+from kits.common.names import schema_with_registry
 from kits.common.report import header
 
 
 @lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
     schema: dict[str, Any] = json.loads(resources.files("reprokit").joinpath("schemas/result.schema.json").read_text())
-    return schema
+    return schema_with_registry(schema)
 
 
 @lru_cache(maxsize=1)

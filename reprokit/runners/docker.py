@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from kits.common.names import CONTAINER_LABEL, PROGRESS_MARKER
 from reprokit.environments import host_checks, images
@@ -137,7 +138,7 @@ class DockerRunner:
         self._jit: dict[str, host_checks.JitCache] = {}     # per framework, where its GPU compiles PTX
         self._client = client
         self._recipes: dict[str, images.Recipe] = {}
-        self._images: dict[str, object] = {}
+        self._images: dict[str, Any] = {}          # the SDK's Image objects
         # framework -> image ref to run as it is (a cluster node runs exactly what the head staged)
         self.pinned_images = dict(pinned_images or {})
         self._engine_version: str | None = None

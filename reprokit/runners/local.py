@@ -52,8 +52,11 @@ class LocalRunner:
 
     def prepare(self, frameworks: set[str], log=print) -> None:
         for framework in sorted(frameworks):
+            if self.python:                # a given interpreter: no lock is looked up (a framework may have none)
+                self._pythons[framework] = self.python
+                continue
             name = envs.lock_name(framework, self.flavor(framework))
-            self._pythons[framework] = self.python or envs.build(self.envs_root, name, log)
+            self._pythons[framework] = envs.build(self.envs_root, name, log)
 
     def python_of(self, framework: str) -> Path:
         """The interpreter prepare() chose for a framework."""
@@ -86,8 +89,12 @@ class LocalRunner:
         # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started.
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True, preexec_fn=pin)
-        reader = threading.Thread(target=lambda: [split_line(line, on_progress, tail) for line in proc.stdout],
-                                  daemon=True)
+        def read() -> None:
+            assert proc.stdout is not None          # stdout=PIPE
+            for line in proc.stdout:
+                split_line(line, on_progress, tail)
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         python = Path(cmd[0])
         launcher = {"backend": "local",
