@@ -11,7 +11,11 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
+from kits.common import data as kitdata
+from kits.common.names import FRAMEWORKS
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.console import RunProgress, duration
 from reprokit.environments import datasets, script_requirements
@@ -36,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="EXPERIMENT", help="run only this experiment (repeatable)")
     p.add_argument("--experiments", action="append", type=Path, default=[], metavar="DIR",
                    help="also load experiments from this folder (repeatable)")
-    p.add_argument("--frameworks", default="pytorch,tensorflow", help="comma-separated subset")
+    p.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                   help="comma-separated subset of the registered frameworks (default: all of them)")
     p.add_argument("--repeats", type=int,
                    help="runs of each configuration, each in a fresh process (default: 1 on quick, 5 otherwise)")
     p.add_argument("--variants", help="comma-separated: fixed and/or variants the experiments define "
@@ -87,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict]) -> list[tuple[float | None, str]]:
+def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]]) -> list[tuple[float | None, str]]:
     """The plan, one line per run with its estimate; returns the estimates of the runs to do."""
     todo = [s for s in m.specs if s.run_id not in done]
     estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
@@ -203,7 +208,7 @@ def prepare_data(argv: list[str]) -> int:
     print(f"data: {datasets.prepare(wanted, data_dir, allow_download=not args.offline).file} and "
           f"{datasets.cifar10_batches(data_dir, allow_download=not args.offline).name}/ in {data_dir}")
     runner = make("local", data_dir=data_dir, device="cpu", python=args.python)     # the network is needed
-    print(f"data: TFDS's cifar10 in {data_dir / datasets.kitdata.TFDS_CIFAR10} "
+    print(f"data: TFDS's cifar10 in {data_dir / kitdata.TFDS_CIFAR10} "
           f"(sha256 {data_step.tfds(data_dir, runner, STATE / 'work')['sha256'][:12]})")
     return 0
 
@@ -211,7 +216,7 @@ def prepare_data(argv: list[str]) -> int:
 VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data}
 
 
-def _terminated(signum, frame):
+def _terminated(signum: int, frame: FrameType | None) -> None:
     """A stop from outside (kill, a CI's timeout) ends as Ctrl-C does: the run in progress stopped with its
     process group, finished results kept; else the kit's process would train on, orphaned."""
     raise KeyboardInterrupt

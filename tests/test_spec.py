@@ -52,3 +52,20 @@ def test_pitfalls_are_a_typed_set_in_the_specs_order():
     assert p.has(Pitfall.PT_HEAD_1000) and not p.has(Pitfall.TF_BATCH_OF_ONE)
     assert p.names() == ["pt_val_grad", "pt_head_1000"] and len(p) == 2
     assert Pitfall.PT_VAL_GRAD.framework == "pytorch" and Pitfall.PT_VAL_GRAD.part == "evaluation"
+
+
+def test_planning_only_reads_the_data_and_the_data_step_prepares_it(tmp_path):
+    """A plan with prepare_data off writes nothing and leaves the checksum to come; the data step writes the
+    arrays the runs read, and the plan after it names them by their checksum."""
+    from reprokit.plan.plan import data_step
+    exp = discover([BUILTIN_DIR])["simplecnn_cifar10_memory"]
+    data_dir = tmp_path / "data"
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch",), data_dir=data_dir,
+                   allow_download=False, prepare_data=False)
+    describe = lambda fw: {"lock": None, "lock_sha256": None, "image": None}      # noqa: E731
+    (before,) = specs_for(exp, opts, describe, code())
+    assert before.data.sha256 is None and before.data.file is None and not data_dir.exists()
+    data_step(exp, opts)
+    (after,) = specs_for(exp, opts, describe, code())
+    assert after.data.file and (data_dir / after.data.file).is_file() and after.data.sha256
+    assert {p.name for p in data_dir.iterdir()} == {after.data.file, f"{after.data.file}.sha256"}

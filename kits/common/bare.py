@@ -2,11 +2,13 @@
 ``bare.py``): the kit's first-epoch batches, and the input's scale and size."""
 from __future__ import annotations
 
+import numpy as np
+
 from kits.common import data as datalib
 from kits.common.spec import RunSpec
 
 
-def schedule(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> list:
+def schedule(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> list[np.ndarray]:
     """The batches the kit's first epoch uses, in its order: the same index arrays."""
     order = datalib.epoch_order(len(arrays.x_train), spec.train.seed, 1, spec.data.shuffle)
     idx = list(datalib.batches(order, spec.train.batch_size, spec.data.drop_last))

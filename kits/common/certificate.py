@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from kits.common import data as datalib
 from kits.common.files import atomic_file
 from kits.common.names import label
 from kits.common.spec import RunSpec
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 SIDE_SCHEMA = "reprokit.certificate-side/2"
 SIDE_NAME = "side.json"                 # with kits.certify --jobs: what each job writes to OUT/<name>/
@@ -69,7 +72,7 @@ class Side:
     framework: str
     backend_class: type
     _build: Callable[[], None]
-    _read_optimizer: Callable[[], dict]
+    _read_optimizer: Callable[[], dict[str, Any]]
 
     def __init__(self, spec: RunSpec, arrays: datalib.Arrays, x_trace: np.ndarray) -> None:
         self.spec = spec
@@ -86,14 +89,15 @@ def canonical_name(kind: str, index: int, role: str) -> str:
     return f"{kind}{index}.{role}"
 
 
-def record(kind: str, index: int, role: str, shape, native_name: str, native_shape) -> dict:
+def record(kind: str, index: int, role: str, shape: Iterable[Any], native_name: str,
+           native_shape: Iterable[Any]) -> dict[str, Any]:
     shape = [int(s) for s in shape]
     return {"layer": f"{kind} {index}", "kind": kind, "index": index, "role": role,
             "name": canonical_name(kind, index, role), "shape": shape, "count": int(math.prod(shape)),
             "native": {"name": native_name, "shape": [int(s) for s in native_shape]}}
 
 
-def shape_text(shape) -> str:
+def shape_text(shape: Iterable[Any]) -> str:
     return str(tuple(int(s) for s in shape))
 
 
@@ -159,7 +163,7 @@ def float32_rounded(x: float) -> float:
     return float(np.float32(x))
 
 
-def torch_hyperparameters_like_keras(opt: dict, t: int) -> dict:
+def torch_hyperparameters_like_keras(opt: dict[str, Any], t: int) -> dict[str, Any]:
     """torch.optim hyper-parameters for step t (1-based) whose update equals Keras 3's in float64.
 
     Two things differ. (1) Adam's epsilon placement, a declared semantic difference: torch adds eps to
@@ -188,7 +192,7 @@ def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
         np.savez(fh, **arrays)
 
 
-def load_weights(path: str | Path, records: list[dict]) -> dict[str, np.ndarray]:
+def load_weights(path: str | Path, records: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """The arrays of a canonical weights file, refused with one sentence unless they fit these records."""
     path = Path(path)
     if not path.is_file():
@@ -225,14 +229,14 @@ def _some(items: list[str], k: int = 3) -> str:
 
 # -- comparisons (used by the host) ------------------------------------------------------------
 
-def _kinds(records: list[dict]) -> str:
+def _kinds(records: list[dict[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for r in records:
         counts[r["kind"]] = max(counts.get(r["kind"], 0), r["index"])
     return ", ".join(f"{n} {k}" for k, n in counts.items()) or "no parametric layers"
 
 
-def compare_layers(records: dict[str, list[dict]]) -> dict:
+def compare_layers(records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Per-layer canonical shapes and counts. passed False with every mismatch named; mapped False
     when the layer lists themselves differ (then no weights can be carried from one to the other)."""
     (fa, ra), (fb, rb) = records.items()
@@ -262,7 +266,7 @@ def compare_layers(records: dict[str, list[dict]]) -> dict:
             "mismatches": mismatches, "numbers": numbers}
 
 
-def compare_flops(sides: dict[str, dict]) -> dict:
+def compare_flops(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The models' arithmetic: every convolution and matrix product at its shape, forward and backward
     (kits/common/arithmetic.py), from each framework's own trace. Passes when the two lists are equal;
     otherwise names the first product that differs."""
@@ -283,7 +287,7 @@ def compare_flops(sides: dict[str, dict]) -> dict:
                         "ratio": x / y if y else math.inf, "how": arithmetic.HOW}}
 
 
-def compare_structure(sides: dict[str, dict]) -> dict:
+def compare_structure(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The layers without parameters, as each framework's trace shows them (training mode): activations,
     pooling, padding as applied, the axes of normalisations, dropout rates and masks."""
     (fa, a), (fb, b) = sides.items()
@@ -296,11 +300,12 @@ def compare_structure(sides: dict[str, dict]) -> dict:
             "numbers": {f: arithmetic.structure(s["ops"]) for f, s in sides.items()}}
 
 
-def max_abs_diff(a, b) -> float:
+def max_abs_diff(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-def compare_logits(logits: dict[str, dict], rtol: float, samples: str = "the first {n} test samples") -> dict:
+def compare_logits(logits: dict[str, dict[str, Any]], rtol: float,
+                   samples: str = "the first {n} test samples") -> dict[str, Any]:
     """The same initial weights on the same fixed batch: fp32 in evaluation mode (as the kit runs),
     fp64 in evaluation and in training mode (batch statistics). The largest difference is taken
     relative to the largest |logit|, so the tolerance means the same at any scale."""
@@ -333,7 +338,7 @@ def compare_logits(logits: dict[str, dict], rtol: float, samples: str = "the fir
     return {"name": "logits", "passed": passed, "evidence": evidence, "numbers": numbers}
 
 
-def compare_dropout(outputs: dict[str, list], alpha: float = stochastic.ALPHA) -> dict:
+def compare_dropout(outputs: dict[str, list[Any]], alpha: float = stochastic.ALPHA) -> dict[str, Any]:
     """Training-mode outputs of the same weights over many passes (fresh dropout masks each time).
 
     Both fixed: no random layer is active in either. One fixed: a random layer is active in one only.
@@ -374,7 +379,7 @@ def relative_diffs(a: list[float], b: list[float]) -> list[float]:
 
 
 def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: str, steps: int,
-                   name: str = "loss_trajectory") -> dict:
+                   name: str = "loss_trajectory") -> dict[str, Any]:
     """Per-step relative differences of two loss trajectories of ``steps`` steps (one more point: the
     loss of batch 1 after them); rtol None: informational only."""
     (fa, a), (fb, b) = losses.items()
@@ -401,7 +406,7 @@ def _point(i: int, steps: int) -> str:
     return f"batch 1 after step {steps}" if i == steps else f"step {i + 1}"
 
 
-def compare_fp32_trajectory(losses: dict[str, dict[str, list[float]]], factor: float) -> dict:
+def compare_fp32_trajectory(losses: dict[str, dict[str, list[float]]], factor: float) -> dict[str, Any]:
     """The kits' own fp32 steps, gated against what rounding alone does within one framework.
 
     Per framework and step, two same-framework divergences: the kit's steps with the inputs one float32
@@ -440,7 +445,8 @@ OPTIMIZER_FIELDS = {"sgd": ("lr", "momentum", "nesterov"), "adam": ("lr", "beta1
 OPTIMIZER_DEFAULTS = {"weight_decay": 0.0, "dampening": 0.0, "amsgrad": False}
 
 
-def compare_optimizer(read_back: dict[str, dict], spec_optimizer: dict[str, dict]) -> dict:
+def compare_optimizer(read_back: dict[str, dict[str, Any]],
+                      spec_optimizer: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The optimizer each kit built, read back from the object (before any certificate adjustment),
     against its spec (the name, every spec field, and no weight decay, dampening or AMSGrad) and
     against the other's."""
@@ -470,7 +476,7 @@ def compare_optimizer(read_back: dict[str, dict], spec_optimizer: dict[str, dict
     return {"name": "optimizer", "passed": not problems, "evidence": evidence, "numbers": read_back}
 
 
-def compare_read_back_optimizers(read_back: dict[str, dict]) -> dict:
+def compare_read_back_optimizers(read_back: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Two scripts' optimizers, read back from the objects they stepped, against each other (no spec)."""
     (fa, a), (fb, b) = read_back.items()
     parts = [f"{label(f)} {o['class']}("
@@ -491,7 +497,7 @@ def compare_read_back_optimizers(read_back: dict[str, dict]) -> dict:
     return {"name": "optimizer", "passed": not problems, "evidence": evidence, "numbers": read_back}
 
 
-def layer_differences(sides: dict[str, dict]) -> list[str]:
+def layer_differences(sides: dict[str, dict[str, Any]]) -> list[str]:
     """Every difference between two layer lists in words: layers of each kind, layers one set of weights
     serves at several places, and the parameter totals."""
     (fa, a), (fb, b) = sides.items()
@@ -509,7 +515,7 @@ def layer_differences(sides: dict[str, dict]) -> list[str]:
     return out
 
 
-def script_outputs(fw: str, outputs: dict) -> str | None:
+def script_outputs(fw: str, outputs: dict[str, Any]) -> str | None:
     """One sentence if a script's model returns what its own loss does not take, or not one row per class."""
     who, layer = outputs["builder"], outputs["last_layer"]
     n, classes = outputs["expected"]
@@ -524,14 +530,15 @@ def script_outputs(fw: str, outputs: dict) -> str | None:
     return None
 
 
-def as_probabilities(rows) -> np.ndarray:
+def as_probabilities(rows: npt.ArrayLike) -> np.ndarray:
     """Softmax of logits, row by row (float64)."""
     x = np.asarray(rows, np.float64)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
+    return out
 
 
-def check_outputs(fw: str, outputs: dict) -> str | None:
+def check_outputs(fw: str, outputs: dict[str, Any]) -> str | None:
     """One sentence if the model's outputs are not what the kit's loss takes: (batch, classes) logits."""
     who, layer = outputs["builder"], outputs["last_layer"]
     if list(outputs["shape"]) != list(outputs["expected"]):
@@ -544,7 +551,7 @@ def check_outputs(fw: str, outputs: dict) -> str | None:
     return None
 
 
-def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
+def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     """Informational: how far the weights drifted apart over the steps, worst tensor per role.
 
     Not a pass/fail check: the declared differences (Adam's epsilon, BatchNorm's unbiased
@@ -570,7 +577,8 @@ def compare_after_steps(weights: dict[str, dict[str, np.ndarray]]) -> dict:
             "numbers": {n: {"max_abs_diff": d, "relative_to_max": r} for n, d, r in rows}}
 
 
-def kit_train_losses(backend, batches: list[tuple[object, int]], before_step=None) -> list[float]:
+def kit_train_losses(backend: Any, batches: list[tuple[object, int]],
+                     before_step: Callable[[int], object] | None = None) -> list[float]:
     """The kit's own fp32 train_step on each (device batch, samples); the mean loss it adds to its sums.
     ``before_step(t)`` runs before step t (1-based)."""
     backend.set_mode(True)

@@ -13,8 +13,11 @@ import os
 import types
 import typing
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 if typing.TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from kits.common.pitfalls import Pitfalls
 
 
@@ -55,7 +58,7 @@ class Model:
     init: Init | None = None                 # built-in models; a custom model initialises itself
     pytorch: str | None = None               # custom: "module:function" builders
     tensorflow: str | None = None
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def builder(self, framework: str) -> str | None:
         # builders are named for the two built-in frameworks only (docs/frameworks.md)
@@ -157,7 +160,8 @@ class Hooks:
 
     def of(self, name: str, framework: str) -> str | None:
         hook = getattr(self, name)
-        return getattr(hook, framework, None) if hook else None
+        builder: str | None = getattr(hook, framework, None) if hook else None
+        return builder
 
 
 @dataclass(frozen=True)
@@ -182,16 +186,16 @@ class RunSpec:
     measure: Measure
     limits: Limits
     pitfalls: Pitfalls
-    pitfall_summaries: dict
-    differences: list
-    provenance: dict
+    pitfall_summaries: dict[str, str]
+    differences: list[dict[str, Any]]
+    provenance: dict[str, Any]
     hooks: Hooks = field(default_factory=Hooks)
 
     @classmethod
-    def from_dict(cls, d: dict) -> RunSpec:
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         return parse(cls, d, "spec")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["pitfalls"] = self.pitfalls.names()
         return out
@@ -211,17 +215,17 @@ class Requirements:
     already pins, and the hash-pinned lines the probe installs from the host's wheels."""
     file: str
     sha256: str
-    install: list
-    in_lock: list
+    install: list[str]
+    in_lock: list[str]
 
 
 @dataclass(frozen=True)
 class Script:
     """A user's own training script, run unmodified: its file in its folder (given to the probe as a path)."""
     path: str                                # relative to the folder
-    args: list
+    args: list[str]
     folder: str                              # the folder on the host (the runner shows it to the probe read-only)
-    files: dict                              # every .py under the folder, relative name -> sha256
+    files: dict[str, str]                    # every .py under the folder, relative name -> sha256
     shim: str | None = None                  # a declared file run before the script (defines what a post left out)
     requirements: Requirements | None = None  # extra, hash-pinned, layered on the framework's lock
 
@@ -264,19 +268,19 @@ class ScriptSpec:
     measure: Measure
     warmup_steps: int
     limits: Limits
-    differences: list
-    provenance: dict
-    pitfalls: list                           # always empty: a script carries no switch of the kit's
-    pitfall_summaries: dict
+    differences: list[dict[str, Any]]
+    provenance: dict[str, Any]
+    pitfalls: list[str]                      # always empty: a script carries no switch of the kit's
+    pitfall_summaries: dict[str, str]
 
     @classmethod
-    def from_dict(cls, d: dict) -> ScriptSpec:
+    def from_dict(cls, d: dict[str, Any]) -> ScriptSpec:
         spec = parse(cls, d, "spec")
         if spec.pitfalls or spec.pitfall_summaries:
             raise SpecError("spec.pitfalls: a script's spec carries no pitfalls (the script is run as written)")
         return spec
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def computed_run_id(self) -> str:
@@ -288,7 +292,10 @@ class ScriptSpec:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def parse(kind, value, path: str):
+D = TypeVar("D", bound="DataclassInstance")
+
+
+def parse(kind: type[D], value: Any, path: str) -> D:
     """A spec dataclass (nested ones too) from a JSON object, refusing missing and unknown fields."""
     if not isinstance(value, dict):
         raise SpecError(f"{path} must be an object, got {value!r}")
@@ -307,7 +314,7 @@ def parse(kind, value, path: str):
     return kind(**args)
 
 
-def _hints(kind) -> dict:
+def _hints(kind: type[DataclassInstance]) -> dict[str, Any]:
     """The fields' types; the pitfalls module only for a kit run's spec (a probed script's process never loads it)."""
     if any(f.type == "Pitfalls" for f in dataclasses.fields(kind)):
         from kits.common.pitfalls import Pitfalls
@@ -315,11 +322,11 @@ def _hints(kind) -> dict:
     return typing.get_type_hints(kind)
 
 
-def _value(hint, value, path: str):
+def _value(hint: Any, value: Any, path: str) -> Any:
     if getattr(hint, "__name__", None) == "Pitfalls":
         return hint.of(value, path)
-    nested = [t for t in (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,))
-              if dataclasses.is_dataclass(t)]
+    nested: list[Any] = [t for t in (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,))
+                         if dataclasses.is_dataclass(t)]
     if nested and value is not None:
         return parse(nested[0], value, path)
     return value

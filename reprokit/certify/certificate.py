@@ -46,8 +46,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +60,7 @@ from kits.common.names import REFERENCE, label
 from kits.common.spec import RunSpec
 from reprokit.certify import certify_plan
 from reprokit.errors import UserError
-from reprokit.runners.base import KitCall
+from reprokit.runners.base import KitCall, Runner
 
 SCHEMA = "reprokit.certificate/1"
 DEFAULT_TOLERANCES = {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0}
@@ -74,7 +76,7 @@ TIMEOUT_S = 900
 SIDE_NAME, WEIGHTS_NAME, AFTER_NAME = cert.SIDE_NAME, cert.WEIGHTS_NAME, cert.AFTER_NAME
 
 
-def validate_tolerances(tolerances: dict | None) -> dict:
+def validate_tolerances(tolerances: dict[str, Any] | None) -> dict[str, Any]:
     """The defaults with the given ones applied; anything but a positive finite number is refused."""
     if tolerances is None:
         tolerances = {}
@@ -92,13 +94,13 @@ def validate_tolerances(tolerances: dict | None) -> dict:
     return out
 
 
-def _pair(specs: dict[str, dict]) -> tuple[str, str]:
+def _pair(specs: dict[str, dict[str, Any]]) -> tuple[str, str]:
     """The pair's frameworks, the reference first."""
     other = next(fw for fw in specs if fw != REFERENCE)
     return REFERENCE, other
 
 
-def _check_inputs(specs: dict[str, dict], data_dir: Path) -> None:
+def _check_inputs(specs: dict[str, dict[str, Any]], data_dir: Path) -> None:
     if len(specs) != 2 or REFERENCE not in specs:
         raise UserError(f"the certificate compares {REFERENCE} and one other framework; got specs for "
                         f"{', '.join(sorted(specs)) or 'none'}")
@@ -115,7 +117,8 @@ def _check_inputs(specs: dict[str, dict], data_dir: Path) -> None:
         raise UserError(f"the data directory {data_dir} does not exist; prepare the data before certifying")
 
 
-def spec_differences(a: dict, b: dict, prefix: str = "", labels: tuple[str, str] | None = None) -> list[str]:
+def spec_differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "",
+                     labels: tuple[str, str] | None = None) -> list[str]:
     """Fields of the model, data, train and numerics sections where two RunSpecs differ (``labels``: their
     frameworks', by default the specs' own)."""
     out = []
@@ -131,8 +134,8 @@ def spec_differences(a: dict, b: dict, prefix: str = "", labels: tuple[str, str]
     return out
 
 
-def _run_side(fw: str, runner, jobs_dir: Path, out: Path, timeout_s: float,
-              weights_from: Path | None = None) -> tuple[int | None, str, dict]:
+def _run_side(fw: str, runner: Runner, jobs_dir: Path, out: Path, timeout_s: float,
+              weights_from: Path | None = None) -> tuple[int | None, str, dict[str, Any]]:
     """One framework process for the jobs listed in ``jobs_dir/jobs.json``, through the runner: its exit
     status (None: it timed out), its log's tail and the launcher's facts. Job i writes ``out/i/``."""
     extra = ("--weights-from", weights_from) if weights_from else ()
@@ -145,17 +148,17 @@ def _run_side(fw: str, runner, jobs_dir: Path, out: Path, timeout_s: float,
         raise KeyboardInterrupt
     tail = "\n".join(outcome.log_tail[-15:])
     if outcome.timed_out:
-        return None, f"the {cert.label(fw)} certificate did not finish within {timeout_s:.0f} s", outcome.launcher
+        return None, f"the {label(fw)} certificate did not finish within {timeout_s:.0f} s", outcome.launcher
     return outcome.exit_code, tail, outcome.launcher
 
 
-def _read_side(fw: str, path: Path, code: int | None, tail: str) -> tuple[dict | None, str]:
+def _read_side(fw: str, path: Path, code: int | None, tail: str) -> tuple[dict[str, Any] | None, str]:
     if code is None:
         return None, tail
     try:
         return json.loads(path.read_text()), tail
     except (OSError, json.JSONDecodeError):
-        return None, f"the {cert.label(fw)} certificate exited with {code} and wrote no readable {path.name}:\n{tail}"
+        return None, f"the {label(fw)} certificate exited with {code} and wrote no readable {path.name}:\n{tail}"
 
 
 # Differences every pair of PyTorch and TensorFlow kit runs has, whatever the experiment's settings (the known
@@ -194,7 +197,7 @@ _BN_VARIANCE = {"field": "BatchNorm running variance",
                 "handled": "not removable; shows in the moving variance after the steps (informational)"}
 
 
-def _known_differences(spec: dict, pair: tuple[str, str]) -> list[dict]:
+def _known_differences(spec: dict[str, Any], pair: tuple[str, str]) -> list[dict[str, Any]]:
     """Semantic differences between the frameworks that this experiment's settings touch."""
     if pair != KNOWN_PAIR:
         return []
@@ -205,7 +208,7 @@ def _known_differences(spec: dict, pair: tuple[str, str]) -> list[dict]:
             _DROPOUT_MASKS]
 
 
-def _optimizer_differences(opt: dict) -> list[dict]:
+def _optimizer_differences(opt: dict[str, Any]) -> list[dict[str, Any]]:
     if opt["name"] == "adam":
         return [{"field": "Adam epsilon placement",
                  "pytorch": "lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)",
@@ -226,7 +229,7 @@ def _optimizer_differences(opt: dict) -> list[dict]:
     return []
 
 
-def _batchnorm_differences(bn: dict) -> list[dict]:
+def _batchnorm_differences(bn: dict[str, Any]) -> list[dict[str, Any]]:
     keep = bn["momentum_keep"]
     return [{"field": "BatchNorm momentum convention",
              "pytorch": f"running = (1 - momentum) * running + momentum * batch, momentum = {1 - keep:g}",
@@ -239,7 +242,7 @@ def _batchnorm_differences(bn: dict) -> list[dict]:
              "handled": f"both set from the spec, model.batchnorm.epsilon = {bn['epsilon']:g}"}]
 
 
-def _initializers(init: dict | None) -> dict:
+def _initializers(init: dict[str, Any] | None) -> dict[str, Any]:
     if init is None:
         return {"field": "initializers", "pytorch": "the user's builder", "tensorflow": "the user's builder",
                 "why": "a custom model initialises itself",
@@ -257,10 +260,10 @@ def _initializers(init: dict | None) -> dict:
 KNOWN_PAIR = ("pytorch", "tensorflow")       # the pair _known_differences knows
 
 
-def _declared(specs: dict[str, dict]) -> list[dict]:
+def _declared(specs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     pair = _pair(specs)
     spec = specs[REFERENCE]
-    own: list[dict] = []
+    own: list[dict[str, Any]] = []
     for s in (specs[fw] for fw in pair):
         for d in s.get("differences", []):
             if d not in own:
@@ -274,18 +277,18 @@ def _declared(specs: dict[str, dict]) -> list[dict]:
     return declared + known
 
 
-def skipped(name: str, reason: str) -> dict:
+def skipped(name: str, reason: str) -> dict[str, Any]:
     return {"name": name, "passed": None, "skipped": reason, "evidence": f"skipped: {reason}"}
 
 
-def _weights_after(folders: dict[str, Path]) -> dict | None:
+def _weights_after(folders: dict[str, Path]) -> dict[str, Any] | None:
     try:
         return {fw: dict(np.load(folder / AFTER_NAME)) for fw, folder in folders.items()}
     except (OSError, ValueError):
         return None
 
 
-def _summary(result: dict) -> str:
+def _summary(result: dict[str, Any]) -> str:
     """One sentence for the report's banner; the checks carry the numbers."""
     status, checks, message = result["status"], result["checks"], result["message"]
     if status == "error":
@@ -308,9 +311,10 @@ def _summary(result: dict) -> str:
             f"within {by['loss_trajectory_fp32']['numbers']['factor']:g}x its same-framework baseline")
 
 
-def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], tolerances: dict | None = None,
-                 timeout_s: float = TIMEOUT_S, trajectory_budget: float | None = None,
-                 trajectory_budget_why: str = "given by the caller", log=lambda line: None) -> list[dict]:
+def certify_many(pairs: list[dict[str, dict[str, Any]]], runner: Runner, work_dirs: list[Path],
+                 tolerances: dict[str, Any] | None = None, timeout_s: float = TIMEOUT_S,
+                 trajectory_budget: float | None = None, trajectory_budget_why: str = "given by the caller",
+                 log: Callable[[str], None] = lambda line: None) -> list[dict[str, Any]]:
     """Certify, for each pair of specs, that the two frameworks' runs of its experiment compute the same
     thing, with one process per framework for all of them that share their thread settings
     (``timeout_s`` per experiment). Each result is written to its own work dir
@@ -370,14 +374,15 @@ def certify_many(pairs: list[dict[str, dict]], runner, work_dirs: list[Path], to
 class _Job:
     """One pair of specs to certify in the framework processes, and what came back."""
     pair: int                          # the index of the pair it certifies
-    specs: dict[str, dict]
+    specs: dict[str, dict[str, Any]]
     parts: str                         # "all", or "structure" (the costly checks run at a reduced width)
-    result: dict = field(default_factory=dict)
-    sides: dict[str, dict] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)
+    sides: dict[str, dict[str, Any]] = field(default_factory=dict)
     folders: dict[str, Path] = field(default_factory=dict)
 
 
-def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float, log) -> None:
+def _run_jobs(jobs: list[_Job], runner: Runner, works: list[Path], timeout_s: float,
+              log: Callable[[str], None]) -> None:
     """One process per framework and thread setting (a process sets its thread pools once)."""
     groups: dict[str, list[_Job]] = {}
     for job in jobs:
@@ -397,11 +402,11 @@ def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float, log
                 (jobs_dir / f"spec-{name}.json").write_text(json.dumps(job.specs[fw]))
             (jobs_dir / "jobs.json").write_text(json.dumps(
                 [{"name": name, "spec": f"spec-{name}.json", "parts": job.parts} for name, job in zip(names, todo)]))
-            log(f"certificate: the {cert.label(fw)} side of {len(todo)} job(s) running ...")
+            log(f"certificate: the {label(fw)} side of {len(todo)} job(s) running ...")
             t0 = time.perf_counter()
             code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
                                              batch / REFERENCE if fw != REFERENCE else None)
-            log(f"certificate: the {cert.label(fw)} side ended in {time.perf_counter() - t0:.0f} s "
+            log(f"certificate: the {label(fw)} side ended in {time.perf_counter() - t0:.0f} s "
                 f"({'timed out' if code is None else f'exit {code}'})")
             for name, job in zip(names, todo):
                 job.folders[fw] = batch / fw / name
@@ -413,7 +418,7 @@ def _run_jobs(jobs: list[_Job], runner, works: list[Path], timeout_s: float, log
 REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights_after_steps")
 
 
-def _add_reduced(result: dict, small: dict, reason: str, specs: dict[str, dict]) -> None:
+def _add_reduced(result: dict[str, Any], small: dict[str, Any], reason: str, specs: dict[str, dict[str, Any]]) -> None:
     """The dropout and trajectory checks of the reduced-width certificate, into the timed size's, named as such."""
     width = specs[REFERENCE]["model"]["width_multiplier"]
     result["reduced"] = {"width_multiplier": width, "reason": reason, "status": small["status"],
@@ -434,7 +439,7 @@ def _add_reduced(result: dict, small: dict, reason: str, specs: dict[str, dict])
         "pass" if small["status"] == "pass" else small["status"])
 
 
-def _new(specs: dict[str, dict], tol: dict, runner) -> dict:
+def _new(specs: dict[str, dict[str, Any]], tol: dict[str, Any], runner: Runner) -> dict[str, Any]:
     pair = _pair(specs)
     ref, other = (specs[fw] for fw in pair)
     return {"schema": SCHEMA, "experiment": ref["experiment"], "profile": ref.get("profile"),
@@ -448,7 +453,7 @@ def _new(specs: dict[str, dict], tol: dict, runner) -> dict:
             "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in pair}}
 
 
-def _take_side(result: dict, sides: dict, fw: str, side: dict | None, text: str) -> None:
+def _take_side(result: dict[str, Any], sides: dict[str, Any], fw: str, side: dict[str, Any] | None, text: str) -> None:
     """Keep one side's findings, or say in one sentence why the certificate stops there."""
     if side is None:
         result["message"] = text
@@ -458,14 +463,14 @@ def _take_side(result: dict, sides: dict, fw: str, side: dict | None, text: str)
         return
     if side.get("status") in ("failed", "unmappable") or "layers" not in side:
         kind = "has no canonical form" if side.get("status") == "unmappable" else "failed"
-        result["message"] = f"the {cert.label(fw)} side {kind}: {side.get('message')}"
+        result["message"] = f"the {label(fw)} side {kind}: {side.get('message')}"
         return
     sides[fw] = side
     result["frameworks"][fw] = side.get("environment", {})
 
 
-def _compare(result: dict, sides: dict[str, dict], specs: dict[str, dict], folders: dict[str, Path],
-             tol: dict) -> None:
+def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], specs: dict[str, dict[str, Any]],
+             folders: dict[str, Path], tol: dict[str, Any]) -> None:
     ref, other = _pair(specs)
     pt, tf = sides[ref], sides[other]
     result["setup"] = pt.get("setup")

@@ -30,11 +30,11 @@ FIXED = "fixed"
 UNCERTIFIED_TRAIN = ("epochs", "max_steps_per_epoch", "warmup_steps", "target_accuracy", "eval_batch_size")
 
 
-def pairs(specs: list[dict]) -> dict[str, list[dict]]:
+def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """experiment -> [{"pytorch": spec, "tensorflow": spec} or a not-run record], one per variant and other
     framework (each pair's keys: the reference, then the other)."""
-    by: dict[str, dict[str, dict[str, dict]]] = {}
-    scripts: dict[tuple[str, str], dict] = {}
+    by: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    scripts: dict[tuple[str, str], dict[str, Any]] = {}
     for s in specs:
         if s.get("source") == "script":
             if s["repeat"] == 0:
@@ -42,7 +42,7 @@ def pairs(specs: list[dict]) -> dict[str, list[dict]]:
             continue
         if s["repeat"] == 0:
             by.setdefault(s["experiment"], {}).setdefault(s["variant"], {})[s["framework"]] = s
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for experiment, variants in by.items():
         fixed = variants.get(FIXED, {})
         for variant in sorted(variants, key=lambda v: (v != FIXED, v)):
@@ -76,7 +76,7 @@ def _pairs(present: set[str]) -> list[tuple[str, str]]:
     return [(REFERENCE, other) for other in others(present)]
 
 
-def _certifiable(pair: dict, experiment: str, variant: str) -> dict:
+def _certifiable(pair: dict[str, Any], experiment: str, variant: str) -> dict[str, Any]:
     """The pair, or a not-run record where a kit has no certificate side (its registry entry's parts)."""
     lacking = [fw for fw in pair if not REGISTRY[fw].has("certify")]
     if not lacking:
@@ -86,12 +86,12 @@ def _certifiable(pair: dict, experiment: str, variant: str) -> dict:
                    variant)
 
 
-def is_script(pair: dict) -> bool:
+def is_script(pair: dict[str, Any]) -> bool:
     return all(spec.get("source") == "script" for spec in pair.values())
 
 
-def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str | None = None,
-            frameworks: tuple[str, ...] | None = None) -> dict:
+def not_run(pair: dict[str, Any], reason: str, experiment: str | None = None, variant: str | None = None,
+            frameworks: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The record of a certificate that did not run, in the certificate's own shape. ``frameworks``: the pair's
     (the reference first), where ``pair`` lacks one; by default the pair's own."""
     if pair.get("status") == "not-run":
@@ -105,7 +105,7 @@ def not_run(pair: dict, reason: str, experiment: str | None = None, variant: str
             "status": "not-run", "summary": f"not run: {reason}", "message": reason, "checks": []}
 
 
-def _certified_part(spec: dict) -> dict:
+def _certified_part(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("source") == "script":        # the scripts' files, their data and where they run
         return {"experiment": spec["experiment"], "profile": spec["profile"], "device": spec["device"],
                 "script": spec["script"], "data": {k: v for k, v in spec["data"].items() if k != "file"},
@@ -117,7 +117,7 @@ def _certified_part(spec: dict) -> dict:
             "pitfalls": certified(spec["pitfalls"]), "provenance": spec["provenance"]}
 
 
-def cache_key(pair: dict, budget: float) -> str:
+def cache_key(pair: dict[str, Any], budget: float) -> str:
     """What the certificate certifies, with the trajectory budget (FLOPs) it runs under: one made on an
     H100 is not an L4's, whose budget runs the costly checks at a smaller width."""
     body: dict[str, Any] = {fw: _certified_part(spec) for fw, spec in pair.items()}
@@ -125,7 +125,7 @@ def cache_key(pair: dict, budget: float) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def by_key(pairs: list[dict], budget: float) -> dict[str, list[int]]:
+def by_key(pairs: list[dict[str, Any]], budget: float) -> dict[str, list[int]]:
     """The pairs' indices grouped by what the certificate looks at: pairs that differ only in a pitfall of
     the loop (a sync, a metric, a copy) share one certificate."""
     out: dict[str, list[int]] = {}
@@ -146,16 +146,16 @@ STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # kits/common/certifica
 FOUR_TRAJECTORIES = 4          # fp32, fp32 perturbed, fp32 reference, fp64
 
 
-def trajectory_cost(spec: dict) -> float | None:
+def trajectory_cost(spec: dict[str, Any]) -> float | None:
     """FLOPs of the dropout passes and the four trajectories (None: a custom model, not counted ahead)."""
     flops = model_cost.training_flops_per_sample(spec["model"], spec["data"]["input_size"])
     if flops is None:
         return None
-    steps = FOUR_TRAJECTORIES * (STEPS + 1) * spec["train"]["batch_size"]
+    steps: int = FOUR_TRAJECTORIES * (STEPS + 1) * spec["train"]["batch_size"]
     return flops * steps + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
 
 
-def _cost(spec: dict) -> float:
+def _cost(spec: dict[str, Any]) -> float:
     """trajectory_cost of a built-in model's spec, which is always counted."""
     cost = trajectory_cost(spec)
     assert cost is not None
@@ -175,7 +175,8 @@ def trajectory_budget(device: str, gpu_name: str | None) -> tuple[float, str]:
                                         f"GPU, the {row['names'][0]}'s {row['fp64']:.3g} FLOP/s ({row['source']})")
 
 
-def reduced(pair: dict, budget: float | None = None, why: str = "given by the caller") -> tuple[dict, str] | None:
+def reduced(pair: dict[str, Any], budget: float | None = None,
+            why: str = "given by the caller") -> tuple[dict[str, Any], str] | None:
     """The pair at the widest width whose dropout passes and trajectories fit the budget (FLOPs, made as
     ``why`` says; by default the device's without a GPU name), with why; None where they fit at the timed
     width (or the model's cost cannot be told ahead: a custom model)."""
@@ -199,7 +200,7 @@ def reduced(pair: dict, budget: float | None = None, why: str = "given by the ca
                    f"{width:g} ({factor:g} of the timed model's), at the timed input size and batch")
 
 
-def _narrower(spec: dict, factor: float) -> dict:
+def _narrower(spec: dict[str, Any], factor: float) -> dict[str, Any]:
     small = copy.deepcopy(spec)
     model = small["model"]
     model["width_multiplier"] *= factor
@@ -208,7 +209,7 @@ def _narrower(spec: dict, factor: float) -> dict:
     return small
 
 
-def file_name(cert: dict) -> str:
+def file_name(cert: dict[str, Any]) -> str:
     """certificate-<experiment>-<variant>.json; the variant named after its non-fixed side."""
     variants = [v for v in cert["variant"].values() if v and v != FIXED] or [FIXED]
     return f"certificate-{cert['experiment']}-{variants[0]}.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from kits.common.files import write_json_atomic
 from reprokit.certify import certify_plan
@@ -12,14 +13,14 @@ from reprokit.certify.script_certificate import certify_scripts
 from reprokit.runners.base import Runner
 
 
-def for_matrix(specs: list[dict], runner: Runner, state: Path, enabled: bool, budget: float,
-               budget_why: str) -> dict[str, list[dict]]:
+def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled: bool, budget: float,
+               budget_why: str) -> dict[str, list[dict[str, Any]]]:
     """Each experiment's equivalence certificates, checked before any timing: one per variant pair
     that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
     they certify and the trajectory budget (FLOPs, made as ``budget_why`` says), the missing ones made
     together (one process per framework). One that cannot run is recorded with its reason, never left out."""
-    entries: list[tuple[str, dict | None, dict | None]] = []        # (experiment, pair, certificate)
-    pairs_of: dict[int, dict] = {}                                     # entry -> its pair, where one is certified
+    entries: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []     # (experiment, pair, certificate)
+    pairs_of: dict[int, dict[str, Any]] = {}                            # entry -> its pair, where one is certified
     for experiment, pairs in certify_plan.pairs(specs).items():
         for pair in pairs:
             if pair.get("status") == "not-run" or not enabled:
@@ -50,7 +51,7 @@ def for_matrix(specs: list[dict], runner: Runner, state: Path, enabled: bool, bu
             print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}"
                   f"{f' (and {len(ids) - 1} pair(s) it stands for)' if len(ids) > 1 else ''}: {cert['status']}: "
                   f"{cert['summary']}", flush=True)
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for experiment, certified, entry in entries:
         assert entry is not None                # each missing one was made above
         if certified:

@@ -26,29 +26,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common import arithmetic
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
 from kits.common.names import REFERENCE, label
 from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances
-from reprokit.runners.base import RESULT_NAME, spec_call
+from reprokit.runners.base import RESULT_NAME, Outcome, Runner, spec_call
 
 NOT_REPLAYED = ("not checked for scripts: the trajectory replays each script's own loss and optimizer in fp64 from "
                 "the same weights, which the probe does not do")
 SAMPLES = "the first {n} samples of the batch the PyTorch script's model received at its first step"
 
 
-def certify_scripts(pair: dict[str, dict], runner, work: Path, tolerances: dict | None = None,
-                    log=lambda line: None) -> dict:
+def certify_scripts(pair: dict[str, dict[str, Any]], runner: Runner, work: Path,
+                    tolerances: dict[str, Any] | None = None,
+                    log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Certify that two scripts train the same model. Returns (and writes to ``work/certificate.json``) a
     certificate of the kit's shape (reprokit/certify/certificate.py), with ``source: "script"`` and the models the
     probe captured in each."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
     result = _new(pair, tol, runner)
-    sides: dict[str, dict] = {}
+    sides: dict[str, dict[str, Any]] = {}
     folders: dict[str, Path] = {}
     for fw in _frameworks(pair):                # the reference first: it writes the initial weights
         log(f"certificate: the {label(fw)} script runs to its first step under the probe ...")
@@ -68,7 +71,8 @@ def certify_scripts(pair: dict[str, dict], runner, work: Path, tolerances: dict 
     return result
 
 
-def _side(fw: str, spec: dict, runner, work: Path, weights_from: Path | None) -> tuple[Path, dict | None, str]:
+def _side(fw: str, spec: dict[str, Any], runner: Runner, work: Path,
+          weights_from: Path | None) -> tuple[Path, dict[str, Any] | None, str]:
     """One script under the probe to its first step: (its output folder, its side or None, why not)."""
     folder = work / fw
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +93,7 @@ def _side(fw: str, spec: dict, runner, work: Path, weights_from: Path | None) ->
         return call.output, None, _why_no_side(fw, call.output, outcome)
 
 
-def _why_no_side(fw: str, output: Path, outcome) -> str:
+def _why_no_side(fw: str, output: Path, outcome: Outcome) -> str:
     """The script ended before its first step: the run's own failure, or that no step came."""
     try:
         failure = json.loads((output / RESULT_NAME).read_text()).get("failure") or {}
@@ -101,12 +105,12 @@ def _why_no_side(fw: str, output: Path, outcome) -> str:
     return f"the {label(fw)} script ended (exit {outcome.exit_code}) before its first optimizer step:\n{tail}"
 
 
-def _frameworks(pair: dict[str, dict]) -> tuple[str, ...]:
+def _frameworks(pair: dict[str, dict[str, Any]]) -> tuple[str, ...]:
     """The pair's frameworks, the reference first."""
     return (REFERENCE, *(fw for fw in pair if fw != REFERENCE))
 
 
-def _new(pair: dict[str, dict], tol: dict, runner) -> dict:
+def _new(pair: dict[str, dict[str, Any]], tol: dict[str, Any], runner: Runner) -> dict[str, Any]:
     fws = _frameworks(pair)
     pt = pair[REFERENCE]
     return {"schema": SCHEMA, "source": "script", "experiment": pt["experiment"], "profile": pt["profile"],
@@ -120,7 +124,7 @@ def _new(pair: dict[str, dict], tol: dict, runner) -> dict:
             "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in fws}}
 
 
-def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
+def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], tol: dict[str, Any]) -> None:
     ref, other = _frameworks(sides)
     pt, tf = sides[ref], sides[other]
     result["setup"] = pt.get("setup")
@@ -156,7 +160,7 @@ def _compare(result: dict, sides: dict[str, dict], tol: dict) -> None:
     result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
 
 
-def _modes(sides: dict[str, dict]) -> dict:
+def _modes(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The modes the models trained in, from the captured objects: a script that trains with its dropout or
     BatchNorm in evaluation mode trains another model than it builds. Where one does, the layers without
     parameters are compared again as each model is built (every module in training mode)."""
@@ -173,7 +177,8 @@ def _modes(sides: dict[str, dict]) -> dict:
     return {"name": "modes", "passed": False, "evidence": "; ".join(parts), "numbers": off}
 
 
-def _not_comparable(layers: dict, tf: dict, ref: str = "PyTorch", other: str = "TensorFlow") -> str | None:
+def _not_comparable(layers: dict[str, Any], tf: dict[str, Any], ref: str = "PyTorch",
+                    other: str = "TensorFlow") -> str | None:
     """Why the same weights cannot be run through both models, or None."""
     if not layers["mapped"]:
         return ("the two models have different parameters, so one set of weights cannot be loaded into both "
@@ -183,7 +188,7 @@ def _not_comparable(layers: dict, tf: dict, ref: str = "PyTorch", other: str = "
     return None
 
 
-def _space(sides: dict[str, dict]) -> tuple[dict[str, bool], str]:
+def _space(sides: dict[str, dict[str, Any]]) -> tuple[dict[str, bool], str]:
     """Which side's outputs to turn into probabilities: where one model returns probabilities and the other
     logits, both are compared as probabilities."""
     probs = {fw: bool(s["outputs"]["probabilities"]) for fw, s in sides.items()}
@@ -194,7 +199,7 @@ def _space(sides: dict[str, dict]) -> tuple[dict[str, bool], str]:
             f"as probabilities (softmax of {label(logits_side)}'s logits; the other model ends in a softmax): ")
 
 
-def _logits(sides: dict[str, dict], as_p: dict[str, bool], how: str, rtol: float) -> dict:
+def _logits(sides: dict[str, dict[str, Any]], as_p: dict[str, bool], how: str, rtol: float) -> dict[str, Any]:
     rows = {fw: {"fp32": {mode: cert.as_probabilities(out).tolist() if as_p[fw] else out
                           for mode, out in s["logits"]["fp32"].items()}} for fw, s in sides.items()}
     check = cert.compare_logits(rows, rtol, SAMPLES)
@@ -202,7 +207,7 @@ def _logits(sides: dict[str, dict], as_p: dict[str, bool], how: str, rtol: float
     return check
 
 
-def _summary(result: dict) -> str:
+def _summary(result: dict[str, Any]) -> str:
     status, checks, message = result["status"], result["checks"], result["message"]
     if not checks:
         return f"{'not certified' if status == 'fail' else 'no certificate'}: {message}"

@@ -29,9 +29,11 @@ import math
 import re
 import textwrap
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
@@ -62,6 +64,8 @@ BOUNDS = ("range", "at_least", "at_most")
 AROUND = ("relative", "absolute")
 FIGURE_FORMS = ("value", "range", "at_least", "at_most", "text")
 DIRECTIONS = ("greater", "less")
+# What a check raises: the UserError made from the key at fault and the problem (_build names file and claim).
+Bad = Callable[[str, str], UserError]
 
 
 @dataclass(frozen=True)
@@ -81,14 +85,14 @@ class Claim:
     experiment: str
     role: str                       # "figure" (a published number) or "explanation" (a posted cause)
     title: str
-    source: dict                    # {"seed": ..., "where": ...}
+    source: dict[str, Any]          # {"seed": ..., "where": ...}
     statement: str                  # the published words
-    published: tuple[dict, ...]     # figures, each with a unit
+    published: tuple[dict[str, Any], ...]   # figures, each with a unit
     kind: str
     operands: dict[str, Operand]    # "value" for value/accuracy kinds; "numerator"/"denominator" otherwise
-    tolerance: dict
+    tolerance: dict[str, Any]
     transfers: str
-    comparable: dict = field(default_factory=dict)
+    comparable: dict[str, Any] = field(default_factory=dict)
     expect: str | None = None
     fixed_variant: str = "fixed"
     direction: str | None = None    # "greater" / "less": the way the published effect points
@@ -123,20 +127,20 @@ class Claim:
             return -math.inf, t["at_most"] * factor
         return None
 
-    def figures_for(self, operand: Operand) -> list[dict]:
+    def figures_for(self, operand: Operand) -> list[dict[str, Any]]:
         """Numeric published figures that state this operand (each key a figure sets must match)."""
         return [f for f in self.published if "text" not in f and _matches(f, operand)]
 
-    def ratio_figure(self) -> dict | None:
+    def ratio_figure(self) -> dict[str, Any] | None:
         ratios = [f for f in self.published if f["unit"] == "x" and "text" not in f]
         return ratios[0] if len(ratios) == 1 else None
 
 
-def _matches(figure: dict, operand: Operand) -> bool:
+def _matches(figure: dict[str, Any], operand: Operand) -> bool:
     return all(figure.get(k) in (None, getattr(operand, k)) for k in ("framework", "variant", "quantity"))
 
 
-def interval(figure: dict) -> tuple[float, float]:
+def interval(figure: dict[str, Any]) -> tuple[float, float]:
     """A numeric figure as an interval in its dimension's base unit."""
     factor = UNITS[figure["unit"]][1]
     if "value" in figure:
@@ -225,7 +229,7 @@ def load(name_or_path: str | Path) -> list[Claim]:
     return claims
 
 
-def _describe(path: Path, doc: dict, error: jsonschema.ValidationError) -> str:
+def _describe(path: Path, doc: dict[str, Any], error: jsonschema.ValidationError) -> str:
     parts = list(error.absolute_path)
     where = f"{path}"
     if len(parts) >= 2 and parts[0] == "claim" and isinstance(parts[1], int):
@@ -237,7 +241,7 @@ def _describe(path: Path, doc: dict, error: jsonschema.ValidationError) -> str:
     return f"{where}: {describe(error, parts, {'unit': unit_hint})}"
 
 
-def _build(path: Path, raw: dict) -> Claim:
+def _build(path: Path, raw: dict[str, Any]) -> Claim:
     def bad(key: str, problem: str) -> UserError:
         return UserError(f"{path}: claim {raw['id']!r}: {key}: {problem}")
 
@@ -258,10 +262,10 @@ def _build(path: Path, raw: dict) -> Claim:
     return claim
 
 
-def _operands(metric: dict, bad) -> dict[str, Operand]:
+def _operands(metric: dict[str, Any], bad: Bad) -> dict[str, Operand]:
     """"value", or "numerator" and "denominator": each a quantity of one framework and variant."""
     kind = metric["kind"]
-    base = {k: metric[k] for k in ("quantity", "framework", "variant", "reading") if k in metric}
+    base: dict[str, Any] = {k: metric[k] for k in ("quantity", "framework", "variant", "reading") if k in metric}
     if kind == "accuracy_vs_chance":
         base.setdefault("quantity", "final_test_accuracy")
     if kind in ("value", "accuracy_vs_chance"):
@@ -279,7 +283,7 @@ def _operands(metric: dict, bad) -> dict[str, Operand]:
     return operands
 
 
-def _operand(key: str, base: dict, extra: dict, kind: str, bad) -> Operand:
+def _operand(key: str, base: dict[str, Any], extra: dict[str, Any], kind: str, bad: Bad) -> Operand:
     stated = {**base, **extra}
     for k in ("quantity", "framework", "variant"):
         if k not in stated:
@@ -306,7 +310,7 @@ def _operand(key: str, base: dict, extra: dict, kind: str, bad) -> Operand:
     return op
 
 
-def _check_metric(metric: dict, operands: dict[str, Operand], bad) -> None:
+def _check_metric(metric: dict[str, Any], operands: dict[str, Operand], bad: Bad) -> None:
     """The keys that belong to one metric kind only: expect, fixed_variant, direction."""
     kind = metric["kind"]
     if kind == "ratio" and "fixed_variant" in metric:
@@ -328,7 +332,7 @@ def _check_metric(metric: dict, operands: dict[str, Operand], bad) -> None:
         raise bad("metric.direction", "used by ratio and effect_disappears_with_fix only")
 
 
-def _check_figure(fig: dict, key: str, bad) -> None:
+def _check_figure(fig: dict[str, Any], key: str, bad: Bad) -> None:
     forms = [k for k in FIGURE_FORMS if k in fig]
     if len(forms) != 1:
         raise bad(key, f"a figure states exactly one of {', '.join(FIGURE_FORMS)}; this one states "
@@ -344,14 +348,14 @@ def _check_figure(fig: dict, key: str, bad) -> None:
         _non_negative(fig[forms[0]], fig["unit"], f"{key}.{forms[0]}", bad)
 
 
-def _non_negative(stated, unit: str, key: str, bad) -> None:
+def _non_negative(stated: float | list[float], unit: str, key: str, bad: Bad) -> None:
     """Times, memory, rates, counts and ratios of them are never below zero: such a figure is a typo."""
     dim = UNITS[unit][0]
     if dim in NON_NEGATIVE and any(v < 0 for v in (stated if isinstance(stated, list) else [stated])):
         raise bad(key, f"{stated!r} {unit} is negative, and {NON_NEGATIVE[dim]} cannot be")
 
 
-def _check_tolerance(claim: Claim, bad) -> None:
+def _check_tolerance(claim: Claim, bad: Bad) -> None:
     t = claim.tolerance
     forms = [k for k in (*AROUND, *BOUNDS) if k in t]
     if len(forms) != 1:
@@ -390,9 +394,9 @@ def _check_tolerance(claim: Claim, bad) -> None:
         raise bad("tolerance.unit", f"missing; a bound on {claim.dimension} needs a unit: {', '.join(allowed)}")
 
 
-def _reference_figures(claim: Claim, bad) -> list[dict]:
+def _reference_figures(claim: Claim, bad: Bad) -> list[dict[str, Any]]:
     """The published figure(s) a relative/absolute tolerance is taken around; refuses ambiguity."""
-    def one(op: Operand, role: str) -> dict:
+    def one(op: Operand, role: str) -> dict[str, Any]:
         found = claim.figures_for(op)
         found = [f for f in found if f["unit"] != "x"]
         if len(found) != 1:
@@ -421,7 +425,7 @@ def _reference_figures(claim: Claim, bad) -> list[dict]:
     return [num, den]
 
 
-def reference(claim: Claim, bad=None) -> tuple[float, float] | None:
+def reference(claim: Claim, bad: Bad | None = None) -> tuple[float, float] | None:
     """The published figure a relative/absolute tolerance is taken around, as an interval (base units)."""
     if claim.kind not in ("value", "ratio") or not any(k in claim.tolerance for k in AROUND):
         return None
@@ -436,13 +440,13 @@ def reference(claim: Claim, bad=None) -> tuple[float, float] | None:
 
 # --- what the claims need ----------------------------------------------------------------------
 
-def needs(claims: list[Claim], experiments: dict | None = None) -> dict[str, dict]:
+def needs(claims: list[Claim], experiments: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Experiment name -> {"variants": set of named variants (always "fixed"), "ablation": bool}.
 
     A "+<pitfall>" operand needs ablation on and a named variant that contains the pitfall; with
     ``experiments`` given, the first such variant of the experiment is added to the set.
     """
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for claim in claims:
         entry = out.setdefault(claim.experiment, {"variants": {"fixed"}, "ablation": False})
         for variant in sorted(claim.variants()):
@@ -461,7 +465,7 @@ def needs(claims: list[Claim], experiments: dict | None = None) -> dict[str, dic
     return out
 
 
-def check_against(claims: list[Claim], experiments: dict) -> None:
+def check_against(claims: list[Claim], experiments: dict[str, Any]) -> None:
     """Refuse claims whose experiment, seed or variants the experiments do not define."""
     for claim in claims:
         exp = experiments.get(claim.experiment)

@@ -28,9 +28,11 @@ REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_MEASURED = (
     "reproduced", "not reproduced", "not comparable", "not measured")
 STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_MEASURED)
 LEARNED_MARGIN = 0.05       # above chance by more than this counts as learning in the summary
+# What a metric kind's judge returns: (status, ours, why, run ids, the measured metric in base units).
+Judged = tuple[str, str, str, tuple[str, ...], float]
 
 
-def fmt_figure(fig: dict) -> str:
+def fmt_figure(fig: dict[str, Any]) -> str:
     """A published figure as posted, with its unit and, where it differs, its stated value."""
     if "text" in fig:
         return f"{fig['label']}: “{fig['text']}”"
@@ -64,7 +66,8 @@ class Measured:
     memory_source: str = ""
 
 
-def _select(results: list[dict], experiment: str, op: Operand, context: tuple[str, str]) -> list[dict]:
+def _select(results: list[dict[str, Any]], experiment: str, op: Operand,
+            context: tuple[str, str]) -> list[dict[str, Any]]:
     """The finished runs of an operand. The planner runs identical pitfall sets once, under the first
     name (a variant whose only pitfall of this framework is p is also "+p"), so "+p" and "fixed" also
     match a run of another name with exactly those pitfalls."""
@@ -78,7 +81,7 @@ def _select(results: list[dict], experiment: str, op: Operand, context: tuple[st
     return [r for r in same if r["spec"].get("pitfalls") == wanted]
 
 
-def measure(results: list[dict], experiment: str, op: Operand, context: tuple[str, str]) -> Measured:
+def measure(results: list[dict[str, Any]], experiment: str, op: Operand, context: tuple[str, str]) -> Measured:
     runs = _select(results, experiment, op, context)
     if not runs:
         raise NotMeasured(f"no finished run of {LABELS[op.framework]} / {op.variant} "
@@ -115,7 +118,7 @@ class Verdict:
                                else "")
 
 
-def contexts(claim: Claim, results: list[dict]) -> list[tuple[str, str]]:
+def contexts(claim: Claim, results: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The (profile, device) pairs the results cover for the claim's experiment."""
     order = {"quick": 0, "standard": 1, "full": 2}
     found = {(r["profile"], r["spec"].get("device", "cpu")) for r in results
@@ -123,7 +126,7 @@ def contexts(claim: Claim, results: list[dict]) -> list[tuple[str, str]]:
     return sorted(found, key=lambda c: (order.get(c[0], 9), c[1]))
 
 
-def _device_names(results: list[dict], claim: Claim, context: tuple[str, str]) -> list[str]:
+def _device_names(results: list[dict[str, Any]], claim: Claim, context: tuple[str, str]) -> list[str]:
     return sorted({r["environment"]["device_name"] for op in claim.operands.values()
                    for r in _select(results, claim.experiment, op, context)})
 
@@ -230,7 +233,7 @@ def _bracket(num: Measured, den: Measured) -> str:
     return stats.ratio(num.values, den.values).bracket()
 
 
-def evaluate(claims: list[Claim], results: list[dict]) -> list[Verdict]:
+def evaluate(claims: list[Claim], results: list[dict[str, Any]]) -> list[Verdict]:
     """One verdict per claim and (profile, device) the results cover; 'not measured' where none."""
     out = []
     for claim in claims:
@@ -244,7 +247,7 @@ def evaluate(claims: list[Claim], results: list[dict]) -> list[Verdict]:
     return out
 
 
-def _evaluate_one(claim: Claim, results: list[dict], context: tuple[str, str]) -> Verdict:
+def _evaluate_one(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Verdict:
     profile, device = context
     base: dict[str, Any] = {"profile": profile, "device": device, "indicative": profile == "quick"}
     incomparable = _incomparable(claim, context, _device_names(results, claim, context))
@@ -262,7 +265,7 @@ def _evaluate_one(claim: Claim, results: list[dict], context: tuple[str, str]) -
     return Verdict(claim, status, ours, why, run_ids=ids, value=value, **base)
 
 
-def _value(claim: Claim, results, context):
+def _value(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Judged:
     op = claim.operands["value"]
     m = measure(results, claim.experiment, op, context)
     lo, hi, band = _band(claim)
@@ -283,7 +286,7 @@ def _wrong_way(claim: Claim, value: float) -> bool:
     return (claim.direction == "greater" and value <= 1) or (claim.direction == "less" and value >= 1)
 
 
-def _ratio(claim: Claim, results, context):
+def _ratio(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Judged:
     num = measure(results, claim.experiment, claim.operands["numerator"], context)
     den = measure(results, claim.experiment, claim.operands["denominator"], context)
     if not den.value:
@@ -301,7 +304,7 @@ def _ratio(claim: Claim, results, context):
         num.run_ids + den.run_ids, value
 
 
-def _accuracy_vs_chance(claim: Claim, results, context):
+def _accuracy_vs_chance(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Judged:
     op = claim.operands["value"]
     m = measure(results, claim.experiment, op, context)
     runs = _select(results, claim.experiment, op, context)
@@ -317,7 +320,7 @@ def _accuracy_vs_chance(claim: Claim, results, context):
     return (REPRODUCED if ok else NOT_REPRODUCED), ours, why, m.run_ids, m.value
 
 
-def _effect(claim: Claim, results, context):
+def _effect(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Judged:
     a, b = claim.operands["numerator"], claim.operands["denominator"]
     fixed_a = Operand(a.quantity, a.framework, claim.fixed_variant, a.reading)
     fixed_b = Operand(b.quantity, b.framework, claim.fixed_variant, b.reading)

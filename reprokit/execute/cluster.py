@@ -34,20 +34,27 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kits.common.spec import RunSpec, ScriptSpec, Threads
 from reprokit.console import RunProgress
-from reprokit.environments.topology import FAKE_SLOTS_ENV, fake_slots, gpu_slots
+from reprokit.environments.topology import FAKE_SLOTS_ENV, Placement, fake_slots, gpu_slots
 from reprokit.errors import UserError
 from reprokit.execute.node_staging import CHUNK, stage_data, stage_image, stage_script
 from reprokit.execute.schedule import Ledger, run_placed
 from reprokit.results import provenance, results
-from reprokit.runners.base import Spec
+from reprokit.runners.base import Runner, Spec
 from reprokit.runners.make import make
+
+if TYPE_CHECKING:
+    from reprokit.results.store import Store
+    from reprokit.runners.docker import DockerRunner
+    from reprokit.runners.local import LocalRunner
+
+    Pending = dict[Any, tuple[int, Spec, int, tuple[str, ...]]]     # a task's ref -> (index, spec, attempt, lost)
 
 NODE_DIR_ENV = "REPROKIT_NODE_DIR"
 FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch
@@ -57,7 +64,7 @@ STOP_GRACE_S = 60
 LOST_KINDS = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError")
 
 
-def _ray():
+def _ray() -> Any:
     try:
         import ray
     except ImportError:
@@ -76,7 +83,7 @@ class Job:
     runner: str                                 # "docker" | "local": the runner each node uses
     device: str                                 # "cpu" | "gpu"
     head: Any                                   # the Head actor's handle: files and progress
-    images: dict[str, dict] = field(default_factory=dict)   # framework -> {"ref", "id"}
+    images: dict[str, dict[str, str]] = field(default_factory=dict)   # framework -> {"ref", "id"}
     extra_dirs: tuple[str, ...] = ()
 
 
@@ -87,7 +94,7 @@ class _Head:
     def __init__(self, files: dict[str, str], docker_host: str | None) -> None:
         self.files = files
         self.docker_host = docker_host
-        self.events: list[tuple[str, dict]] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
 
     def names(self) -> list[str]:
         return sorted(self.files)
@@ -127,10 +134,10 @@ class _Head:
         host, port = server.getsockname()[:2]
         return host, port, token
 
-    def event(self, run_id: str, event: dict) -> None:
+    def event(self, run_id: str, event: dict[str, Any]) -> None:
         self.events.append((run_id, event))
 
-    def drain(self) -> list[tuple[str, dict]]:
+    def drain(self) -> list[tuple[str, dict[str, Any]]]:
         out, self.events = self.events, []
         return out
 
@@ -153,10 +160,11 @@ def connect(address: str) -> None:
 
 def has_gpus() -> bool:
     """Whether any node of the cluster offers a GPU."""
-    return _ray().cluster_resources().get("GPU", 0) >= 1
+    gpus: float = _ray().cluster_resources().get("GPU", 0)
+    return gpus >= 1
 
 
-def census(job_runner: str, device: str) -> tuple[list[dict], list[str]]:
+def census(job_runner: str, device: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Every alive node's facts, and the ids of those that can serve a run of this command."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -164,7 +172,8 @@ def census(job_runner: str, device: str) -> tuple[list[dict], list[str]]:
     probe = ray.remote(_node_facts)
     refs = [probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
             .remote(job_runner) for n in nodes]
-    facts, serving = [], []
+    facts: list[dict[str, Any]] = []
+    serving: list[str] = []
     for n, ref in zip(nodes, refs):
         try:
             f = ray.get(ref, timeout=120)
@@ -186,7 +195,7 @@ def _slot_resource(device: str) -> str:
     return FAKE_RESOURCE if os.environ.get(FAKE_SLOTS_ENV) else "CPU"
 
 
-def _slot_request(device: str, spec: Spec) -> dict:
+def _slot_request(device: str, spec: Spec) -> dict[str, Any]:
     """The Ray resources one run asks for."""
     resource = _slot_resource(device)
     if resource == "GPU":
@@ -199,7 +208,7 @@ def _slot_request(device: str, spec: Spec) -> dict:
     return {"resources": {resource: 1}}
 
 
-def _why_not(facts: dict, job_runner: str, device: str) -> str | None:
+def _why_not(facts: dict[str, Any], job_runner: str, device: str) -> str | None:
     resource = _slot_resource(device)
     if facts["resources"].get(resource, 0) < 1:
         return {"GPU": "no GPU", "CPU": "no CPU for tasks"}.get(resource, f"no {resource} slot")
@@ -224,31 +233,33 @@ def check(job_runner: str, device: str, address: str) -> tuple[list[str], int]:
     return serving, sum(int(f["resources"].get(resource, 0)) for f in facts if f["node_id"] in serving)
 
 
-def stage_on_head(runner, frameworks: set[str], data_files: dict[str, Path],
-                  scripts: dict[str, str] | None = None) -> tuple[object, dict]:
+def stage_on_head(runner: Runner, frameworks: set[str], data_files: dict[str, Path],
+                  scripts: dict[str, str] | None = None) -> tuple[object, dict[str, dict[str, str]]]:
     """The Head actor serving the data files and the scripts' (and, under Docker, each image as a `docker
     save` stream)."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     files = {**{f"data/{name}": str(path) for name, path in data_files.items()}, **(scripts or {})}
-    staged = {}
+    staged: dict[str, dict[str, str]] = {}
     if runner.name == "docker":
+        images = cast("DockerRunner", runner)
         for fw in sorted(frameworks):
-            staged[fw] = {"ref": runner.recipe(fw).tag, "id": runner.image_id(fw)}
+            staged[fw] = {"ref": images.recipe(fw).tag, "id": images.image_id(fw)}
     here = ray.get_runtime_context().get_node_id()
     head = ray.remote(_Head).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
         here, soft=False)).remote(files, os.environ.get("DOCKER_HOST"))
     return head, staged
 
 
-def run_all(job: Job, todo: Sequence[Spec], serving: list[str], store, progress_for) -> tuple[int, bool]:
+def run_all(job: Job, todo: Sequence[Spec], serving: list[str], store: Store,
+            progress_for: Callable[[int, Spec], RunProgress]) -> tuple[int, bool]:
     """Every spec as a task on a serving node; (failed runs, interrupted). Results stored as they come.
 
     progress_for(i, spec) makes the display of the i-th run (from 0) when it starts on its node.
     """
     ray = _ray()
     task = ray.remote(_node_run)
-    pending: dict = {}               # ref -> (index, spec, attempt, lost nodes)
+    pending: Pending = {}            # ref -> (index, spec, attempt, lost nodes)
     where: dict[str, str] = {}       # run id -> node id it started on (from its first event)
     shown: dict[str, RunProgress] = {}
     failures = 0
@@ -266,7 +277,7 @@ def run_all(job: Job, todo: Sequence[Spec], serving: list[str], store, progress_
             progress.tty = False     # several runs at once: lines, not one line rewritten in place
         return shown[spec.run_id]
 
-    def store_result(i: int, spec: Spec, result: dict) -> None:
+    def store_result(i: int, spec: Spec, result: dict[str, Any]) -> None:
         nonlocal failures
         store.put(result)
         failures += result["status"] != "ok"
@@ -325,7 +336,7 @@ def _node_lost(exc: Exception, node_id: str | None) -> bool:
     return node_id is not None and {n["NodeID"]: n["Alive"] for n in _ray().nodes()}.get(node_id) is False
 
 
-def _lost(spec: Spec, node_id: str | None, attempt: int, exc: Exception) -> dict:
+def _lost(spec: Spec, node_id: str | None, attempt: int, exc: Exception) -> dict[str, Any]:
     return results.failure(spec.to_dict(), "node-lost",
                            f"node {node_id or '(unknown)'} was lost mid-run"
                            + (" (after one retry on another node)" if attempt else ""),
@@ -337,7 +348,7 @@ def _short(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def _stop(ray, pending: dict, store_result) -> None:
+def _stop(ray: Any, pending: Pending, store_result: Callable[[int, Spec, dict[str, Any]], None]) -> None:
     """Ctrl-C: each running task gets a KeyboardInterrupt (its runner cleans up); keep what ends with a result."""
     for ref in pending:
         with contextlib.suppress(Exception):
@@ -360,10 +371,10 @@ def _node_dir() -> Path:
     return Path(os.environ.get(NODE_DIR_ENV) or provenance.REPO / ".reprokit" / "node").resolve()
 
 
-def _node_facts(job_runner: str) -> dict:
+def _node_facts(job_runner: str) -> dict[str, Any]:
     """What a node can do, seen from the node itself."""
     ray = _ray()
-    facts = {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
+    facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
              "node_dir": str(_node_dir()), "docker": False, "docker_why": "not asked", "nvidia_runtime": False,
              "fake_slots": os.environ.get(FAKE_SLOTS_ENV)}
     if job_runner == "docker":
@@ -376,7 +387,7 @@ def _node_facts(job_runner: str) -> dict:
 
 
 @contextlib.contextmanager
-def _slot(node_dir: Path, device: str):
+def _slot(node_dir: Path, device: str) -> Iterator[Placement | None]:
     """This task's placement on the node: the GPU Ray gave it, or a free fake slot (test-only switch)."""
     ray = _ray()
     if device == "gpu":
@@ -407,7 +418,7 @@ def _slot(node_dir: Path, device: str):
     yield None          # Ray gave this node more fake-GPU tasks than it has slots: run unpinned
 
 
-def _node_runner(job: Job, node_dir: Path):
+def _node_runner(job: Job, node_dir: Path) -> DockerRunner | LocalRunner:
     extra = tuple(Path(d) for d in job.extra_dirs)
     if job.runner == "docker":
         import docker
@@ -419,7 +430,7 @@ def _node_runner(job: Job, node_dir: Path):
                 envs_root=provenance.REPO / ".reprokit" / "envs")
 
 
-def _differs(job: Job, runner, spec: Spec) -> str | None:
+def _differs(job: Job, runner: Runner, spec: Spec) -> str | None:
     """Why this node's code or environment is not the one the spec was planned with, or None."""
     mine = provenance.code(tuple(Path(d) for d in job.extra_dirs))
     for key in ("code_sha256", "user_code_sha256"):
@@ -432,7 +443,7 @@ def _differs(job: Job, runner, spec: Spec) -> str | None:
     return None
 
 
-def _node_run(job: Job, spec: Spec) -> dict | None:
+def _node_run(job: Job, spec: Spec) -> dict[str, Any] | None:
     """One run on this node: stage, pin, run with the node's runner; the result (None if cancelled)."""
     ray = _ray()
     node = {"id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
@@ -440,7 +451,7 @@ def _node_run(job: Job, spec: Spec) -> dict | None:
     node_dir = _node_dir()
     last = [0.0]
 
-    def forward(event: dict) -> None:
+    def forward(event: dict[str, Any]) -> None:
         if event.get("phase") == "epoch" or time.monotonic() - last[0] >= PROGRESS_EVERY_S:
             last[0] = time.monotonic()
             job.head.event.remote(spec.run_id, event)
@@ -457,7 +468,8 @@ def _node_run(job: Job, spec: Spec) -> dict | None:
         if isinstance(here, ScriptSpec) and here is not spec:
             staged["script"] = here.script.folder
         if job.runner == "docker":
-            staged["image"] = stage_image(job.head, job.images[spec.framework], runner.client, node_dir)
+            client = cast("DockerRunner", runner).client
+            staged["image"] = stage_image(job.head, job.images[spec.framework], client, node_dir)
         staged["seconds"] = round(time.perf_counter() - t0, 3)
         runner.prepare({spec.framework})
         with _slot(node_dir, job.device) as placement:

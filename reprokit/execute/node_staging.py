@@ -10,18 +10,22 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
 from kits.common.spec import ScriptSpec
 from reprokit.errors import UserError
 from reprokit.runners.base import Spec
 
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+
 CHUNK = 8 << 20
 
 
-def _get(ref):
+def _get(ref: Any) -> Any:
     import ray  # on a node, where Ray runs this task
     return ray.get(ref)
 
@@ -52,7 +56,7 @@ def _folder_key(spec: ScriptSpec) -> str:
 
 
 @contextlib.contextmanager
-def locked(path: Path):
+def locked(path: Path) -> Iterator[None]:
     """An exclusive lock between the tasks of one node (a file lock in the node's folder)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
@@ -63,7 +67,7 @@ def locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _fetch(head, name: str, dest: Path) -> None:
+def _fetch(head: Any, name: str, dest: Path) -> None:
     """Copy one of the head's files here, chunk by chunk, through the object store."""
     size = _get(head.size.remote(name))
     tmp = dest.with_name(f".{dest.name}.part")
@@ -81,7 +85,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def stage_data(head, spec: Spec, data_dir: Path) -> bool:
+def stage_data(head: Any, spec: Spec, data_dir: Path) -> bool:
     """The spec's dataset in this node's cache, checksum-verified once per node; True if it was copied now."""
     name, sha = spec.data.file, spec.data.sha256
     assert name is not None and sha is not None, "a spec that runs names its prepared data"
@@ -102,7 +106,7 @@ def stage_data(head, spec: Spec, data_dir: Path) -> bool:
         return True
 
 
-def stage_script(head, spec: ScriptSpec, node_dir: Path) -> ScriptSpec:
+def stage_script(head: Any, spec: ScriptSpec, node_dir: Path) -> ScriptSpec:
     """The spec's script folder (and its extra requirements' wheels) copied to this node once; the spec as
     this node runs it, its folder the copy (the probe checks the .py files against the spec's sha256)."""
     key = _folder_key(spec)
@@ -117,7 +121,7 @@ def stage_script(head, spec: ScriptSpec, node_dir: Path) -> ScriptSpec:
     return dataclasses.replace(spec, script=dataclasses.replace(spec.script, folder=str(folder)))
 
 
-def _copy_once(head, names: list[str], prefix: str, root: Path) -> None:
+def _copy_once(head: Any, names: list[str], prefix: str, root: Path) -> None:
     """The head's files named under prefix into root, once: a marker beside root says the copy is whole."""
     done = root.with_name(root.name + ".staged")
     if done.exists():
@@ -129,7 +133,7 @@ def _copy_once(head, names: list[str], prefix: str, root: Path) -> None:
     done.write_text("")
 
 
-def stage_image(head, image: dict, client, node_dir: Path) -> bool:
+def stage_image(head: Any, image: dict[str, str], client: DockerClient, node_dir: Path) -> bool:
     """The head's image in this node's engine under its tag, with the same image id; True if loaded now."""
     import docker.errors
 
@@ -145,7 +149,8 @@ def stage_image(head, image: dict, client, node_dir: Path) -> bool:
         host, port, token = _get(head.image_stream.remote(image["ref"]))
         with socket.create_connection((host, port), timeout=600) as conn:
             conn.sendall(token.encode())
-            client.images.load(iter(lambda: conn.recv(CHUNK), b""))
+            # docker-stubs says bytes or a reader; the SDK posts any iterable of bytes as a chunked body
+            client.images.load(iter(lambda: conn.recv(CHUNK), b""))  # type: ignore[arg-type]
         if not present():
             raise UserError(f"the image {image['ref']} loaded on this node does not have the head's id "
                             f"{image['id'][:19]}.")

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import cast
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 from kits.common.files import write_json_atomic
 from reprokit.console import RunProgress
@@ -29,6 +30,14 @@ from reprokit.runners.base import Runner, Spec, run_spec
 
 STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)
 
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+
+    from reprokit.results.store import Store
+
+    Finished = Callable[[dict[str, Any], RunProgress], None]
+    Running = dict[Connection, tuple[SpawnProcess, Placement, RunProgress]]
+
 
 class Ledger:
     """The runs in progress on one node, and those that ended while another was still running."""
@@ -36,7 +45,7 @@ class Ledger:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _entries(self) -> list[dict]:
+    def _entries(self) -> list[dict[str, Any]]:
         out = []
         for path in self.root.glob("*.json"):
             try:
@@ -56,7 +65,7 @@ class Ledger:
             "variant": spec.variant, "repeat": spec.repeat, "pid": os.getpid(),
             "slot": placement.gpu_uuid if placement else None, "start": time.time(), "end": None})
 
-    def end(self, run_id: str) -> list[dict]:
+    def end(self, run_id: str) -> list[dict[str, Any]]:
         """Mark a run ended; the other runs that overlapped it, with the seconds they overlapped."""
         now = time.time()
         path = self.root / f"{run_id}.json"
@@ -87,7 +96,7 @@ def _alive(pid: int) -> bool:
 
 
 def run_placed(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placement: Placement | None,
-               on_progress: Callable[[dict], None]) -> dict | None:
+               on_progress: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
     """One run in its slot, with the co-load record; None when interrupted.
 
     A GPU run's GPU is read on the host before and after (a container cannot see other processes).
@@ -111,9 +120,10 @@ def run_placed(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placement
     return result
 
 
-def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement: Placement, conn) -> None:
+def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement: Placement,
+           conn: Connection) -> None:
     """A slot's process: the first Ctrl-C stops the run (the runner cleans up), later ones are ignored."""
-    def first(signum, frame):
+    def first(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, first)
@@ -127,7 +137,7 @@ def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement:
 
 
 def run_all(runner: Runner, todo: Sequence[Spec], slots: list[Placement | None], work: Path, ledger_root: Path,
-            store, progress_for: Callable[[int, Spec], RunProgress]) -> tuple[int, bool]:
+            store: Store, progress_for: Callable[[int, Spec], RunProgress]) -> tuple[int, bool]:
     """Run every spec, at most one per slot at once; (failed runs, interrupted).
 
     progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts.
@@ -136,25 +146,28 @@ def run_all(runner: Runner, todo: Sequence[Spec], slots: list[Placement | None],
     if len(slots) == 1:
         interrupted = _one_at_a_time(runner, todo, work, Ledger(ledger_root), slots[0], progress_for, tally.finished)
     else:
-        interrupted = _side_by_side(runner, todo, slots, work, ledger_root, progress_for, tally.finished)
+        # several slots are GPU placements, never None (None is the one slot of every assigned GPU)
+        interrupted = _side_by_side(runner, todo, cast("list[Placement]", slots), work, ledger_root, progress_for,
+                                    tally.finished)
     return tally.failures, interrupted
 
 
 class _Tally:
     """Stores each result as it comes and counts the failed ones."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.failures = 0
 
-    def finished(self, result: dict, progress: RunProgress) -> None:
+    def finished(self, result: dict[str, Any], progress: RunProgress) -> None:
         self.store.put(result)
         self.failures += result["status"] != "ok"
         progress.done(result["status"] if result["status"] == "ok"
                       else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
 
 
-def _one_at_a_time(runner, todo, work, ledger, slot, progress_for, finished) -> bool:
+def _one_at_a_time(runner: Runner, todo: Sequence[Spec], work: Path, ledger: Ledger, slot: Placement | None,
+                   progress_for: Callable[[int, Spec], RunProgress], finished: Finished) -> bool:
     for i, spec in enumerate(todo):
         progress = progress_for(i, spec)
         result = run_placed(runner, spec, work, ledger, slot, progress)
@@ -164,12 +177,13 @@ def _one_at_a_time(runner, todo, work, ledger, slot, progress_for, finished) -> 
     return False
 
 
-def _side_by_side(runner, todo, slots, work, ledger_root, progress_for, finished) -> bool:
+def _side_by_side(runner: Runner, todo: Sequence[Spec], slots: list[Placement], work: Path, ledger_root: Path,
+                  progress_for: Callable[[int, Spec], RunProgress], finished: Finished) -> bool:
     """One child process per slot, each running one spec at a time; True when interrupted."""
     ctx = multiprocessing.get_context("spawn")
     free = list(slots)
     queue = list(enumerate(todo))
-    running: dict = {}                   # connection -> (process, slot, progress)
+    running: Running = {}                # connection -> (process, slot, progress)
     try:
         while queue or running:
             while queue and free:
@@ -208,10 +222,10 @@ def _side_by_side(runner, todo, slots, work, ledger_root, progress_for, finished
     return False
 
 
-def _stop(running: dict, finished) -> None:
+def _stop(running: Running, finished: Finished) -> None:
     """Pass the Ctrl-C on to every run still going, keep any that ends with a result, wait for the rest."""
     for proc, _, _ in running.values():
-        if proc.is_alive():
+        if proc.is_alive() and proc.pid is not None:       # alive: started, so it has a pid
             os.kill(proc.pid, signal.SIGINT)
     deadline = time.monotonic() + STOP_GRACE_S
     while running and time.monotonic() < deadline:

@@ -9,6 +9,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common.spec import RunSpec, ScriptSpec, SpecError
 from reprokit.claims import claims as claimlib
@@ -18,7 +19,7 @@ from reprokit.errors import UserError
 from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
 from reprokit.plan import plan as planning
 from reprokit.plan import script_plan
-from reprokit.plan.experiments import BUILTIN_DIR, discover, from_scripts
+from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
 from reprokit.results.provenance import REPO, code
 from reprokit.results.store import Store
@@ -34,15 +35,16 @@ class Matrix:
     runner: Runner
     executor: Executor
     why: str
-    experiments: dict          # every experiment known, for the report's titles
-    claims: list | None
+    experiments: dict[str, Experiment]          # every experiment known, for the report's titles
+    claims: list[claimlib.Claim] | None
     profile: str
     device: str
     gpu_name: str | None
-    flavors: dict = dataclasses.field(default_factory=dict)   # framework -> the GPU build it runs, and why
+    # framework -> the GPU build it runs, and why
+    flavors: dict[str, host_checks.Flavor] = dataclasses.field(default_factory=dict)
 
 
-def selected(what: What, known: dict) -> dict:
+def selected(what: What, known: dict[str, Experiment]) -> dict[str, Experiment]:
     if not what.only:
         return known
     missing = set(what.only) - set(known)
@@ -51,7 +53,7 @@ def selected(what: What, known: dict) -> dict:
     return {k: v for k, v in known.items() if k in what.only}
 
 
-def _claims(what: What, experiments: dict) -> list | None:
+def _claims(what: What, experiments: dict[str, Experiment]) -> list[claimlib.Claim] | None:
     """The claims about the experiments that run; the default (seeds) quietly covers only those it has."""
     if what.claims == "none":
         return None
@@ -65,8 +67,9 @@ def _claims(what: What, experiments: dict) -> list | None:
     return loaded
 
 
-def _options(what: What, profile: str, device: str, claims, experiments: dict, data_dir: Path,
-             allow_download: bool, dry_run: bool) -> dict[str, planning.Options]:
+def _options(what: What, profile: str, device: str, claims: list[claimlib.Claim] | None,
+             experiments: dict[str, Experiment], data_dir: Path, allow_download: bool,
+             dry_run: bool) -> dict[str, planning.Options]:
     """Per experiment: the variants asked for, and the pitfalls to run alone (those the claims name)."""
     base = planning.Options(profile=profile, device=device, repeats=what.repeats or (1 if profile == "quick" else 5),
                             frameworks=what.frameworks, data_dir=data_dir,
@@ -80,7 +83,7 @@ def _options(what: What, profile: str, device: str, claims, experiments: dict, d
     return out
 
 
-def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_info: dict,
+def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_info: dict[str, Any],
                offline: bool) -> list[Spec]:
     """A report's exact specs, to run again here: only the environment (runner, code) is this machine's."""
     try:
@@ -128,7 +131,7 @@ def _head_runner(runner_kind: str, device: str, data_dir: Path, extra: tuple[Pat
             "each node runs the pinned images in its own Docker engine")
 
 
-def _slots(parallel: str, gpus: str, device: str) -> list:
+def _slots(parallel: str, gpus: str, device: str) -> list[topology.Placement | None]:
     """One placement per run that may go at once; [None] for one run at a time with every assigned GPU."""
     if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
         raise UserError(f"--parallel {parallel!r} is not understood; use auto or a number of runs at once, such as 4.")
@@ -146,11 +149,12 @@ def _slots(parallel: str, gpus: str, device: str) -> list:
     if n > len(slots):
         raise UserError(f"--parallel {n} is more than the {len(slots)} GPU(s) assigned (--gpus {gpus}); use "
                         f"--parallel {len(slots)} or less, or assign more GPUs.")
-    return slots[:n]
+    placed: list[topology.Placement | None] = [*slots[:n]]
+    return placed
 
 
-def planned(request: Request, experiments: dict, profile: str, device: str,
-            describe: Callable[[str], dict]) -> tuple[list[Spec], list | None]:
+def planned(request: Request, experiments: dict[str, Experiment], profile: str, device: str,
+            describe: Callable[[str], dict[str, Any]]) -> tuple[list[Spec], list[claimlib.Claim] | None]:
     """The specs a command plans for the experiments on a device, and the claims that judge them. It asks
     nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
     of a GPU it is not on). A script experiment's specs are its scripts' (reprokit/plan/script_plan.py)."""
@@ -181,7 +185,7 @@ def build(request: Request) -> Matrix:
     else:
         known = discover([BUILTIN_DIR, *what.experiment_dirs])
     experiments = selected(what, known)
-    flavors: dict = {}
+    flavors: dict[str, host_checks.Flavor] = {}
     executor: Executor
     address = where.ray_address or ""          # the request has one wherever the executor is ray
     if where.executor == "ray":
@@ -211,8 +215,8 @@ def build(request: Request) -> Matrix:
                              dry_run=how.dry_run)
         gpu_name = assigned[0]["name"] if assigned else None
         executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots)
-        if slots != [None]:
-            why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if slots[0].fake else ''}GPU slot"
+        if slots != [None] and (first := slots[0]) is not None:      # several slots: each a placement
+            why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if first.fake else ''}GPU slot"
     if what.from_report:
         specs = specs_from(what.from_report, runner, device, how.data_dir, code(what.experiment_dirs), how.offline)
         experiments = {k: v for k, v in known.items() if k in {s.experiment for s in specs}}

@@ -39,7 +39,7 @@ class Options:
     ablation: bool = False          # also each pitfall of the chosen variants alone, as "+<pitfall>"
     alone: frozenset[str] = frozenset()   # ... or only these of their pitfalls (those the claims name)
     max_steps: int | None = None    # a tighter cap on training steps per epoch (a bounded check)
-    prepare_data: bool = True       # False (a dry run): describe the data only if it is already prepared
+    prepare_data: bool = True       # run the data step first; False (a dry run): plan with what is prepared
 
 
 S = TypeVar("S", bound=RunSpec | ScriptSpec)
@@ -51,14 +51,29 @@ def identified(spec: S) -> S:
     return dataclasses.replace(spec, run_id=spec.computed_run_id())
 
 
+def _request(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
+    """The dataset one experiment's runs read, as the data step prepares it."""
+    data = resolved["data"]
+    return {"dataset": opts.dataset or data["dataset"], "train_samples": data.get("train_samples"),
+            "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"]}
+
+
+def data_step(exp: Experiment, opts: Options) -> None:
+    """Prepare what the experiment's runs read, before it is planned: its arrays and, where a posted
+    torchvision reader runs, the archive's batches. Planning itself only reads what is prepared."""
+    resolved = exp.resolved(opts.profile)
+    request = _request(resolved, opts)
+    datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download)
+    readers = {p for pitfalls, _ in variants_of(exp, opts).values() for fw in exp.frameworks
+               if fw in opts.frameworks for p in for_framework(pitfalls, fw)}
+    if request["dataset"] == "cifar10" and Pitfall.PT_CPU_RESIZE_DATALOADER in readers:
+        datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)
+
+
 def _data(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
-    data = dict(resolved["data"])
-    if opts.dataset:
-        data["dataset"] = opts.dataset
-    request = {"dataset": data["dataset"], "train_samples": data.get("train_samples"),
-               "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"]}
-    prepared = (datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download) if opts.prepare_data
-                else datasets.prepared(request, opts.data_dir))
+    request = _request(resolved, opts)
+    data = {**resolved["data"], "dataset": request["dataset"]}
+    prepared = datasets.prepared(request, opts.data_dir)
     if prepared is None:            # a dry run before the data exists: the spec's id waits for its checksum
         train, test = datasets.expected_counts(request)
         data.update(file=None, sha256=None, train_samples=train, test_samples=test)
@@ -74,8 +89,6 @@ def _posted_readers(data: dict[str, Any], pitfalls: list[str], opts: Options) ->
     it the posted tf.data pipeline runs over the kit's arrays, a declared adaptation."""
     if data["dataset"] != "cifar10":
         return data
-    if Pitfall.PT_CPU_RESIZE_DATALOADER in pitfalls and opts.prepare_data:
-        datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)
     if Pitfall.TF_BATCH_OF_ONE in pitfalls:
         return {**data, "tfds": datasets.tfds_prepared(opts.data_dir)}
     return data
@@ -113,7 +126,10 @@ def _declared_defaults(numerics: dict[str, Any]) -> list[dict[str, Any]]:
 
 def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],
               code: dict[str, Any]) -> list[RunSpec]:
-    """The RunSpecs of one experiment; describe(framework) gives the runner's facts (lock, image)."""
+    """The RunSpecs of one experiment, after its data step (unless a dry run); describe(framework) gives the
+    runner's facts (lock, image)."""
+    if opts.prepare_data:
+        data_step(exp, opts)
     resolved = exp.resolved(opts.profile)
     # CPU threads stay as written: "auto" is resolved by the kit, on the CPUs its run is pinned to.
     numerics = dict(resolved["numerics"])

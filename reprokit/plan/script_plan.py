@@ -63,10 +63,11 @@ def _data(opts: Options, setting: dict[str, Any] | None) -> dict[str, Any]:
     name = opts.dataset or given["dataset"]
     request = {"dataset": name, "train_samples": given.get("train_samples"), "test_samples": given.get("test_samples"),
                "seed": setting["train"]["seed"] if setting else 0}
-    prepared = (datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download) if opts.prepare_data
-                else datasets.prepared(request, opts.data_dir))
-    if name == "cifar10" and opts.prepare_data:
-        datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)   # where torchvision reads
+    if opts.prepare_data:              # the data step, before planning reads what it prepared
+        datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download)
+        if name == "cifar10":
+            datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)   # where torchvision reads
+    prepared = datasets.prepared(request, opts.data_dir)
     if prepared is None:
         train, test = datasets.expected_counts(request)
         return {"dataset": name, "file": None, "sha256": None, "train_samples": train, "test_samples": test,

@@ -7,6 +7,7 @@ evidence: how the figures are computed, every claim in full, every certificate c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kits.common.names import LABELS, compared, joined, ratios
 from reprokit.claims.claims import Claim
@@ -19,7 +20,7 @@ from reprokit.results import runs, stats
 PLOT_SUFFIXES = ("-throughput.png", "-memory.png")
 
 
-def _banner(name: str, results: list[dict]) -> str:
+def _banner(name: str, results: list[dict[str, Any]]) -> str:
     ok = [r for r in results if r["status"] == "ok"]
     profiles = sorted({r["profile"] for r in results})
     devices = sorted({r["environment"]["device_name"] for r in ok})
@@ -39,7 +40,7 @@ def _banner(name: str, results: list[dict]) -> str:
     return "\n\n".join(lines)
 
 
-def _not_published(results: list[dict], profiles: list[str]) -> list[str]:
+def _not_published(results: list[dict[str, Any]], profiles: list[str]) -> list[str]:
     """How the runs differ from the posts' setting, as far as the result files tell (a CPU, bounded steps,
     generated data, a shorter profile)."""
     specs = [r["spec"] for r in results]
@@ -61,13 +62,13 @@ def _not_published(results: list[dict], profiles: list[str]) -> list[str]:
 
 def _experiment_order(grouped: runs.Grouped, experiments: dict[str, Experiment]) -> list[str]:
     """Seed experiments first, by seed, then the others by name."""
-    def key(name: str) -> tuple:
+    def key(name: str) -> tuple[str, str]:
         exp = experiments.get(name)
         return (exp.doc["experiment"].get("seed_case") or "~") if exp else "~", name
     return sorted(grouped, key=key)
 
 
-def _heading(exp_name: str, exp: Experiment | None, by_variant: dict) -> str:
+def _heading(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any]) -> str:
     """What ran, said in the heading when it is not the published setting (dataset, input size, width)."""
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     r = runs.first(by_variant)
@@ -79,7 +80,7 @@ def _heading(exp_name: str, exp: Experiment | None, by_variant: dict) -> str:
     return f"{md(meta['title'])} ({where})"
 
 
-def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: list[dict],
+def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any], certs: list[dict[str, Any]],
                 plot_files: list[tuple[str, str]], heading: str, no_plots: str | None = None) -> str:
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     published = exp.resolved("full") if exp else None
@@ -126,8 +127,8 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict, certs: 
     return "\n\n".join(out)
 
 
-def _render(name: str, results: list[dict], experiments: dict[str, Experiment], found: list[Verdict],
-            plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict]],
+def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment], found: list[Verdict],
+            plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict[str, Any]]],
             no_plots: str | None = None) -> str:
     grouped = runs.group(results)
     order = _experiment_order(grouped, experiments)
@@ -156,20 +157,20 @@ def _render(name: str, results: list[dict], experiments: dict[str, Experiment], 
     return "\n\n".join(out) + "\n"
 
 
-def render(name: str, results: list[dict], experiments: dict[str, Experiment],
+def render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment],
            claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None,
-           certificates: dict[str, list[dict]] | None = None) -> str:
+           certificates: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """report.md as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs;
     ``certificates`` (by experiment, one per variant pair) adds each experiment's equivalence certificates."""
     found = evaluate(claims, results) if claims else []
     return _render(name, results, experiments, found, plot_files or {}, certificates or {})
 
 
-def _frameworks(results: list[dict]) -> set[str]:
+def _frameworks(results: list[dict[str, Any]]) -> set[str]:
     return {r["framework"] for r in results}
 
 
-def details(name: str, found: list[Verdict], certificates: dict[str, list[dict]],
+def details(name: str, found: list[Verdict], certificates: dict[str, list[dict[str, Any]]],
             frameworks: set[str] | None = None) -> str:
     """details.md: how the figures are computed, every claim in full, every certificate check. ``frameworks``:
     those the report's results ran (the ratios it names)."""
@@ -188,7 +189,7 @@ def details(name: str, found: list[Verdict], certificates: dict[str, list[dict]]
     return "\n\n".join(out) + "\n"
 
 
-def _certificate_details(cert: dict, named: bool = False) -> str:
+def _certificate_details(cert: dict[str, Any], named: bool = False) -> str:
     mark = {True: "pass", False: "FAIL", None: "info"}
     pair = sections.variant_pair(cert, named)
     lines = [f"**{pair}: {cert['status']}**. {md(cert.get('summary') or cert.get('message') or '')}", ""]
@@ -202,8 +203,8 @@ def _certificate_details(cert: dict, named: bool = False) -> str:
     return "\n".join(lines)
 
 
-def write(report_dir: Path, name: str, results: list[dict], experiments: dict[str, Experiment],
-          claims: list[Claim] | None = None, certificates: dict[str, list[dict]] | None = None) -> Path:
+def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment],
+          claims: list[Claim] | None = None, certificates: dict[str, list[dict[str, Any]]] | None = None) -> Path:
     """report.md, details.md, summary.csv and the PNG plots in report_dir; plots from an earlier report
     there are replaced. Returns the path of report.md."""
     report_dir.mkdir(parents=True, exist_ok=True)

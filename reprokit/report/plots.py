@@ -16,11 +16,17 @@ from __future__ import annotations
 import re
 import textwrap
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from kits.common.names import FRAMEWORKS, LABELS, REGISTRY, compared
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
-from reprokit.results.runs import variant_order
+from reprokit.results.runs import Grouped, variant_order
+
+if TYPE_CHECKING:       # for the annotations only: matplotlib is imported where a plot is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with any common colour-vision deficiency.
 PHASE_COLOR = {"train": "#009E73", "eval": "#CC79A7", "peak": "#999999"}
@@ -38,7 +44,7 @@ STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labels
 NOT_DRAWN = "Plots not drawn: matplotlib is not installed on this host (pip install matplotlib)."
 
 
-def _matplotlib():
+def _matplotlib() -> ModuleType | None:
     """The one import of matplotlib, on its Agg canvas (no display); None where this host cannot import it."""
     mpl = stats.optional("matplotlib")
     if mpl is not None:
@@ -51,7 +57,7 @@ def unavailable() -> str | None:
     return None if _matplotlib() else NOT_DRAWN
 
 
-def _figure(figsize: tuple[float, float]):
+def _figure(figsize: tuple[float, float]) -> Figure:
     from matplotlib.figure import Figure  # reached only from write_all, once _matplotlib() found it
     return Figure(figsize=figsize)
 
@@ -66,7 +72,7 @@ def _bar(values: tuple[float, ...]) -> tuple[float, float, float]:
     return e.median, e.median - e.low, e.high - e.median
 
 
-def _bars(ax, x: list[float], values: list[tuple[float, ...]], width: float, color: str, label: str,
+def _bars(ax: Axes, x: list[float], values: list[tuple[float, ...]], width: float, color: str, label: str,
           scale: float = 1.0) -> None:
     got = [_bar(v) for v in values]
     whiskers = [[g[1] / scale for g in got], [g[2] / scale for g in got]] if any(len(v) > 1 for v in values) else None
@@ -74,7 +80,7 @@ def _bars(ax, x: list[float], values: list[tuple[float, ...]], width: float, col
            ecolor="#333333")
 
 
-def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: str) -> Path | None:
+def throughput(path: Path, by_variant: dict[str, dict[str, list[dict[str, Any]]]], caption: str) -> Path | None:
     """Grouped bars: samples/s per variant, one bar per framework that ran it, error bars from the repeats."""
     variants = variant_order(by_variant)
     fig = _figure((max(6.0, 0.8 * len(variants) + 2.5), 4.0))
@@ -106,7 +112,7 @@ def throughput(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption
     return path
 
 
-def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: str) -> Path | None:
+def memory(path: Path, by_variant: dict[str, dict[str, list[dict[str, Any]]]], caption: str) -> Path | None:
     """Top: peak memory per variant by phase. Bottom: memory sampled over training steps (first repeat).
     One column per framework; all panels share the y axis."""
     frameworks = [fw for fw in FRAMEWORKS if any(by_variant[v].get(fw) for v in by_variant)]
@@ -138,7 +144,7 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict]]], caption: st
     return path
 
 
-def _phase_bars(ax, runs: dict[str, list[dict]]) -> tuple[float, bool]:
+def _phase_bars(ax: Axes, runs: dict[str, list[dict[str, Any]]]) -> tuple[float, bool]:
     """Per variant: the training and evaluation phase peaks and the run's peak, each with its whiskers.
     Returns the highest bar (MiB) and whether a phase had no peaks to show."""
     measured = {phase: [metrics.collect(rs, name).values for rs in runs.values()] for phase, name, _ in PHASES}
@@ -156,7 +162,7 @@ def _phase_bars(ax, runs: dict[str, list[dict]]) -> tuple[float, bool]:
     return top, len(shown) < len(PHASES)
 
 
-def _over_steps(ax, runs: dict[str, list[dict]]) -> float:
+def _over_steps(ax: Axes, runs: dict[str, list[dict[str, Any]]]) -> float:
     """Memory sampled over training steps, the first repeat of each variant; returns the highest point (MiB)."""
     top = 0.0
     for i, (variant, rs) in enumerate(runs.items()):
@@ -175,7 +181,7 @@ def _over_steps(ax, runs: dict[str, list[dict]]) -> float:
     return top
 
 
-def write_all(report_dir: Path, grouped: dict, captions: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+def write_all(report_dir: Path, grouped: Grouped, captions: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
     """Every plot beside the report; experiment -> [(caption, file name relative to report_dir)].
     ``captions``: experiment -> what ran, for each figure's title. Nothing without matplotlib."""
     mpl = _matplotlib()

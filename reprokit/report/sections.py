@@ -8,11 +8,13 @@ PyTorch / TensorFlow, and each row says which way is better.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS, REFERENCE, compared, label
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
 from reprokit.certify import certify_plan
+from reprokit.plan.experiments import Experiment
 from reprokit.report import pair_findings, parameter_counts
 from reprokit.report.markdown import fenced, md, short, table
 from reprokit.results import metrics, runs, stats, units
@@ -27,7 +29,7 @@ SIDE_BY_SIDE = ("samples_per_s", "step_time_p50_s", "step_time_p95_s", "train_ti
                 "data_wait_fraction", "mfu", "time_to_target_s")
 
 
-def cell(rs: list[dict], quantity: str, show: Callable[[float], str]) -> tuple[str, tuple[float, ...]]:
+def cell(rs: list[dict[str, Any]], quantity: str, show: Callable[[float], str]) -> tuple[str, tuple[float, ...]]:
     """A quantity over repeats: its median with its bracket, or why there is none; and the values."""
     got = metrics.collect(rs, quantity)
     if not got.values:
@@ -45,7 +47,7 @@ def ratio_cell(a: tuple[float, ...], b: tuple[float, ...], test: bool) -> str:
     return text + (f"; {stats.difference(a, b).text()}" if test else "")
 
 
-def side_by_side(by_fw: dict[str, list[dict]]) -> str:
+def side_by_side(by_fw: dict[str, list[dict[str, Any]]]) -> str:
     """One column per framework (the reference first), then one ratio column per other framework."""
     fws = compared(by_fw)
     runs_of = [by_fw.get(fw, []) for fw in fws]
@@ -67,7 +69,7 @@ def side_by_side(by_fw: dict[str, list[dict]]) -> str:
                         "better"])
 
 
-def _parameters(rs: list[dict]) -> str:
+def _parameters(rs: list[dict[str, Any]]) -> str:
     if not rs:
         return "not run"
     try:
@@ -77,7 +79,7 @@ def _parameters(rs: list[dict]) -> str:
         return exc.short
 
 
-def _batch(rs: list[dict]) -> str:
+def _batch(rs: list[dict[str, Any]]) -> str:
     if not rs:
         return "not run"
     try:
@@ -88,7 +90,7 @@ def _batch(rs: list[dict]) -> str:
     return f"{b['configured']} / {observed}"
 
 
-def memory_note(by_fw: dict[str, list[dict]]) -> str:
+def memory_note(by_fw: dict[str, list[dict[str, Any]]]) -> str:
     """Which memory figures can be held against each other, from the sources the runs name."""
     sources = "; ".join(f"{LABELS[fw]}: {md(_source(rs[0]))}" for fw, rs in sorted(by_fw.items()))
     if next(iter(by_fw.values()))[0]["spec"].get("device", "cpu") == "cpu":
@@ -101,14 +103,14 @@ def memory_note(by_fw: dict[str, list[dict]]) -> str:
             f"training and evaluation phase; results without them say *not measured*.")
 
 
-def _source(r: dict) -> str:
+def _source(r: dict[str, Any]) -> str:
     try:
         return metrics.read(r, "peak_memory_bytes").source
     except NotMeasured as exc:
         return exc.reason
 
 
-def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+def ablation(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
     """Rows: fixed, each pitfall alone, the named variants; columns against fixed of the same framework."""
     variants = runs.variant_order(by_variant)
     if len(variants) < 2:
@@ -160,26 +162,27 @@ def ablation(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
     return out + "\n\n" + " ".join(notes)
 
 
-def _phase_source(r: dict) -> str | None:
+def _phase_source(r: dict[str, Any]) -> str | None:
     try:
         return metrics.phase_peaks(r, "train")[0][2]
     except NotMeasured:
         return None
 
 
-def _phases(rs: list[dict]) -> str:
+def _phases(rs: list[dict[str, Any]]) -> str:
     train, evaluation = (_median(rs, q, units.memory) for q in ("train_peak_memory_bytes", "eval_peak_memory_bytes"))
     return train if train == evaluation == "not measured" else f"{train} / {evaluation}"
 
 
-def _median(rs: list[dict], quantity: str, show: Callable[[float], str]) -> str:
+def _median(rs: list[dict[str, Any]], quantity: str, show: Callable[[float], str]) -> str:
     try:
         return show(metrics.median(rs, quantity))
     except NotMeasured as exc:
         return exc.short
 
 
-def _against(rs: list[dict], base: list[dict], quantity: str, show: Callable[[float], str], variant: str) -> str:
+def _against(rs: list[dict[str, Any]], base: list[dict[str, Any]], quantity: str, show: Callable[[float], str],
+             variant: str) -> str:
     try:
         v = metrics.median(rs, quantity)
     except NotMeasured as exc:
@@ -191,7 +194,7 @@ def _against(rs: list[dict], base: list[dict], quantity: str, show: Callable[[fl
     return show(v) + (f" ({v / ref:.2f}x)" if ref else "")
 
 
-def _accuracy(rs: list[dict], base: list[dict], variant: str) -> str:
+def _accuracy(rs: list[dict[str, Any]], base: list[dict[str, Any]], variant: str) -> str:
     try:
         acc = metrics.median(rs, "final_test_accuracy")
     except NotMeasured as exc:
@@ -204,7 +207,7 @@ def _accuracy(rs: list[dict], base: list[dict], variant: str) -> str:
     return f"{acc:.3f}{mark}{delta}"
 
 
-def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+def findings(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
     """What the run-time detectors saw in each run, and what each pair (the reference and another) differs in."""
     lines = []
     for variant in runs.variant_order(by_variant):
@@ -236,7 +239,7 @@ def findings(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
             "shows it.\n\n" + "\n".join(lines))
 
 
-def differences(by_fw: dict[str, list[dict]]) -> str:
+def differences(by_fw: dict[str, list[dict[str, Any]]]) -> str:
     """Declared differences from the spec, then settings each framework reported differently."""
     rows = []
     fws = compared(by_fw)
@@ -252,7 +255,7 @@ def differences(by_fw: dict[str, list[dict]]) -> str:
     return table(rows, ["what differs", *(label(fw) for fw in fws), "why / source"])
 
 
-def posted_numerics(exp, by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+def posted_numerics(exp: Experiment | None, by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
     """A named variant that ran each framework's own numerics defaults: what each framework reported, and
     where the posts' framework versions behaved otherwise than the pinned ones (the variant's ``era``)."""
     parts = []
@@ -272,7 +275,7 @@ def posted_numerics(exp, by_variant: dict[str, dict[str, list[dict]]]) -> str | 
     return "\n\n".join(parts) or None
 
 
-def _setting(env: dict, key: str) -> str:
+def _setting(env: dict[str, Any], key: str) -> str:
     if key == "tf32":
         ops = pair_findings.tf32_apart(env).get("tf32_ops") or {}
         return ", ".join(f"{op} {'on' if ops[op] else 'off'}" for op in ("matmul", "convolution") if op in ops) \
@@ -281,7 +284,7 @@ def _setting(env: dict, key: str) -> str:
     return "not reported" if value is None else ("on" if value else "off")
 
 
-def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
+def model_sizes(published: dict[str, Any] | None, by_fw: dict[str, list[dict[str, Any]]]) -> str:
     spec = next(iter(by_fw.values()))[0]["spec"]
     ran = None if runs.is_script(spec) else parameter_counts.parameter_counts(spec["model"], spec["data"]["input_size"])
     if ran is None:         # a user's own model: its size is what the frameworks counted
@@ -298,7 +301,7 @@ def model_sizes(published: dict | None, by_fw: dict[str, list[dict]]) -> str:
             f"model: {full['total']:,}.")
 
 
-def probed(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
+def probed(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
     """Each probed script: what ran, how it ended, and every shim that changed its behaviour, one by one; the
     observation hooks (which change nothing the script computes) once."""
     parts: list[str] = []
@@ -323,12 +326,12 @@ def probed(by_variant: dict[str, dict[str, list[dict]]]) -> str | None:
             "; ".join(md(h) for h in hooks) + ".")
 
 
-def certificates(certs: list[dict], details_link: str, main: str = FIXED) -> str:
+def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIXED) -> str:
     """Is it the same experiment in both frameworks? The main pair's verdict and checks (``fixed``, or a script
     experiment's scripts), then one row per other variant pair; the evidence of every check is in details.md."""
     if not certs:
         return "**Equivalence certificate:** none was given to this report for this experiment."
-    mains: list[dict] = []                  # the first main pair's of each pair of frameworks
+    mains: list[dict[str, Any]] = []                  # the first main pair's of each pair of frameworks
     for c in certs:
         if set(v for v in c["variant"].values() if v) == {main} and tuple(c["variant"]) not in (
                 tuple(m["variant"]) for m in mains):
@@ -359,21 +362,21 @@ def certificates(certs: list[dict], details_link: str, main: str = FIXED) -> str
     return "\n\n".join(parts)
 
 
-def pair_label(cert: dict) -> str:
+def pair_label(cert: dict[str, Any]) -> str:
     """A certificate's frameworks, the reference first: "PyTorch / TensorFlow"."""
     return " / ".join(label(fw) for fw in cert["variant"])
 
 
-def variant_pair(cert: dict, named: bool = False) -> str:
+def variant_pair(cert: dict[str, Any], named: bool = False) -> str:
     """A certificate's variants, the reference's first ("fixed / +tf_batch_of_one"); ``named``: after its
     frameworks ("PyTorch / Stub: fixed / fixed")."""
     variants = " / ".join(md(v) for v in cert["variant"].values())
     return f"{pair_label(cert)}: {variants}" if named else variants
 
 
-def environment(results: list[dict]) -> str:
+def environment(results: list[dict[str, Any]]) -> str:
     """One row per distinct environment (framework build, device, image or lock, code, data), with its runs."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in sorted(results, key=runs.order):
         if r["status"] == "ok":
             groups.setdefault(_environment_row(r), []).append(r)
@@ -384,7 +387,7 @@ def environment(results: list[dict]) -> str:
     return "\n\n".join([out, *_mixed_images(results)])
 
 
-def _environment_row(r: dict) -> tuple:
+def _environment_row(r: dict[str, Any]) -> tuple[str, ...]:
     env, prov = r["environment"], r["provenance"]
     image = r.get("launcher", {}).get("image") or {}
     where = (f"{image['ref']} ({image['id'][7:19]}; base {image.get('base_digest', '-')[7:19]}"
@@ -402,7 +405,7 @@ def _environment_row(r: dict) -> tuple:
             md(prov["code_commit"][:12] + (" (dirty)" if prov["code_dirty"] else "")), md(prov["data_sha256"][:12]))
 
 
-def _mixed_images(results: list[dict]) -> list[str]:
+def _mixed_images(results: list[dict[str, Any]]) -> list[str]:
     """Results of one framework that came from different images (or environments) cannot be pooled blindly."""
     notes = []
     for fw in FRAMEWORKS:
@@ -415,7 +418,7 @@ def _mixed_images(results: list[dict]) -> list[str]:
     return notes
 
 
-def failed(results: list[dict]) -> str | None:
+def failed(results: list[dict[str, Any]]) -> str | None:
     bad = [r for r in sorted(results, key=runs.order) if r["status"] != "ok"]
     if not bad:
         return None
@@ -428,7 +431,7 @@ def failed(results: list[dict]) -> str | None:
     return "\n".join(parts)
 
 
-def result_files(results: list[dict], plots: bool) -> str:
+def result_files(results: list[dict[str, Any]], plots: bool) -> str:
     where = ", plots included," if plots else ""
     listing = "\n".join(f"- [`{r['run_id']}.json`](results/{r['run_id']}.json): {md(r['experiment'])}, "
                         f"{LABELS[r['framework']]}, {md(r['variant'])}, repeat {r['repeat']}, {r['status']}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 from reprokit.results import metrics
 from reprokit.results.metrics import NotMeasured
@@ -23,7 +24,7 @@ QUANTITIES = tuple((q.column, q) for q in metrics.QUANTITIES.values() if q.colum
 SOURCES = tuple(q.source_column for _, q in QUANTITIES if q.source_column)
 
 
-def row(r: dict) -> dict[str, object]:
+def row(r: dict[str, Any]) -> dict[str, object]:
     out: dict[str, object] = {}
     for column, path in IDENTITY:
         try:
@@ -41,7 +42,7 @@ def row(r: dict) -> dict[str, object]:
     return out
 
 
-def write(path: Path, results: list[dict]) -> Path:
+def write(path: Path, results: list[dict[str, Any]]) -> Path:
     columns = [c for c, _ in IDENTITY] + [c for c, _ in QUANTITIES] + list(SOURCES)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)

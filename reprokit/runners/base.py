@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kits.common import cpu_peak
 from kits.common.names import PROGRESS_MARKER
@@ -30,14 +30,14 @@ from reprokit.results import results
 LOG_TAIL_LINES = 40
 RESULT_NAME = "result.json"
 
-ProgressFn = Callable[[dict], None]
+ProgressFn = Callable[[dict[str, Any]], None]
 
 # What a training run is given: a kit run's RunSpec, or a ScriptSpec (a user's script under the probe). Specs
 # travel typed; one is a dict only as the JSON a kit process reads, and where the certificates and results take one.
 Spec = RunSpec | ScriptSpec
 
 
-def typed(spec: dict) -> Spec:
+def typed(spec: dict[str, Any]) -> Spec:
     """A spec's JSON (a plan's, a result's) as its type: a ScriptSpec for a script's run, else a RunSpec."""
     if spec.get("source") == "script":
         return ScriptSpec.from_dict(spec)
@@ -75,7 +75,7 @@ class Outcome:
     oom_killed: bool = False          # the kernel/engine killed it for host memory
     interrupted: bool = False         # Ctrl-C: never recorded as finished
     start_error: str | None = None    # why the process never started (an engine's refusal), in one sentence
-    launcher: dict = field(default_factory=dict)   # runner-specific facts (image id, interpreter, ...)
+    launcher: dict[str, Any] = field(default_factory=dict)   # runner-specific facts (image id, interpreter, ...)
 
 
 class Runner(Protocol):
@@ -88,7 +88,7 @@ class Runner(Protocol):
     def prepare(self, frameworks: set[str]) -> None:
         """Build or check what the runs need; raise UserError before any run."""
 
-    def describe(self, framework: str) -> dict:
+    def describe(self, framework: str) -> dict[str, Any]:
         """Static facts recorded in every RunSpec (lock hash, image ref), part of its id."""
 
     def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
@@ -102,13 +102,13 @@ def fresh_folder(path: Path) -> Path:
     return path
 
 
-def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path,
+def spec_call(spec: dict[str, Any], spec_path: Path, output: Path, data_dir: Path,
               placement: Placement | None = None) -> KitCall:
     """The training run of one spec, its result file in the call's output folder: ``kits.run`` for a RunSpec,
     ``kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input). ``spec``
     is the spec as written at spec_path, the JSON the kit process reads (run_spec writes it; a certificate its own)."""
-    args: tuple = ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir)
-    inputs: tuple = (spec_path,)
+    args: tuple[str | Path, ...] = ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir)
+    inputs: tuple[Path, ...] = (spec_path,)
     module = "kits.run"
     if spec.get("source") == "script":
         folder = Path(spec["script"]["folder"])
@@ -118,7 +118,7 @@ def spec_call(spec: dict, spec_path: Path, output: Path, data_dir: Path,
 
 
 def run_spec(runner: Runner, spec: Spec, work: Path, on_progress: ProgressFn,
-             placement: Placement | None = None) -> dict | None:
+             placement: Placement | None = None) -> dict[str, Any] | None:
     """One training run through the runner: exactly one result, None if interrupted (Ctrl-C).
 
     The spec becomes JSON here, for the kit process, and the result records it as written. With a placement,
@@ -155,10 +155,10 @@ def split_line(line: str, on_progress: ProgressFn, tail: list[str]) -> None:
 GPU_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "RESOURCE_EXHAUSTED", "OOM when allocating")
 
 
-def collect(spec: dict, outcome: Outcome, out_path: Path) -> dict:
+def collect(spec: dict[str, Any], outcome: Outcome, out_path: Path) -> dict[str, Any]:
     """One result dict for any outcome: the kit's own file if it is valid, else a failure. ``spec`` is the
     spec as the kit process was given it (JSON), which a failure's record keeps."""
-    def failed(kind: str, message: str) -> dict:
+    def failed(kind: str, message: str) -> dict[str, Any]:
         return results.failure(spec, kind, message, outcome.log_tail, outcome.wall_s, outcome.launcher)
 
     if outcome.timed_out:
@@ -177,7 +177,7 @@ def collect(spec: dict, outcome: Outcome, out_path: Path) -> dict:
     if text is None:
         return failed("invalid-output", "the kit wrote no result file")
     try:
-        result = json.loads(text)
+        result: dict[str, Any] = json.loads(text)
     except json.JSONDecodeError as exc:
         return failed("invalid-output", f"the result file is not JSON ({exc})")
     problem = results.problems(result)

@@ -5,13 +5,17 @@ got; the reason is printed, so a fallback is never silent.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reprokit.environments import host_checks, images
 from reprokit.errors import UserError
 from reprokit.runners.base import Runner
 from reprokit.runners.make import make
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
 
 
 def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool, device: str, repo_root: Path,
@@ -43,8 +47,9 @@ def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool,
 def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
            extra_dirs: Sequence[Path] = (), device: str | None = None, *, forced: bool = False,
            gpus_explicit: bool | None = None, frameworks: Iterable[str] = images.FRAMEWORKS,
-           base_override: str | None = None, client=None, log=print, local=None,
-           flavors: dict[str, host_checks.Flavor] | None = None):
+           base_override: str | None = None, client: DockerClient | None = None,
+           log: Callable[[str], None] = print, local: Callable[[], Runner] | None = None,
+           flavors: dict[str, host_checks.Flavor] | None = None) -> tuple[Runner, str]:
     """(runner, reason): the Docker runner where it can work here, else the local runner and why.
 
     Called once a Docker engine answers. With ``forced`` (--backend docker)
@@ -58,7 +63,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     strict = forced or bool(gpus_explicit)
     client = client or images.client_or_error()
 
-    def fallback(why: str):
+    def fallback(why: str) -> tuple[Runner, str]:
         if forced or local is None:
             raise UserError(why)
         return local(), why
@@ -87,7 +92,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     return runner, f"Docker engine {engine} answers; {state}; GPUs: {runner.gpus_text()}"
 
 
-def _registry_reachable(client, ref: str) -> bool:
+def _registry_reachable(client: DockerClient, ref: str) -> bool:
     import docker.errors
     import requests
     try:
@@ -97,7 +102,7 @@ def _registry_reachable(client, ref: str) -> bool:
         return False
 
 
-def _local_image(client, ref: str) -> bool:
+def _local_image(client: DockerClient, ref: str) -> bool:
     import docker.errors
     try:
         client.images.get(ref)

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kits.common.names import CONTAINER_LABEL, PROGRESS_MARKER
 from reprokit.environments import host_checks, images
@@ -43,6 +43,11 @@ from reprokit.environments.host_checks import (
 )
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
+
+if TYPE_CHECKING:
+    from docker.client import DockerClient
+    from docker.models.containers import Container
+    from docker.models.images import Image
 
 KITS_TARGET = "/opt/reprokit/kits"
 INPUTS_TARGET = "/opt/reprokit/in"
@@ -68,7 +73,7 @@ Log = Callable[[str], None]
 # ---------------------------------------------------------------------------
 # Leftover containers
 
-def leftovers(client) -> list:
+def leftovers(client: DockerClient) -> list[Container]:
     """Containers this kit started and did not remove (e.g. after a killed orchestrator)."""
     return client.containers.list(all=True, filters={"label": LABEL})
 
@@ -118,7 +123,8 @@ class DockerRunner:
                  base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
                  lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
                  shm_size: str = SHM_SIZE, kits_dir: Path | None = None, cache_root: Path | None = None,
-                 client=None, log: Log = print, pinned_images: dict[str, str] | None = None) -> None:
+                 client: DockerClient | None = None, log: Log = print,
+                 pinned_images: dict[str, str] | None = None) -> None:
         self.repo_root = Path(repo_root).resolve()
         self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
         self.data_dir = Path(data_dir).resolve()
@@ -138,20 +144,20 @@ class DockerRunner:
         self._jit: dict[str, host_checks.JitCache] = {}     # per framework, where its GPU compiles PTX
         self._client = client
         self._recipes: dict[str, images.Recipe] = {}
-        self._images: dict[str, Any] = {}          # the SDK's Image objects
+        self._images: dict[str, Image] = {}
         # framework -> image ref to run as it is (a cluster node runs exactly what the head staged)
         self.pinned_images = dict(pinned_images or {})
         self._engine_version: str | None = None
         self._check_mounts()
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # To a run's own process: without the engine connection and image handles (prepare() remakes them).
         return {**self.__dict__, "_client": None, "_images": {}, "log": print}
 
     # -- set-up ------------------------------------------------------------
 
     @property
-    def client(self):
+    def client(self) -> DockerClient:
         if self._client is None:
             self._client = images.client_or_error()
         return self._client
@@ -234,7 +240,7 @@ class DockerRunner:
             return [self.recipe(fw).tag for fw in sorted(frameworks)]
         return [self.recipe(fw).tag for fw in sorted(frameworks) if images.find(self.recipe(fw), client) is None]
 
-    def describe(self, framework: str) -> dict:
+    def describe(self, framework: str) -> dict[str, Any]:
         r = self.recipe(framework)
         lock = r.lock.relative_to(self.repo_root) if r.lock.is_relative_to(self.repo_root) else r.lock
         return {"lock": str(lock), "lock_sha256": r.lock_sha256, "image": r.tag,
@@ -247,7 +253,9 @@ class DockerRunner:
         """The id of the image a framework's runs use, prepared if it is not yet."""
         if framework not in self._images:
             self.prepare({framework})
-        return self._images[framework].id
+        image_id = self._images[framework].id
+        assert image_id is not None, "an image in the engine has an id"
+        return image_id
 
     # -- one run -----------------------------------------------------------
 
@@ -273,7 +281,7 @@ class DockerRunner:
         rest = path.relative_to(host)
         return target if rest == Path(".") else f"{target}/{rest.as_posix()}"
 
-    def container_config(self, call: KitCall, label: str, name: str | None = None) -> dict:
+    def container_config(self, call: KitCall, label: str, name: str | None = None) -> dict[str, Any]:
         """The keyword arguments of ``client.containers.create`` for one call."""
         import docker.types
         uid, gid = _container_user()
@@ -349,7 +357,7 @@ class DockerRunner:
         exit_code = None
         timed_out = oom = interrupted = False
         start_error = None
-        timing: dict = {}
+        timing: dict[str, Any] = {}
         launcher["timing"] = timing
         t0 = time.perf_counter()
         try:
@@ -389,7 +397,7 @@ class DockerRunner:
         return Outcome(None if timed_out else exit_code, wall, tail, timed_out=timed_out,
                        oom_killed=oom and not timed_out, launcher=launcher, start_error=start_error)
 
-    def _start(self, client, config: dict, launcher: dict):
+    def _start(self, client: DockerClient, config: dict[str, Any], launcher: dict[str, Any]) -> Container:
         """Create and start the container; _StartFailed with the engine's reason if it cannot start.
 
         Where the engine may not raise RLIMIT_MEMLOCK (dockerd itself runs
@@ -399,6 +407,7 @@ class DockerRunner:
         import docker.errors
         for attempt in range(2):
             container = client.containers.create(**config)
+            assert container.id is not None, "a created container has an id"
             launcher["container"]["id"] = container.id[:12]
             launcher["container"]["ulimits"] = {u["Name"]: u["Hard"] for u in config["ulimits"]}
             try:
@@ -431,7 +440,7 @@ class _StartFailed(Exception):
     """The engine refused to start a container (bad device request, runtime error)."""
 
 
-def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
+def _pump(container: Container, on_progress: ProgressFn, tail: list[str]) -> None:
     """Forward the container's output line by line: progress events out, the rest to the tail.
 
     The client's read timeout does not cut a quiet stream (a first PTX compile, fp64 certificate parts):
@@ -461,11 +470,11 @@ def _pump(container, on_progress: ProgressFn, tail: list[str]) -> None:
         emit(buf)
 
 
-def _lifetime(state: dict) -> float | None:
+def _lifetime(state: dict[str, Any]) -> float | None:
     """Seconds between the engine's StartedAt and FinishedAt of a container (None if unknown)."""
     from datetime import datetime
 
-    def parse(text: str | None):
+    def parse(text: str | None) -> datetime | None:
         if not text or text.startswith("0001-"):
             return None
         m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
@@ -486,13 +495,13 @@ def _is_timeout(exc: BaseException) -> bool:
     return isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in str(exc).lower()
 
 
-def _kill(container) -> None:
+def _kill(container: Container) -> None:
     import docker.errors
     with contextlib.suppress(docker.errors.APIError):   # it ended by itself in the meantime
         container.kill()
 
 
-def _remove(client, container, name: str) -> None:
+def _remove(client: DockerClient, container: Container | None, name: str) -> None:
     """Remove the run's container whatever happened; find it by name if create was interrupted."""
     import docker.errors
     import requests

@@ -12,7 +12,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from reprokit.environments import envs
 from reprokit.environments.host_checks import Flavor, build_facts
@@ -50,7 +52,7 @@ class LocalRunner:
         return [n for n in {envs.lock_name(f, self.flavor(f)) for f in frameworks}
                 if not envs.ready(self.envs_root, n)]
 
-    def prepare(self, frameworks: set[str], log=print) -> None:
+    def prepare(self, frameworks: set[str], log: Callable[[str], object] = print) -> None:
         for framework in sorted(frameworks):
             if self.python:                # a given interpreter: no lock is looked up (a framework may have none)
                 self._pythons[framework] = self.python
@@ -62,7 +64,7 @@ class LocalRunner:
         """The interpreter prepare() chose for a framework."""
         return self._pythons[framework]
 
-    def describe(self, framework: str) -> dict:
+    def describe(self, framework: str) -> dict[str, Any]:
         if self.python:
             return {"lock": None, "lock_sha256": None, "image": None, "interpreter": str(self.python)}
         lock = envs.lock_path(envs.lock_name(framework, self.flavor(framework)))
@@ -115,7 +117,7 @@ class LocalRunner:
                        launcher=launcher)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen[str]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
