@@ -70,7 +70,7 @@ class Backend(Protocol):
         """Read and reset the summed loss and correct count (this synchronises)."""
 
     def step_timer(self, k: int) -> WindowTimer:
-        """start() / tick() after each step / per_step() and a ``method`` sentence (see measure.WindowTimer)."""
+        """start() / tick() after each step / stop() / report() and a ``method`` sentence (see measure.WindowTimer)."""
 
     def sync(self) -> None:
         """Wait until every queued device operation has finished."""

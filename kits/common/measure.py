@@ -141,7 +141,6 @@ class WindowTimer:
         """Seconds per step, one figure per full window."""
         return self._per_step
 
-    per_step = report       # kits/common/observe.py's name for it
 
 
 class NoStepTimer:

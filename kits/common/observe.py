@@ -344,7 +344,7 @@ class Observer:
             self._evaluation(self.pending)
         if self.epoch_steps or self.phase == EVAL:
             self._end_epoch()
-        self.m.step_s = self.timer.per_step()
+        self.m.step_s = self.timer.report()
         for i, sums in enumerate(self.epoch_sums, 1):
             counted: dict[str, Any] = {"epoch": i}
             figures: dict[str, Any] = {"epoch": i}

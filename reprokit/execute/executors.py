@@ -39,6 +39,10 @@ class Executor(Protocol):
         """Run every spec, storing each result as it ends; (failed runs, interrupted)."""
 
 
+def _at_once(n: int) -> str:
+    return f", up to {n} at once" if n > 1 else ""
+
+
 @dataclass
 class HostExecutor:
     """This host: one run at a time with every assigned GPU, or one per ``--parallel`` slot."""
@@ -52,7 +56,7 @@ class HostExecutor:
         return 1 if self.slots == [None] else len(self.slots)
 
     def describe(self, runner: Runner) -> str:
-        return f"backend {runner.name}" + (f", up to {self.at_once} at once" if self.at_once > 1 else "")
+        return f"backend {runner.name}{_at_once(self.at_once)}"
 
     def builds(self, runner: Runner, frameworks: set[str]) -> list[str]:
         return runner.missing(frameworks)
@@ -77,8 +81,7 @@ class RayExecutor:
     name: str = "ray"
 
     def describe(self, runner: Runner) -> str:
-        return f"backend ray ({runner.name} on the nodes), up to {self.at_once} at once" if self.at_once > 1 \
-            else f"backend ray ({runner.name} on the nodes)"
+        return f"backend ray ({runner.name} on the nodes){_at_once(self.at_once)}"
 
     def builds(self, runner: Runner, frameworks: set[str]) -> list[str]:
         return [] if runner.name == "local" else runner.missing(frameworks)    # nodes build their own virtualenvs
