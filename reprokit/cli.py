@@ -84,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="run this script of your own, unmodified, under the probe (repeatable: one per framework); "
                         "the two scripts are then the experiment")
     p.add_argument("--epochs", type=int, help="a script experiment: stop each script after this many epochs")
+    p.add_argument("--memory-limit", default="auto", metavar="auto|SIZE|none",
+                   help="each container's memory limit (Docker runner): auto is a share of this host's memory, "
+                        "SIZE e.g. 16g, none for no limit")
+    p.add_argument("--wait", action="store_true",
+                   help="if another command is using the state folder, wait for it to end instead of refusing")
     p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan with time estimates and exit; starts nothing, downloads nothing")

@@ -47,6 +47,7 @@ class Where:
     parallel: str = "1"
     ray_address: str | None = None
     python: Path | None = None
+    memory_limit: str = "auto"                      # each container's memory: auto (a share of the host's), SIZE, none
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class How:
     fresh: bool = False
     dry_run: bool = False
     certify: bool = True
+    wait: bool = False                              # queue behind another command on the same state folder
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def _where(ns: argparse.Namespace) -> Where:
                             "runner (--ray-runner docker or local), so leave --python out.")
         runner = "docker" if runner == "auto" else runner
     return Where(runner=runner, executor=executor, gpus=ns.gpus, parallel=ns.parallel, ray_address=ns.ray_address,
-                 python=ns.python)
+                 python=ns.python, memory_limit=ns.memory_limit)
 
 
 def from_args(ns: argparse.Namespace) -> Request:
@@ -123,5 +125,5 @@ def from_args(ns: argparse.Namespace) -> Request:
                 repeats=ns.repeats, dataset=ns.dataset, max_steps=ns.max_steps, epochs=ns.epochs,
                 timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None)
     how = How(data_dir=ns.data_dir.resolve(), state_dir=ns.state_dir.resolve(), reports_dir=ns.reports_dir.resolve(),
-              offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify)
+              offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify, wait=ns.wait)
     return Request(what, _where(ns), how)
