@@ -52,6 +52,20 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def faults(session: nox.Session) -> None:
+    """Inject each fault into a real matrix from outside and print what survived (faults/run.py).
+
+    Signals to the orchestrator, damaged files, two commands at once, a full disk (a tmpfs: needs root),
+    users' scripts that fail or fork without end, a container out of memory, an engine that refuses or
+    is killed (needs Docker), a lost Ray node. One line per fault, then
+    `faults survived: N of N, results lost: L`. Options after --: `--fast` (the subset CI runs),
+    `--only NAME`, `--keep`.
+    """
+    _host(session, ray=True)          # Ray for the lost node
+    session.run("python", "faults/run.py", *session.posargs, env={"PYTHONPATH": "."})
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """Lint and type-check: `ruff check .` over the project, then mypy on reprokit/ and kits/common/.
 

@@ -8,10 +8,8 @@ hardware allows (standard on a GPU, quick on a CPU).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kits.common import data as kitdata
@@ -21,7 +19,7 @@ from reprokit.console import RunProgress, duration
 from reprokit.environments import datasets, script_requirements
 from reprokit.environments.envs import STATE
 from reprokit.errors import UserError
-from reprokit.execute import data_step
+from reprokit.execute import data_step, disk_full, locks, stopping
 from reprokit.plan import estimate, matrix, request
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
@@ -135,8 +133,15 @@ def parse(argv: list[str] | None) -> request.Request:
 
 def reproduce(argv: list[str] | None = None) -> int:
     req = parse(argv)
+    m = matrix.build(req)                    # a bad spec is refused before the state folder is touched
+    if req.how.dry_run:                      # starts nothing, so it waits for no one
+        return _reproduce(req, m)
+    with locks.state_folder(req.how.state_dir, req.how.wait):
+        return _reproduce(req, m)
+
+
+def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
     what, how = req.what, req.how
-    m = matrix.build(req)
     print(f"backend: {m.runner.name} ({m.why})")
     for fw, flavor in sorted(m.flavors.items()):
         print(f"GPU build: {fw} {flavor.name} (CUDA {flavor.cuda}): {flavor.why}")
@@ -162,8 +167,9 @@ def reproduce(argv: list[str] | None = None) -> int:
 
     failures, interrupted = m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
     if interrupted:
-        print(f"\ninterrupted: finished results are kept in {store.root}; run the same command again to resume.")
-        return 130
+        stored = sum(store.get(s.run_id) is not None for s in m.specs)
+        print("\n" + stopping.resume_line(f" in {store.root} ({stored} of {len(m.specs)} runs)"))
+        return stopping.STOPPED
 
     name = what.name or publish.default_name(m.profile, m.device)
     if what.from_report and not what.name:
@@ -175,8 +181,17 @@ def reproduce(argv: list[str] | None = None) -> int:
         print(f"report: keeping {len(kept)} finished result(s) of "
               f"{', '.join(sorted({r['experiment'] for r in kept}))} from the earlier report of this name")
     finished = [r for s in m.specs if (r := store.get(s.run_id)) is not None]     # every run's, by now
-    path = publish.publish(report_dir, name, [*kept, *finished], m.experiments, m.claims,
-                           {**kept_certs, **certificates})
+    try:
+        path = publish.publish(report_dir, name, [*kept, *finished], m.experiments, m.claims,
+                               {**kept_certs, **certificates})
+    except OSError as exc:
+        if not disk_full.is_full(exc):
+            raise
+        need = sum(disk_full.size(store.path(r["run_id"])) for r in finished)
+        raise disk_full.DiskFull(f"{how.reports_dir} is full: the report {name} needs at least "
+                                 f"{disk_full.amount(need)} (the copies of its result files, besides its text and "
+                                 f"plots); free space there and run the same command again (the finished runs are "
+                                 f"kept in {store.root}).") from None
     print(f"\nreport: {_shown(path)}" + (f"  ({failures} run(s) failed: see the report)" if failures else ""))
     return 1 if failures else 0
 
@@ -221,27 +236,22 @@ def prepare_data(argv: list[str]) -> int:
 VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data}
 
 
-def _terminated(signum: int, frame: FrameType | None) -> None:
-    """A stop from outside (kill, a CI's timeout) ends as Ctrl-C does: the run in progress stopped with its
-    process group, finished results kept; else the kit's process would train on, orphaned."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in VERBS:
         print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit data [options]   "
               "(see reprokit VERB --help)", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminated)
+    # A stop from outside (kill, a CI's timeout) ends as Ctrl-C does, else the kit's process would train on, orphaned.
+    stopping.install()
     try:
         return VERBS[argv[0]](argv[1:])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted: finished results are kept; run the same command again to resume.", file=sys.stderr)
-        return 130
+        print("\n" + stopping.resume_line(), file=sys.stderr)
+        return stopping.STOPPED
 
 
 if __name__ == "__main__":

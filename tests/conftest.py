@@ -56,6 +56,21 @@ TINY = textwrap.dedent("""\
     """)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_locks(tmp_path_factory):
+    """The host-wide device locks of every command the suite starts, in a folder of the suite's own: a test's
+    runs wait for no one else's on this host (reprokit/execute/locks.py)."""
+    from reprokit.execute import locks
+    folder = tmp_path_factory.mktemp("host-locks")
+    before = os.environ.get(locks.LOCK_DIR_ENV)
+    os.environ[locks.LOCK_DIR_ENV] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(locks.LOCK_DIR_ENV, None)
+    else:
+        os.environ[locks.LOCK_DIR_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def kit_python():
     """The interpreter of each framework's real environment, built from its lock file once."""

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from kits.common.co_load import CoLoad
 from kits.common.measure import WindowTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -139,6 +140,7 @@ class Observer:
         self.sync = unclocked(sync)
         self.m = Measurements(window_steps=spec.measure.window_steps)
         self.timer = WindowTimer(spec.measure.window_steps, self.sync)
+        self.beside = CoLoad()
         self.m.step_timing = self.timer.method
         self.phase, self.epoch, self.steps, self.in_phase = WARMUP, 1, 0, 0
         self.pending: Forward | None = None          # the last forward pass, not yet known to be training or not
@@ -279,6 +281,7 @@ class Observer:
     def _start_clock(self) -> None:
         self.t_measured = now()
         self.timer.start()
+        self.beside.start()
 
     def _stop_clock(self) -> float:
         """Sync; the measured training time after warmup ends here."""
@@ -286,6 +289,7 @@ class Observer:
         t = now()
         if self.t_measured is not None:
             self.m.measured_train_s += t - self.t_measured
+            self.beside.stop()
             self.t_measured = None
         return t
 
@@ -345,6 +349,7 @@ class Observer:
         if self.epoch_steps or self.phase == EVAL:
             self._end_epoch()
         self.m.step_s = self.timer.report()
+        self.m.co_load = self.beside.report()
         for i, sums in enumerate(self.epoch_sums, 1):
             counted: dict[str, Any] = {"epoch": i}
             figures: dict[str, Any] = {"epoch": i}

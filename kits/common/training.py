@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kits.common.backend import Backend
+from kits.common.co_load import CoLoad
 from kits.common.measure import NoStepTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -38,6 +39,7 @@ class Measurements:
     eval_batch_sizes: list[int] = field(default_factory=list)    # every size the evaluation passes gave
     window_steps: int = 1
     step_timing: str = ""              # how step times were taken
+    co_load: dict[str, Any] = field(default_factory=dict)       # what else kept the CPUs busy while timed
 
 
 def steps_per_epoch(spec: RunSpec, n_train: int) -> int:
@@ -54,6 +56,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
     epochs = spec.train.epochs
     m = Measurements(window_steps=spec.measure.window_steps)
     timer = backend.step_timer(m.window_steps) if spec.measure.step_timing else NoStepTimer()
+    beside = CoLoad()
     m.step_timing = timer.method
     planned = steps_per_epoch(spec, n_train)
 
@@ -69,6 +72,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         t_measured = t_epoch if global_step >= warmup else None
         if t_measured is not None:
             timer.start()
+            beside.start()
         while steps < planned:
             t_fetch = now()
             batch = next(batches, None)
@@ -93,6 +97,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
                 in_phase = 0
                 t_measured = now()
                 timer.start()
+                beside.start()
             if global_step % memory_every == 0:
                 m.memory_over_steps.append((global_step, backend.memory_now()))
             progress.emit(phase="train", epoch=epoch, epochs=epochs, step=steps, steps=planned)
@@ -100,6 +105,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         t_end = now()
         if t_measured is not None:
             timer.stop()
+            beside.stop()
             m.measured_train_s += t_end - t_measured
         if in_phase:
             phases.end(TRAIN if t_measured is not None else WARMUP, epoch, in_phase, then=EVAL)
@@ -116,6 +122,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         progress.emit(force=True, phase="epoch", epoch=epoch, epochs=epochs,
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
     m.step_s = timer.report()
+    m.co_load = beside.report()
     m.averaged_over = averaged_over(m.epoch_metrics, m.counted)
     return m
 

@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kits.common.files import write_json_atomic
+from kits.common.files import clean_stale, write_json_atomic
 from reprokit.certify import certify_plan
 from reprokit.certify.certificate import certify_many
 from reprokit.certify.script_certificate import certify_scripts
+from reprokit.results import quarantine
 from reprokit.runners.base import Runner
+
+SCHEMA = "reprokit.certificate/1"
 
 
 def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled: bool, budget: float,
@@ -21,14 +24,14 @@ def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled
     together (one process per framework). One that cannot run is recorded with its reason, never left out."""
     entries: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []     # (experiment, pair, certificate)
     pairs_of: dict[int, dict[str, Any]] = {}                            # entry -> its pair, where one is certified
+    clean_stale(state / "certificates")                                 # what writers that died left half-written
     for experiment, pairs in certify_plan.pairs(specs).items():
         for pair in pairs:
             if pair.get("status") == "not-run" or not enabled:
                 entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
                 continue
             pairs_of[len(entries)] = pair
-            cached = state / "certificates" / f"{certify_plan.cache_key(pair, budget)}.json"
-            entries.append((experiment, pair, json.loads(cached.read_text()) if cached.exists() else None))
+            entries.append((experiment, pair, cached(state / "certificates", certify_plan.cache_key(pair, budget))))
     missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
     todo = {key: [missing[j] for j in ids]
             for key, ids in certify_plan.by_key([pairs_of[i] for i in missing], budget).items()}
@@ -60,3 +63,35 @@ def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled
                      "pitfalls": {fw: spec["pitfalls"] for fw, spec in certified.items()}}
         out.setdefault(experiment, []).append(entry)
     return out
+
+
+def cached(folder: Path, key: str) -> dict[str, Any] | None:
+    """The cached certificate of this key, or None: none yet, or damaged and set aside (it is made again)."""
+    path = folder / f"{key}.json"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    cert, why = read(data)
+    if why is not None:
+        quarantine.set_aside(path, f"certificate {key}", why, "it will be made again")
+    return cert
+
+
+def read(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(certificate, None) for a certificate file's bytes, else (None, why) in a few words: what the matrix
+    and the report read of one (its experiment, variant names, status, summary and checks) must be there."""
+    try:
+        cert = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, quarantine.why_unreadable(data)
+    if not isinstance(cert, dict) or cert.get("schema") != SCHEMA:
+        got = cert.get("schema") if isinstance(cert, dict) else type(cert).__name__
+        return None, f"not a certificate of schema {SCHEMA} (it is {got!r})"
+    shapes = {"experiment": str, "variant": dict, "status": str, "summary": str, "checks": list}
+    wrong = [k for k, kind in shapes.items() if not isinstance(cert.get(k), kind)]
+    if wrong:
+        return None, f"its {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} missing or of the wrong type"
+    if not all(isinstance(v, str) for v in cert["variant"].values()):
+        return None, "its variant names are not all text"
+    return cert, None

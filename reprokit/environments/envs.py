@@ -8,14 +8,17 @@ import venv
 from collections.abc import Callable
 from pathlib import Path
 
+from kits.common.files import write_text_atomic
 from reprokit.environments import images
 from reprokit.errors import UserError
+from reprokit.results import quarantine
 from reprokit.results.provenance import REPO, sha256_file
 
 STATE = REPO / ".reprokit"     # the kit's local state: environments, data, finished results
 ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
 
 LOCKS = REPO / "locks"
+COMPLETE = ".complete"      # written last, once the env's packages are installed
 
 
 def lock_name(framework: str, flavor: str) -> str:
@@ -43,13 +46,34 @@ def python_of(env: Path) -> Path:
 
 
 def ready(root: Path, name: str) -> bool:
-    return (env_dir(root, name) / ".complete").exists()
+    """Whether the env is built and whole; one whose marker is damaged is set aside here, to be built again."""
+    env = env_dir(root, name)
+    marker = env / COMPLETE
+    try:
+        text = marker.read_bytes()
+    except FileNotFoundError:
+        return False
+    why = _damage(text, env)
+    if why is not None:
+        quarantine.set_aside(marker, f"the environment {env.name}", why, "it will be built again",
+                             into=root / quarantine.QUARANTINE)       # the env's own folder is built anew
+        return False
+    return True
+
+
+def _damage(marker: bytes, env: Path) -> str | None:
+    """Why a marked env is not whole, or None: its marker holds the Python version that built it, one line."""
+    if not marker.strip() or not marker.endswith(b"\n"):
+        return "its completion marker is cut short"
+    if not python_of(env).exists():
+        return "its marker says complete but its python is missing"
+    return None
 
 
 def build(root: Path, name: str, log: Callable[[str], object] = print) -> Path:
     """Create the env unless a complete one exists; a half-built one is started again."""
     env = env_dir(root, name)
-    if (env / ".complete").exists():
+    if ready(root, name):
         return python_of(env)
     if env.exists():
         shutil.rmtree(env)
@@ -62,5 +86,5 @@ def build(root: Path, name: str, log: Callable[[str], object] = print) -> Path:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise UserError(f"installing {lock_path(name).name} into {env} failed (pip exit {proc.returncode}); "
                         f"check the network or the pip configuration and re-run:\n{tail}")
-    (env / ".complete").write_text(sys.version + "\n")
+    write_text_atomic(env / COMPLETE, sys.version.replace("\n", " ") + "\n")
     return python_of(env)

@@ -45,10 +45,13 @@ def _at_once(n: int) -> str:
 
 @dataclass
 class HostExecutor:
-    """This host: one run at a time with every assigned GPU, or one per ``--parallel`` slot."""
+    """This host: one run at a time with every assigned GPU, or one per ``--parallel`` slot. Each timed run holds
+    the host-wide lock of its devices (reprokit/execute/locks.py): ``gpus`` are the assigned GPUs' UUIDs, which a
+    run without a slot times on (None: every GPU of the host, the safe side where they are not known)."""
     work: Path
     ledger: Path
     slots: list[Placement | None] = field(default_factory=lambda: [None])
+    gpus: tuple[str, ...] | None = None
     name: str = "host"
 
     @property
@@ -66,7 +69,7 @@ class HostExecutor:
 
     def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         from reprokit.execute import schedule
-        return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for)
+        return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for, self.gpus)
 
 
 @dataclass

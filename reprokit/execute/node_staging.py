@@ -8,15 +8,17 @@ import dataclasses
 import fcntl
 import hashlib
 import json
-import os
+import re
 import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
+from kits.common.files import atomic_file, clean_stale, write_text_atomic
 from kits.common.spec import ScriptSpec
 from reprokit.errors import UserError
+from reprokit.results import quarantine
 from reprokit.runners.base import Spec
 
 if TYPE_CHECKING:
@@ -70,11 +72,10 @@ def locked(path: Path) -> Iterator[None]:
 def _fetch(head: Any, name: str, dest: Path) -> None:
     """Copy one of the head's files here, chunk by chunk, through the object store."""
     size = _get(head.size.remote(name))
-    tmp = dest.with_name(f".{dest.name}.part")
-    with open(tmp, "wb") as fh:
+    clean_stale(dest.parent, dest.name)         # a copy a killed task left half-made (a dataset's size)
+    with atomic_file(dest, "wb") as fh:
         for offset in range(0, size, CHUNK):
             fh.write(_get(head.read.remote(name, offset, CHUNK)))
-    os.replace(tmp, dest)
 
 
 def _sha256(path: Path) -> str:
@@ -92,7 +93,7 @@ def stage_data(head: Any, spec: Spec, data_dir: Path) -> bool:
     path = data_dir / name
     verified = data_dir / ".verified" / f"{name}.sha256"
     with locked(data_dir / ".stage.lock"):
-        if path.exists() and verified.exists() and verified.read_text() == sha:
+        if _verified(path, verified, sha):
             return False
         _fetch(head, f"data/{name}", path)
         got = _sha256(path)
@@ -100,10 +101,23 @@ def stage_data(head: Any, spec: Spec, data_dir: Path) -> bool:
             path.unlink()
             raise UserError(f"the dataset {name} staged to this node has sha256 {got[:12]}, not the "
                             f"{sha[:12]} of the spec; the copy was removed.")
-        path.chmod(0o644)
-        verified.parent.mkdir(exist_ok=True)
-        verified.write_text(sha)
+        write_text_atomic(verified, sha)
         return True
+
+
+def _verified(path: Path, marker: Path, sha: str) -> bool:
+    """Whether the staged file was verified to have this sha256 and is unchanged since (not newer than the
+    marker); a damaged marker is set aside, and the file is staged again."""
+    try:
+        text = marker.read_bytes()
+        staged = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return False
+    if not re.fullmatch(rb"[0-9a-f]{64}", text):
+        quarantine.set_aside(marker, f"the staging marker of {path.name}", "not a sha256",
+                             "the file will be staged again")
+        return False
+    return text.decode() == sha and marker.stat().st_mtime_ns >= staged
 
 
 def stage_script(head: Any, spec: ScriptSpec, node_dir: Path) -> ScriptSpec:
@@ -130,7 +144,7 @@ def _copy_once(head: Any, names: list[str], prefix: str, root: Path) -> None:
         dest = root / name[len(prefix):]
         dest.parent.mkdir(parents=True, exist_ok=True)
         _fetch(head, name, dest)
-    done.write_text("")
+    write_text_atomic(done, "")
 
 
 def stage_image(head: Any, image: dict[str, str], client: DockerClient, node_dir: Path) -> bool:

@@ -8,9 +8,16 @@ the results come back through a pipe to be stored here, in one place.
 The ledger says what ran beside what: every run on a node writes when it
 started and ended into the node's ledger folder, and a run's result records
 the other runs whose time overlapped its own (``launcher.co_load``).
+
+Each timed run holds the host-wide lock of every device it times on (its GPUs, or
+its CPUs: reprokit/execute/locks.py), so two commands never time runs on one
+device at once; ``--parallel`` slots each hold their own GPU's.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
 import json
 import multiprocessing
 import os
@@ -19,13 +26,16 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 from kits.common.files import write_json_atomic
 from reprokit.console import RunProgress
-from reprokit.environments.topology import Placement
-from reprokit.execute import gpu_state
+from reprokit.environments import host_checks
+from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
+from reprokit.errors import UserError
+from reprokit.execute import disk_full, gpu_state, locks, stopping
+from reprokit.results import quarantine
+from reprokit.runners import live
 from reprokit.runners.base import Runner, Spec, run_spec
 
 STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)
@@ -36,7 +46,7 @@ if TYPE_CHECKING:
     from reprokit.results.store import Store
 
     Finished = Callable[[dict[str, Any], RunProgress], None]
-    Running = dict[Connection, tuple[SpawnProcess, Placement, RunProgress]]
+    Running = dict[Connection, tuple[SpawnProcess, Placement, RunProgress, Spec]]
 
 
 class Ledger:
@@ -48,15 +58,33 @@ class Ledger:
     def _entries(self) -> list[dict[str, Any]]:
         out = []
         for path in self.root.glob("*.json"):
-            try:
-                entry = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+            entry = self._read(path)
+            if entry is None:
                 continue
             if entry["end"] is None and not _alive(entry["pid"]):
                 path.unlink(missing_ok=True)        # its process died without saying so
                 continue
             out.append(entry)
         return out
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, Any] | None:
+        """An entry, or None where it is gone or damaged (set aside: the co-load record then lacks that run)."""
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            entry = json.loads(text)
+        except ValueError:                     # not JSON, or not UTF-8 text
+            entry, why = None, quarantine.why_unreadable(text)
+        else:
+            why = "" if isinstance(entry, dict) and LEDGER_KEYS <= entry.keys() else "not a ledger entry"
+        if why:
+            quarantine.set_aside(path, f"ledger entry {path.stem}", why,
+                                 "the co-load records of the runs beside it will not name it")
+            return None
+        return cast("dict[str, Any]", entry)
 
     def begin(self, spec: Spec, placement: Placement | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -69,9 +97,14 @@ class Ledger:
         """Mark a run ended; the other runs that overlapped it, with the seconds they overlapped."""
         now = time.time()
         path = self.root / f"{run_id}.json"
-        mine = json.loads(path.read_text())
+        mine = self._read(path) or {"run_id": run_id, "start": now, "end": None}
         mine["end"] = now
-        write_json_atomic(path, mine)
+        try:
+            write_json_atomic(path, mine)
+        except OSError as exc:
+            if not disk_full.is_full(exc):
+                raise
+            path.unlink(missing_ok=True)         # a full disk: the entry goes, the run's result matters more
         entries = self._entries()
         co = [{k: e[k] for k in ("run_id", "experiment", "framework", "variant", "repeat", "slot")}
               | {"overlap_s": round(min(now, e["end"] or now) - max(mine["start"], e["start"]), 3)}
@@ -85,6 +118,9 @@ class Ledger:
         return sorted(co, key=lambda c: c["run_id"])
 
 
+LEDGER_KEYS = {"run_id", "experiment", "framework", "variant", "repeat", "pid", "slot", "start", "end"}
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -95,12 +131,36 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def devices_of(spec: Spec, placement: Placement | None, gpus: tuple[str, ...] | None = None) -> list[str]:
+    """What a run times on, as lock names: its slot's GPU; a fake slot's CPUs; every CPU it may use; or the
+    assigned GPUs (``gpus``; None: every GPU of the host, where the caller does not know which were assigned)."""
+    if placement is not None:
+        if placement.fake:
+            return [f"cpu{c}" for c in sorted(parse_cpulist(placement.cpus))]
+        return [placement.gpu_uuid or f"gpu{placement.gpu}"]
+    if spec.device != "gpu":
+        return [f"cpu{c}" for c in sorted(usable_cpus())]
+    if gpus is None:
+        try:
+            gpus = tuple(g["uuid"] or f"gpu{g['index']}" for g in host_checks.resolve_gpus("all"))
+        except UserError:
+            gpus = ()
+    return list(gpus) or ["gpu-unknown"]
+
+
 def run_placed(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placement: Placement | None,
-               on_progress: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
-    """One run in its slot, with the co-load record; None when interrupted.
+               on_progress: Callable[[dict[str, Any]], None],
+               gpus: tuple[str, ...] | None = None) -> dict[str, Any] | None:
+    """One run in its slot, holding its devices' locks, with the co-load record; None when interrupted.
 
     A GPU run's GPU is read on the host before and after (a container cannot see other processes).
     """
+    with locks.devices(devices_of(spec, placement, gpus)):
+        return _run_locked(runner, spec, work, ledger, placement, on_progress)
+
+
+def _run_locked(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placement: Placement | None,
+                on_progress: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
     gpu = spec.device == "gpu"
     before = gpu_state.snapshot() if gpu else None
     ledger.begin(spec, placement)
@@ -120,125 +180,198 @@ def run_placed(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placement
     return result
 
 
-def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement: Placement,
+def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement: Placement, command: str,
            conn: Connection) -> None:
-    """A slot's process: the first Ctrl-C stops the run (the runner cleans up), later ones are ignored."""
-    def first(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, first)
+    """A slot's process, for the parent's ``command``: the parent's first signal stops the run (the runner cleans
+    up), its second at once. A full disk comes back as the error it is, for the parent to name."""
+    stopping.install(terminal=False)
+    locks.on_behalf_of(command)
     try:
-        result = run_placed(runner, spec, work, Ledger(ledger_root), placement,
-                            lambda event: conn.send(("progress", event)))
+        result: dict[str, Any] | str | None = run_placed(runner, spec, work, Ledger(ledger_root), placement,
+                                                         lambda event: conn.send(("progress", event)))
     except KeyboardInterrupt:
         result = None
+    except OSError as exc:
+        if not disk_full.is_full(exc):
+            raise
+        conn.send(("disk-full", str(exc)))
+        conn.close()
+        return
     conn.send(("result", result))
     conn.close()
 
 
 def run_all(runner: Runner, todo: Sequence[Spec], slots: list[Placement | None], work: Path, ledger_root: Path,
-            store: Store, progress_for: Callable[[int, Spec], RunProgress]) -> tuple[int, bool]:
-    """Run every spec, at most one per slot at once; (failed runs, interrupted).
+            store: Store, progress_for: Callable[[int, Spec], RunProgress],
+            gpus: tuple[str, ...] | None = None) -> tuple[int, bool]:
+    """Run every spec, at most one per slot at once; (failed runs, interrupted). DiskFull where the state
+    folder filled up, after naming the run that was lost.
 
-    progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts.
+    progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts; ``gpus`` are the
+    assigned GPUs a run without a slot times on (None: every GPU of the host).
     """
-    tally = _Tally(store)
+    tally = _Tally(store, work, len(todo))
     if len(slots) == 1:
-        interrupted = _one_at_a_time(runner, todo, work, Ledger(ledger_root), slots[0], progress_for, tally.finished)
+        interrupted = _one_at_a_time(runner, todo, work, Ledger(ledger_root), slots[0], progress_for, tally, gpus)
     else:
         # several slots are GPU placements, never None (None is the one slot of every assigned GPU)
         interrupted = _side_by_side(runner, todo, cast("list[Placement]", slots), work, ledger_root, progress_for,
-                                    tally.finished)
+                                    tally)
     return tally.failures, interrupted
 
 
-class _Tally:
-    """Stores each result as it comes and counts the failed ones."""
+def _label(spec: Spec | dict[str, Any]) -> str:
+    s = spec.to_dict() if not isinstance(spec, dict) else spec
+    return f"run {s['run_id']} ({s['experiment']} / {s['framework']} / {s['variant']} r{s['repeat']})"
 
-    def __init__(self, store: Store) -> None:
+
+class _Tally:
+    """Stores each result as it comes and counts the failed ones; a full disk stops the matrix."""
+
+    def __init__(self, store: Store, work: Path, runs: int) -> None:
         self.store = store
+        self.work = work
+        self.runs = runs
+        self.stored = 0
         self.failures = 0
 
     def finished(self, result: dict[str, Any], progress: RunProgress) -> None:
-        self.store.put(result)
+        """Store a result; DiskFull (after naming the run lost) where it could not be written, or where the kit's
+        own writes found the disk full (the next run would only fail the same way)."""
+        self.keep(result, progress)
+        failure = result.get("failure") or {}
+        if failure.get("kind") == "disk-full":
+            disk_full.lost(_label(result["spec"]), failure["message"])
+            raise self.full()
+
+    def keep(self, result: dict[str, Any], progress: RunProgress) -> None:
+        try:
+            self.store.put(result)
+        except OSError as exc:
+            if not disk_full.is_full(exc):
+                raise
+            progress.done("LOST (disk-full)")
+            disk_full.lost(_label(result["spec"]), f"its result could not be written: {exc.strerror}")
+            raise self.full() from None
+        self.stored += 1
         self.failures += result["status"] != "ok"
         progress.done(result["status"] if result["status"] == "ok"
                       else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
 
+    def after_full(self, result: dict[str, Any], progress: RunProgress) -> None:
+        """A run that ends once the disk is full: kept if it still fits, else named lost; never raises."""
+        try:
+            self.keep(result, progress)
+        except disk_full.DiskFull:
+            pass
+
+    def full(self) -> disk_full.DiskFull:
+        return disk_full.stop(self.store.root.parent, self.runs - self.stored + self.failures,
+                              disk_full.per_run(self.store.root, self.work))
+
+    def could_not_start(self, spec: Spec, exc: OSError, progress: RunProgress) -> disk_full.DiskFull:
+        progress.done("LOST (disk-full)")
+        disk_full.lost(_label(spec), f"its files could not be written: {exc.strerror}")
+        return self.full()
+
 
 def _one_at_a_time(runner: Runner, todo: Sequence[Spec], work: Path, ledger: Ledger, slot: Placement | None,
-                   progress_for: Callable[[int, Spec], RunProgress], finished: Finished) -> bool:
+                   progress_for: Callable[[int, Spec], RunProgress], tally: _Tally,
+                   gpus: tuple[str, ...] | None) -> bool:
     for i, spec in enumerate(todo):
         progress = progress_for(i, spec)
-        result = run_placed(runner, spec, work, ledger, slot, progress)
+        try:
+            result = run_placed(runner, spec, work, ledger, slot, progress, gpus)
+        except OSError as exc:
+            if not disk_full.is_full(exc):
+                raise
+            raise tally.could_not_start(spec, exc, progress) from None
         if result is None:
             return True
-        finished(result, progress)
+        tally.finished(result, progress)
     return False
 
 
 def _side_by_side(runner: Runner, todo: Sequence[Spec], slots: list[Placement], work: Path, ledger_root: Path,
-                  progress_for: Callable[[int, Spec], RunProgress], finished: Finished) -> bool:
+                  progress_for: Callable[[int, Spec], RunProgress], tally: _Tally) -> bool:
     """One child process per slot, each running one spec at a time; True when interrupted."""
     ctx = multiprocessing.get_context("spawn")
     free = list(slots)
     queue = list(enumerate(todo))
     running: Running = {}                # connection -> (process, slot, progress)
-    try:
-        while queue or running:
-            while queue and free:
-                i, spec = queue.pop(0)
-                slot = free.pop(0)
-                progress = progress_for(i, spec)
-                progress.label += f" · {slot.gpu_uuid}"
-                progress.tty = False     # several runs at once: lines, not one line rewritten in place
-                mine, theirs = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(runner, spec, work, ledger_root, slot, theirs), daemon=False)
-                proc.start()
-                theirs.close()
-                running[mine] = (proc, slot, progress)
-            for conn in cast("list[Connection]", wait(list(running))):    # wait() gives back what it was given
-                proc, slot, progress = running[conn]
-                try:
-                    kind, payload = conn.recv()
-                except EOFError:
+    with contextlib.ExitStack() as children:
+        try:
+            while queue or running:
+                while queue and free:
+                    i, spec = queue.pop(0)
+                    slot = free.pop(0)
+                    progress = progress_for(i, spec)
+                    progress.label += f" · {slot.gpu_uuid}"
+                    progress.tty = False     # several runs at once: lines, not one line rewritten in place
+                    mine, theirs = ctx.Pipe(duplex=False)
+                    proc = ctx.Process(target=_child, daemon=False,
+                                       args=(runner, spec, work, ledger_root, slot, locks.command_line(), theirs))
+                    proc.start()
+                    theirs.close()
+                    # A second signal here stops at once: it reaches the child, which owns the kit's process group
+                    children.enter_context(live.running(f"slot:{proc.pid}", functools.partial(_signal, proc)))
+                    running[mine] = (proc, slot, progress, spec)
+                for conn in cast("list[Connection]", wait(list(running))):    # wait() gives back what it was given
+                    proc, slot, progress, spec = running[conn]
+                    try:
+                        kind, payload = conn.recv()
+                    except EOFError:
+                        proc.join()
+                        del running[conn]
+                        _stop(running, tally.after_full)
+                        raise RuntimeError(f"a run's process ended with status {proc.exitcode} and no result") from None
+                    if kind == "progress":
+                        progress(payload)
+                        continue
                     proc.join()
                     del running[conn]
-                    _stop(running, finished)
-                    raise RuntimeError(f"a run's process ended with status {proc.exitcode} and no result") from None
-                if kind == "progress":
-                    progress(payload)
-                    continue
-                proc.join()
-                del running[conn]
-                free.append(slot)
-                if payload is None:          # that run was interrupted: so are the others
-                    _stop(running, finished)
-                    return True
-                finished(payload, progress)
-    except KeyboardInterrupt:
-        _stop(running, finished)
-        return True
+                    free.append(slot)
+                    if kind == "disk-full":
+                        full = tally.could_not_start(spec, OSError(errno.ENOSPC, payload), progress)
+                        _stop(running, tally.after_full)
+                        raise full
+                    if payload is None:          # that run was interrupted: so are the others
+                        _stop(running, tally.after_full)
+                        return True
+                    try:
+                        tally.finished(payload, progress)
+                    except disk_full.DiskFull:
+                        _stop(running, tally.after_full)
+                        raise
+        except KeyboardInterrupt:
+            _stop(running, tally.after_full)
+            return True
     return False
 
 
+def _signal(proc: SpawnProcess) -> None:
+    if proc.pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+
+
 def _stop(running: Running, finished: Finished) -> None:
-    """Pass the Ctrl-C on to every run still going, keep any that ends with a result, wait for the rest."""
-    for proc, _, _ in running.values():
-        if proc.is_alive() and proc.pid is not None:       # alive: started, so it has a pid
-            os.kill(proc.pid, signal.SIGINT)
+    """Pass the signal on to every run still going, keep any that ends with a result, wait for the rest."""
+    for proc, _, _, _ in running.values():
+        if proc.is_alive():
+            _signal(proc)
     deadline = time.monotonic() + STOP_GRACE_S
     while running and time.monotonic() < deadline:
         for conn in cast("list[Connection]", wait(list(running), timeout=max(0.0, deadline - time.monotonic()))):
-            proc, slot, progress = running[conn]
+            proc, slot, progress, _ = running[conn]
             try:
                 kind, payload = conn.recv()
             except EOFError:
                 kind, payload = "result", None
-            if kind == "result":
+            if kind != "progress":
                 del running[conn]
                 proc.join(5)
-                if payload is not None:
+                if kind == "result" and payload is not None:
                     finished(payload, progress)
-    for proc, _, _ in running.values():
+    for proc, _, _, _ in running.values():
         proc.kill()

@@ -15,6 +15,7 @@ import jsonschema
 from kits.common.names import schema_with_registry
 from kits.common.pitfalls import PITFALLS
 from reprokit.errors import UserError
+from reprokit.results import safe_names
 from reprokit.results.schema_messages import describe
 
 PROFILES = ("quick", "standard", "full")
@@ -105,6 +106,10 @@ def load(path: Path) -> Experiment:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc})") from None
     _check(doc, str(path))
+    names = [("experiment.name", doc["experiment"]["name"]), *(("variants", v) for v in doc.get("variants", {}))]
+    for where, name in names:
+        if why := safe_names.problem(name):
+            raise UserError(f"{path}: {where}: {safe_names.shown(name)} {why}; the kit names files after it")
     experiment = Experiment(path=path, doc=doc)
     for profile in PROFILES:
         _check(experiment.resolved(profile), f"{path} (profile {profile})")

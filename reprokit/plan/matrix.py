@@ -21,8 +21,9 @@ from reprokit.plan import plan as planning
 from reprokit.plan import script_plan
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
+from reprokit.results import safe_names
 from reprokit.results.provenance import REPO, code
-from reprokit.results.store import Store
+from reprokit.results.store import Store, none_read
 from reprokit.runners.base import Runner, Spec, typed
 from reprokit.runners.choose import choose
 from reprokit.runners.make import make
@@ -86,18 +87,22 @@ def _options(what: What, profile: str, device: str, claims: list[claimlib.Claim]
 def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_info: dict[str, Any],
                offline: bool) -> list[Spec]:
     """A report's exact specs, to run again here: only the environment (runner, code) is this machine's."""
-    try:
-        results = Store(folder / "results").all()
-    except ValueError as exc:
-        raise UserError(f"--from {folder}: {exc}") from None
-    if not results:
+    results, refused = Store(folder / "results").evidence(f"--from {folder}")
+    if not results and not refused:
         raise UserError(f"--from {folder}: no result files in {folder / 'results'}; name a report folder")
+    if not results:
+        raise UserError(f"--from {folder}: none of its result files can be read ({none_read(refused)}); name a "
+                        f"report folder this kit wrote")
     specs: list[Spec] = []
     for r in results:
         try:
             spec = typed(copy.deepcopy(r["spec"]))     # refuses a spec the kits could not read
-        except (SpecError, ValueError) as exc:
+        except (SpecError, ValueError, TypeError) as exc:
             raise UserError(f"--from {folder}: {r['run_id']}.json has a spec this kit cannot run ({exc})") from None
+        for field, name in (("experiment", spec.experiment), ("variant", spec.variant)):
+            if why := safe_names.problem(name):
+                raise UserError(f"--from {folder}: {r['run_id']}.json: its spec's {field} {why}; this kit "
+                                f"names files after it, so it cannot run it")
         if spec.device == "gpu" and device != "gpu":
             raise UserError(f"--from {folder}: the report ran on a GPU and this machine runs on its CPU; "
                             f"re-run it on a machine with a GPU (or give --gpus)")
@@ -106,10 +111,16 @@ def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_i
                             f"{spec.script.folder} here; put the scripts' folder there and re-run")
         d = spec.data
         seed = spec.train.seed if isinstance(spec, RunSpec) else 0
-        here = datasets.prepare({"dataset": d.dataset, "train_samples": d.train_samples,
-                                 "test_samples": d.test_samples, "seed": seed},
-                                data_dir, allow_download=not offline)
-        if here.sha256 != d.sha256:
+        wanted = {"dataset": d.dataset, "train_samples": d.train_samples, "test_samples": d.test_samples,
+                  "seed": seed}
+        try:            # the spec's sizes and seed reach the data generator as a report gave them
+            if any(n is not None and n < 1 for n in (d.train_samples, d.test_samples)):
+                raise ValueError("a sample count below 1")
+            here = datasets.prepare(wanted, data_dir, allow_download=not offline)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise UserError(f"--from {folder}: {r['run_id']}.json names data this kit cannot prepare ({exc}); "
+                            f"it cannot run it") from None
+        if here.sha256 != d.sha256 or here.file != d.file:
             raise UserError(f"--from {folder}: the {d.dataset} data prepared here (sha256 {here.sha256[:12]}) is "
                             f"not the data the report ran on ({(d.sha256 or '')[:12]}); prepare the same data and "
                             f"re-run")
@@ -212,9 +223,10 @@ def build(request: Request) -> Matrix:
                              gpus_explicit=where.gpus is not None, device=device, repo_root=REPO, envs_root=ENVS,
                              data_dir=how.data_dir, extra_dirs=what.experiment_dirs, frameworks=needed,
                              flavors=flavors, visible_gpus=",".join(g["uuid"] for g in assigned),
-                             dry_run=how.dry_run)
+                             dry_run=how.dry_run, memory_limit=where.memory_limit)
         gpu_name = assigned[0]["name"] if assigned else None
-        executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots)
+        executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots,
+                                gpus=tuple(g["uuid"] for g in assigned))
         if slots != [None] and (first := slots[0]) is not None:      # several slots: each a placement
             why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if first.fake else ''}GPU slot"
     if what.from_report:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kits.common.names import FRAMEWORKS
 from reprokit.errors import UserError
+from reprokit.results import safe_names
 
 DEFAULT_VARIANTS = ("fixed", "as_posted")
 DEFAULT_CLAIMS = "seeds"
@@ -118,6 +119,8 @@ def from_args(ns: argparse.Namespace) -> Request:
     for flag, value in (("--repeats", ns.repeats), ("--max-steps", ns.max_steps), ("--epochs", ns.epochs)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
+    if ns.name is not None and (why := safe_names.report_problem(ns.name)):
+        raise UserError(f"--name {safe_names.shown(ns.name)} {why}; give a name such as my_run or runs/my_run")
     variants = tuple(v.strip() for v in ns.variants.split(",") if v.strip()) if ns.variants else DEFAULT_VARIANTS
     what = What(frameworks=_frameworks(ns.frameworks), experiment_dirs=tuple(d.resolve() for d in ns.experiments),
                 only=tuple(ns.only or ()), scripts=_scripts(ns.script), name=ns.name, variants=variants,

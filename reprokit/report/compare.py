@@ -12,6 +12,7 @@ A verb needs three calls: ``render(compare(load(a), load(b)), name_a, name_b)``.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from kits.common.names import LABELS
 from reprokit.errors import UserError
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics, stats
-from reprokit.results.store import Store
+from reprokit.results.store import Store, none_read
 
 METRICS = ("samples_per_s", "step_time_p50_s", "train_time_per_epoch_s", "eval_time_per_epoch_s",
            "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes", "final_test_accuracy")
@@ -32,12 +33,17 @@ Key = tuple[str, str, str, str]          # experiment, variant, framework, profi
 
 
 def load(path: Path) -> list[dict[str, Any]]:
-    """A result set: a report's folder (its ``results/``) or a folder of result files."""
+    """A result set: a report's folder (its ``results/``) or a folder of result files; a damaged file is named
+    and skipped, the rest compared."""
     folder = path / "results" if (path / "results").is_dir() else path
     if not folder.is_dir() or not any(folder.glob("*.json")):
         raise UserError(f"{path}: no result files here or in {path / 'results'}; give a report folder "
                         f"(reports/<name>) or a folder of result files")
-    return Store(folder).all()
+    found, refused = Store(folder).evidence(f"compare {path}")
+    if not found:
+        raise UserError(f"{path}: none of its result files can be read ({none_read(refused)}); give a report "
+                        f"folder whose results this kit wrote")
+    return found
 
 
 def key(r: dict[str, Any]) -> Key:
@@ -122,11 +128,16 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
         if builds[0] != builds[1]:
             across.append((k, builds[0], builds[1]))
         for name in METRICS:
-            va, vb = metrics.collect(by_a[k], name).values, metrics.collect(by_b[k], name).values
+            va, vb = (_finite(metrics.collect(runs, name).values) for runs in (by_a[k], by_b[k]))
             if va and vb:
                 rows.append(Row(k, name, stats.estimate(va), stats.estimate(vb), stats.ratio(vb, va),
                                 stats.difference(va, vb)))
     return Comparison(rows, flagged, sorted(set(by_a) - set(by_b)), sorted(set(by_b) - set(by_a)), across)
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    """The figures that are numbers: a run that diverged records NaN, which has no median to compare."""
+    return [v for v in values if math.isfinite(v)]
 
 
 def render(c: Comparison, name_a: str = "A", name_b: str = "B") -> str:

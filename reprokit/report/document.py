@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kits.common.files import write_text_atomic
 from kits.common.names import LABELS, compared, joined, ratios
 from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate
@@ -217,7 +218,7 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
     plot_files = plots.write_all(report_dir, grouped, captions)
     found = evaluate(claims, results) if claims else []
     summary_csv.write(report_dir / "summary.csv", results)
-    (report_dir / "details.md").write_text(details(name, found, certificates, _frameworks(results)))
+    write_text_atomic(report_dir / "details.md", details(name, found, certificates, _frameworks(results)))
     path = report_dir / "report.md"
-    path.write_text(_render(name, results, experiments, found, plot_files, certificates, plots.unavailable()))
+    write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, plots.unavailable()))
     return path

@@ -106,20 +106,57 @@ def flavors(pts: list[dict[str, Any]], tfs: list[dict[str, Any]]) -> list[dict[s
     return out
 
 
+# Cores other processes may keep busy beside a timed run before its ratio is flagged: an idle host's daemons and
+# the orchestrator reading the kit's progress use a few hundredths of a core, another job's busy thread a whole one.
+# A reading counts beyond its own blur (resolution_cores: /proc/stat's clock ticks over a short window).
+OTHER_CORES_THRESHOLD = 0.5
+
+
 def co_load(pts: list[dict[str, Any]], tfs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A ratio whose two sides ran beside different numbers of other runs (``launcher.co_load``, per repeat)."""
+    """A ratio whose runs were timed beside other work (``beside``), and one whose two sides ran beside different
+    numbers of other runs (``launcher.co_load``, per repeat)."""
+    out = beside(pts, tfs)
     def loads(runs: list[dict[str, Any]]) -> list[int] | None:
         found = [r.get("launcher", {}).get("co_load") for r in runs]
         return None if None in found else sorted(len(c) for c in found)
     a, b = loads(pts), loads(tfs)
     if a is None or b is None or a == b:
-        return []
+        return out
     def text(x: list[int]) -> str:
         return ", ".join(map(str, x))
-    return [{"code": "ratio-across-co-load", "severity": "warning",
-             "message": f"the two sides ran beside different numbers of other runs ({label(pts[0]['framework'])} "
-                        f"{text(a)}, {label(tfs[0]['framework'])} {text(b)}, per repeat): their ratio mixes "
-                        f"framework and contention"}]
+    return [*out, {"code": "ratio-across-co-load", "severity": "warning",
+                   "message": f"the two sides ran beside different numbers of other runs "
+                              f"({label(pts[0]['framework'])} {text(a)}, {label(tfs[0]['framework'])} {text(b)}, "
+                              f"per repeat): their ratio mixes framework and contention"}]
+
+
+def beside(pts: list[dict[str, Any]], tfs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A ratio any of whose runs, either side, any repeat, was timed while other processes kept more than
+    OTHER_CORES_THRESHOLD cores busy, while another process used its GPU, or beside another run of the ledger on
+    its own device (runs of --parallel on GPUs of their own are the sanctioned exception)."""
+    seen = [f"{label(r['framework'])} r{r['repeat']}: {why}" for r in (*pts, *tfs) for why in _beside(r)]
+    if not seen:
+        return []
+    return [{"code": "ratio-beside-load", "severity": "warning",
+             "message": f"runs of this ratio were timed beside other work ({'; '.join(seen)}): their ratio mixes "
+                        f"framework and contention; run it again on a quiet host"}]
+
+
+def _beside(r: dict[str, Any]) -> list[str]:
+    """What ran beside one run, in words."""
+    out = []
+    reading = (r.get("timing") or {}).get("co_load") or {}
+    cores, blur = reading.get("other_cores"), reading.get("resolution_cores") or 0.0
+    if cores is not None and cores - blur > OTHER_CORES_THRESHOLD:      # more than the clock ticks could blur
+        out.append(f"other processes kept {cores:.2f} cores busy (more than {OTHER_CORES_THRESHOLD:g})")
+    if any(f.get("code") == "gpu-shared" for f in r.get("findings", [])):
+        out.append("another process used its GPU")
+    launcher = r.get("launcher") or {}
+    mine = (launcher.get("placement") or {}).get("gpu_uuid")
+    same = [c for c in launcher.get("co_load") or [] if c.get("slot") == mine]
+    if same:
+        out.append(f"{len(same)} other run(s) on its device ({', '.join(c['run_id'] for c in same)})")
+    return out
 
 
 def _image(result: dict[str, Any]) -> str | None:

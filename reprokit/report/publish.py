@@ -13,15 +13,15 @@ narrows what runs, not what the report holds).
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
-from kits.common.files import write_json_atomic
+from kits.common.files import alive, fsync_dir, write_json_atomic
 from reprokit import report
-from reprokit.certify import certify_plan
+from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims.claims import Claim
 from reprokit.results.store import Store
 
@@ -33,15 +33,21 @@ def default_name(profile: str, device: str, today: datetime.date | None = None) 
 
 
 def earlier(report_dir: Path, experiments: set[str]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """The results and certificates of other experiments in an existing report of this name."""
+    """The results and certificates of other experiments in an existing report of this name; a damaged one is
+    named and left out (the report is replaced, so the file goes with it, named once)."""
+    recover(report_dir)
     folder = report_dir / "results"
     if not folder.is_dir():
         return [], {}
-    kept = [r for r in Store(folder).all() if r["experiment"] not in experiments]
+    reader = f"report {report_dir}"
+    found, _ = Store(folder).evidence(reader)
+    kept = [r for r in found if r["experiment"] not in experiments]
     certs: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(report_dir.glob("certificate-*.json")):
-        cert = json.loads(path.read_text())
-        if cert.get("experiment") not in experiments:
+        cert, why = certify_runs.read(path.read_bytes())
+        if cert is None:
+            print(f"{reader}: {path} is not a certificate this kit can read ({why}); skipped it", file=sys.stderr)
+        elif cert["experiment"] not in experiments:
             certs.setdefault(cert["experiment"], []).append(cert)
     return kept, certs
 
@@ -50,6 +56,7 @@ def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experime
             claims: list[Claim] | None, certificates: dict[str, list[dict[str, Any]]]) -> Path:
     """The report, a copy of every result and certificate it is computed from; swapped in at the end."""
     report_dir.parent.mkdir(parents=True, exist_ok=True)
+    recover(report_dir)
     new = report_dir.with_name(f".{report_dir.name}.new-{os.getpid()}")
     shutil.rmtree(new, ignore_errors=True)
     try:
@@ -67,5 +74,21 @@ def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experime
     if report_dir.exists():
         report_dir.rename(old)
     new.rename(report_dir)
+    fsync_dir(report_dir.parent)
     shutil.rmtree(old, ignore_errors=True)
     return report_dir / "report.md"
+
+
+def recover(report_dir: Path) -> None:
+    """What a publish killed mid-way left beside the report, put right: the old report, moved aside just before
+    the new one was to take its place, is put back; a half-made new one is removed. A live publisher's stay."""
+    for sibling in sorted(report_dir.parent.glob(f".{report_dir.name}.*-*")):
+        kind, _, pid = sibling.name.rpartition("-")
+        if kind not in (f".{report_dir.name}.new", f".{report_dir.name}.old") or not pid.isdigit() or alive(int(pid)):
+            continue
+        if kind.endswith(".old") and not report_dir.exists():
+            sibling.rename(report_dir)
+            print(f"report {report_dir}: put back the report that a publish stopped mid-way had moved aside",
+                  file=sys.stderr)
+        else:
+            shutil.rmtree(sibling, ignore_errors=True)

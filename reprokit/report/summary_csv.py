@@ -9,6 +9,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from kits.common.files import atomic_file
 from reprokit.results import metrics
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import order
@@ -44,7 +45,7 @@ def row(r: dict[str, Any]) -> dict[str, object]:
 
 def write(path: Path, results: list[dict[str, Any]]) -> Path:
     columns = [c for c, _ in IDENTITY] + [c for c, _ in QUANTITIES] + list(SOURCES)
-    with path.open("w", newline="") as f:
+    with atomic_file(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in sorted(results, key=order):

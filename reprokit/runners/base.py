@@ -75,6 +75,7 @@ class Outcome:
     oom_killed: bool = False          # the kernel/engine killed it for host memory
     interrupted: bool = False         # Ctrl-C: never recorded as finished
     start_error: str | None = None    # why the process never started (an engine's refusal), in one sentence
+    engine_lost: str | None = None    # the engine stopped answering mid-run: what happened, in one sentence
     launcher: dict[str, Any] = field(default_factory=dict)   # runner-specific facts (image id, interpreter, ...)
 
 
@@ -152,6 +153,8 @@ def split_line(line: str, on_progress: ProgressFn, tail: list[str]) -> None:
         del tail[0]
 
 
+# What a kit prints when its own writes find the disk full (errno 28, ENOSPC; 122 on a quota).
+DISK_FULL_MARKERS = ("No space left on device", "[Errno 28]", "Disk quota exceeded")
 GPU_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "RESOURCE_EXHAUSTED", "OOM when allocating")
 
 
@@ -161,6 +164,8 @@ def collect(spec: dict[str, Any], outcome: Outcome, out_path: Path) -> dict[str,
     def failed(kind: str, message: str) -> dict[str, Any]:
         return results.failure(spec, kind, message, outcome.log_tail, outcome.wall_s, outcome.launcher)
 
+    if outcome.engine_lost:
+        return failed("engine-lost", outcome.engine_lost)
     if outcome.timed_out:
         return failed("timeout", f"the run exceeded its {spec['limits']['timeout_s']:.0f} s limit")
     if outcome.oom_killed:
@@ -173,6 +178,9 @@ def collect(spec: dict[str, Any], outcome: Outcome, out_path: Path) -> dict[str,
             log = "\n".join(outcome.log_tail)
             if any(m in log for m in GPU_OOM_MARKERS):
                 return failed("gpu-oom", "the framework ran out of GPU memory")
+            if any(m in log for m in DISK_FULL_MARKERS):
+                return failed("disk-full", f"the kit's output folder {out_path.parent} is full (No space left on "
+                                           f"device)")
             return failed("exit-code", f"the kit exited with status {outcome.exit_code}")
     if text is None:
         return failed("invalid-output", "the kit wrote no result file")
@@ -185,6 +193,9 @@ def collect(spec: dict[str, Any], outcome: Outcome, out_path: Path) -> dict[str,
         return failed("invalid-output", f"the result file does not match the schema: {problem}")
     if result.get("run_id") != spec["run_id"]:
         return failed("invalid-output", "the result file belongs to another run")
+    failure = result.get("failure") or {}
+    if result["status"] != "ok" and any(m in failure.get("message", "") for m in DISK_FULL_MARKERS):
+        failure["kind"] = "disk-full"            # the kit's own failure: its output folder filled up
     result.setdefault("launcher", {}).update(outcome.launcher)
     result["launcher"]["wall_s"] = outcome.wall_s
     if result["status"] == "ok" and spec["device"] == "gpu" and result["environment"]["device"] != "gpu":

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from reprokit.environments import host_checks, images
 from reprokit.errors import UserError
+from reprokit.runners import container_limits
 from reprokit.runners.base import Runner
 from reprokit.runners.make import make
 
@@ -21,10 +22,13 @@ if TYPE_CHECKING:
 def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool, device: str, repo_root: Path,
            envs_root: Path, data_dir: Path, extra_dirs: tuple[Path, ...], frameworks: Iterable[str],
            flavors: dict[str, host_checks.Flavor] | None = None, visible_gpus: str | None = None,
-           dry_run: bool = False) -> tuple[Runner, str]:
+           dry_run: bool = False, memory_limit: str = "auto") -> tuple[Runner, str]:
     """(runner, why). ``backend`` is auto, docker or local; ``python`` (--python) means a given interpreter;
-    ``flavors`` the GPU build each framework runs; ``visible_gpus`` what a local run's CUDA may see. A dry run
-    of --backend docker asks nothing of an engine: the images are described from their recipes."""
+    ``flavors`` the GPU build each framework runs; ``visible_gpus`` what a local run's CUDA may see;
+    ``memory_limit`` each container's (--memory-limit, refused here if not understood, whichever runner). A dry
+    run of --backend docker asks nothing of an engine: the images are described from their recipes."""
+    container_limits.memory_option(memory_limit)
+
     def local() -> Runner:
         return make("local", data_dir=data_dir, device=device, python=python, extra_dirs=extra_dirs,
                     flavors=flavors, visible_gpus=visible_gpus, envs_root=envs_root)
@@ -35,13 +39,14 @@ def choose(*, backend: str, python: Path | None, gpus: str, gpus_explicit: bool,
     if not ok:
         if backend == "docker" and dry_run:
             return (make("docker", data_dir=data_dir, device=device, gpus=gpus, extra_dirs=extra_dirs,
-                         flavors=flavors, repo_root=repo_root),
+                         flavors=flavors, repo_root=repo_root, mem_limit=memory_limit),
                     f"asked for; a dry run, so the engine was not needed ({why.rstrip('.')})")
         if backend == "docker":
             raise UserError(why)
         return local(), why
     return select(repo_root, data_dir, gpus, extra_dirs, device, forced=backend == "docker",
-                  gpus_explicit=gpus_explicit, frameworks=sorted(frameworks), local=local, flavors=flavors)
+                  gpus_explicit=gpus_explicit, frameworks=sorted(frameworks), local=local, flavors=flavors,
+                  memory_limit=memory_limit)
 
 
 def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
@@ -49,7 +54,8 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
            gpus_explicit: bool | None = None, frameworks: Iterable[str] = images.FRAMEWORKS,
            base_override: str | None = None, client: DockerClient | None = None,
            log: Callable[[str], None] = print, local: Callable[[], Runner] | None = None,
-           flavors: dict[str, host_checks.Flavor] | None = None) -> tuple[Runner, str]:
+           flavors: dict[str, host_checks.Flavor] | None = None,
+           memory_limit: str = "auto") -> tuple[Runner, str]:
     """(runner, reason): the Docker runner where it can work here, else the local runner and why.
 
     Called once a Docker engine answers. With ``forced`` (--backend docker)
@@ -75,7 +81,8 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
         return fallback("the Docker engine has no NVIDIA container runtime for this host's GPU; install "
                         "nvidia-container-toolkit to run in the pinned images")
     runner = make("docker", data_dir=data_dir, device=device or "cpu", gpus=gpus, extra_dirs=tuple(extra_dirs),
-                  flavors=flavors, repo_root=repo_root, base_override=base_override, client=client, log=log)
+                  flavors=flavors, repo_root=repo_root, base_override=base_override, client=client, log=log,
+                  mem_limit=memory_limit)
     try:
         recipes = [runner.recipe(fw) for fw in frameworks]
     except UserError as exc:

@@ -13,10 +13,19 @@ containers ("--shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864", NVIDIA
 Deep Learning Frameworks documentation, "Running A Container" /
 "Setting The Shared Memory Flag",
 https://docs.nvidia.com/deeplearning/frameworks/user-guide/index.html).
+Each container also has a process-count limit and, by default, a memory limit
+of a share of the engine host's memory (reprokit/runners/container_limits.py),
+so a user's fork bomb or leak ends as that run's failure.
+
+An engine that stops answering mid-run (dockerd restarts or dies) makes that
+run a failure of kind engine-lost; the next run waits a bounded time for the
+engine to come back, removes the container lost with it, and goes on, or the
+command stops in one sentence. Finished results are stored as each run ends.
 
 Containers carry the labels ``reprokit=1`` and ``reprokit.run_id=<call label>``, so
 leftovers can be found (``docker ps -a --filter label=reprokit=1``); the runner
-removes its container in every case, Ctrl-C included.
+removes its container in every case, Ctrl-C included, and registers it with
+``reprokit.runners.live`` while it runs, so a second Ctrl-C removes it at once.
 """
 from __future__ import annotations
 
@@ -42,6 +51,7 @@ from reprokit.environments.host_checks import (
     parse_gpus,
 )
 from reprokit.errors import UserError
+from reprokit.runners import container_limits, live
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 if TYPE_CHECKING:
@@ -66,6 +76,15 @@ TAIL_LINE_CHARS = 2000
 LABEL = CONTAINER_LABEL
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
+ENGINE_WAIT_S = 60.0        # how long a run waits for an engine that stopped answering (a restart takes seconds)
+ENGINE_PROBE_S = 5.0        # one ping or one forced removal never waits longer
+# A stopping dockerd first stops its containers (SIGTERM, SIGKILL after 10 s), then closes its API about a
+# second later: a run killed so is told from one a person or the kernel killed by the engine going away.
+KILLED_EXITS = (128 + 9, 128 + 15)
+ENGINE_SETTLE_S = 5.0
+# base.spec_call's modules: each such call that ends is a result the executor stores at once
+TRAINING_MODULES = ("kits.run", "kits.probe")
+ENGINE_START = "`sudo systemctl start docker`, or scripts/start-dockerd"
 
 Log = Callable[[str], None]
 
@@ -121,10 +140,10 @@ class DockerRunner:
                  extra_mounts: Sequence[tuple[Path | str, str]] = (), *, flavor: str | None = None,
                  flavors: dict[str, host_checks.Flavor] | None = None,
                  base_override: str | None = None, build_missing: bool = True, extra_ca: str | Path | None = None,
-                 lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = None,
+                 lock_overrides: dict[str, Path] | None = None, mem_limit: str | int | None = "auto",
                  shm_size: str = SHM_SIZE, kits_dir: Path | None = None, cache_root: Path | None = None,
                  client: DockerClient | None = None, log: Log = print,
-                 pinned_images: dict[str, str] | None = None) -> None:
+                 pinned_images: dict[str, str] | None = None, engine_wait_s: float = ENGINE_WAIT_S) -> None:
         self.repo_root = Path(repo_root).resolve()
         self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
         self.data_dir = Path(data_dir).resolve()
@@ -136,7 +155,12 @@ class DockerRunner:
         self.build_missing = build_missing
         self.extra_ca = extra_ca
         self.lock_overrides = dict(lock_overrides or {})
-        self.mem_limit = mem_limit
+        self.memory = container_limits.memory_option(mem_limit)     # --memory-limit: auto, SIZE or none
+        self._host_memory: int | None = None                         # the engine host's, for auto
+        self.pids_limit = container_limits.PIDS_LIMIT
+        self.engine_wait_s = engine_wait_s
+        self._lost: list[str] = []          # containers of runs lost with the engine, removed when it answers
+        self._finished = 0                  # training runs that ended with a result (stored as each ends)
         self.shm_size = shm_size
         self.ulimits = list(ULIMITS)
         self.log = log
@@ -190,6 +214,7 @@ class DockerRunner:
         log = log or self.log
         client = self.client
         self._engine_version = client.version().get("Version")
+        self.memory_bytes()
         if self.gpus != "none":
             if not nvidia_runtime_available(client):
                 raise UserError(f"GPUs were requested (--gpus {self.gpus_text()}) but this Docker engine has no "
@@ -245,6 +270,17 @@ class DockerRunner:
         lock = r.lock.relative_to(self.repo_root) if r.lock.is_relative_to(self.repo_root) else r.lock
         return {"lock": str(lock), "lock_sha256": r.lock_sha256, "image": r.tag,
                 **host_checks.build_facts(framework, self.flavor_of(framework), self.flavors.get(framework))}
+
+    def memory_bytes(self) -> int | None:
+        """Each container's memory limit in bytes, None for none; auto asks the engine for its host's memory once."""
+        if self.memory.auto and self._host_memory is None:
+            self._host_memory = int(self.client.info()["MemTotal"])
+        return self.memory.bytes_for(self._host_memory or 0)
+
+    def limits(self) -> dict[str, Any]:
+        """The limits every container gets, as a result records them."""
+        return {"pids_limit": self.pids_limit, "memory_bytes": self.memory_bytes(),
+                "memory_limit": self.memory.describe(self._host_memory)}
 
     def gpus_text(self) -> str:
         return self.gpus if isinstance(self.gpus, str) else ",".join(self.gpus)
@@ -305,6 +341,7 @@ class DockerRunner:
             "read_only": True,
             "tmpfs": {"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
             "shm_size": self.shm_size,
+            "pids_limit": self.pids_limit,
             "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
             "device_requests": device_requests(self.gpus),
             "stdin_open": False,
@@ -317,8 +354,9 @@ class DockerRunner:
                 config.update(cpuset_mems=call.placement.mems)
             if call.placement.device_id is not None:
                 config.update(device_requests=device_requests([call.placement.device_id]))
-        if self.mem_limit is not None:
-            config.update(mem_limit=self.mem_limit, memswap_limit=self.mem_limit)  # no swap: OOM is OOM
+        memory = self.memory_bytes()
+        if memory is not None:
+            config.update(mem_limit=memory, memswap_limit=memory)  # no swap: OOM is OOM
         return config
 
     def _share(self, call: KitCall) -> None:
@@ -343,59 +381,107 @@ class DockerRunner:
                 _readable_by_others(path)
 
     def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
+        import docker.errors
+        try:
+            self._await_engine()
+        except KeyboardInterrupt:
+            return Outcome(None, 0.0, [], interrupted=True)
         if call.framework not in self._images:
             self.prepare({call.framework})
         image = self._images[call.framework]
         self._share(call)
         client = self.client
         config = self.container_config(call, call.label)
+        name = config["name"]
         launcher = {"backend": "docker", "image": images.image_facts(image),
-                    "container": {"name": config["name"], "user": config["user"], "gpus": self.gpus_text(),
-                                  "network": "none", "engine": self._engine_version}}
+                    "container": {"name": name, "user": config["user"], "gpus": self.gpus_text(),
+                                  "network": "none", "engine": self._engine_version, **self.limits()}}
         tail: list[str] = []
         container = None
         exit_code = None
         timed_out = oom = interrupted = False
-        start_error = None
+        start_error = lost = None
         timing: dict[str, Any] = {}
         launcher["timing"] = timing
         t0 = time.perf_counter()
-        try:
-            container = self._start(client, config, launcher)
-            t_started = time.perf_counter()
-            pump = threading.Thread(target=_pump, args=(container, on_progress, tail), daemon=True)
-            pump.start()
+        stopped = threading.Event()         # by a second Ctrl-C (live.stop_all), which removes the container
+
+        def stop() -> None:
+            stopped.set()
+            _remove_now(client, name)
+
+        with live.running(name, stop):
             try:
-                exit_code = container.wait(timeout=max(float(call.timeout_s), 0.001))["StatusCode"]
-            except Exception as exc:          # the engine's read timed out: the run did
-                if not _is_timeout(exc):
+                container = self._start(client, config, launcher)
+                t_started = time.perf_counter()
+                pump = threading.Thread(target=_pump, args=(container, on_progress, tail), daemon=True)
+                pump.start()
+                try:
+                    exit_code = container.wait(timeout=max(float(call.timeout_s), 0.001))["StatusCode"]
+                except Exception as exc:          # the engine's read timed out: the run did
+                    if not _is_timeout(exc):
+                        raise
+                    timed_out = True
+                    _kill(container)
+                pump.join(10)
+                with contextlib.suppress(docker.errors.NotFound):     # removed by a second Ctrl-C
+                    container.reload()
+                state = container.attrs.get("State", {})
+                oom = bool(state.get("OOMKilled"))
+                timing.update(start_s=t_started - t0, process_s=_lifetime(state))
+                if not timed_out and exit_code is None:
+                    exit_code = state.get("ExitCode")
+                if exit_code in KILLED_EXITS and not (oom or stopped.is_set()) and _shutting_down(client):
+                    lost = f"the Docker engine stopped the run as it shut down (exit status {exit_code})"
+            except _StartFailed as exc:
+                start_error = f"the engine could not start the container: {exc}"
+                tail.append(f"docker: {start_error}")
+                exit_code = 125              # what `docker run` returns when the engine fails
+            except KeyboardInterrupt:
+                interrupted = True
+            except Exception as exc:
+                if not _engine_gone(exc):
                     raise
-                timed_out = True
-                _kill(container)
-            pump.join(10)
-            container.reload()
-            state = container.attrs.get("State", {})
-            oom = bool(state.get("OOMKilled"))
-            timing.update(start_s=t_started - t0, process_s=_lifetime(state))
-            if not timed_out and exit_code is None:
-                exit_code = state.get("ExitCode")
-            wall = time.perf_counter() - t0
-        except _StartFailed as exc:
-            start_error = f"the engine could not start the container: {exc}"
-            tail.append(f"docker: {start_error}")
-            wall = time.perf_counter() - t0
-            exit_code = 125              # what `docker run` returns when the engine fails
-        except KeyboardInterrupt:
-            interrupted = True
-            wall = time.perf_counter() - t0
-        finally:
-            _remove(client, container, config["name"])
+                lost = f"the Docker engine stopped answering during the run ({_reason(exc)})"
+            finally:
+                wall = time.perf_counter() - t0
+                if not _remove(client, container, name):
+                    self._lost.append(name)
         # The orchestrator's own cost is total_s minus process_s (the kit process's lifetime).
         timing["total_s"] = time.perf_counter() - t0
         if interrupted:
             return Outcome(None, wall, tail, interrupted=True, launcher=launcher)
+        if lost is not None:
+            left = (f"; its container {name} is left over until the engine answers again, when the next run removes "
+                    f"it (or `docker rm -f {name}`)" if name in self._lost else "")
+            tail.append(f"docker: {lost}")
+            return Outcome(None, wall, tail, engine_lost=lost + left, launcher=launcher)
+        self._finished += call.module in TRAINING_MODULES
         return Outcome(None if timed_out else exit_code, wall, tail, timed_out=timed_out,
                        oom_killed=oom and not timed_out, launcher=launcher, start_error=start_error)
+
+    def _await_engine(self) -> None:
+        """Before each run: an engine that does not answer gets engine_wait_s to come back (said once), and the
+        containers lost with it are removed then; else the command stops in one sentence."""
+        client = self.client
+        if not _answers(client):
+            self.log(f"the Docker engine does not answer; waiting up to {self.engine_wait_s:.0f} s for it to come "
+                     f"back ...")
+            deadline = time.monotonic() + self.engine_wait_s
+            while not _answers(client):
+                if time.monotonic() >= deadline:
+                    raise UserError(self._gone())
+                time.sleep(1)
+            self.log("the Docker engine answers again; the runs go on.")
+        self._lost = [name for name in self._lost if not _remove(client, None, name)]
+
+    def _gone(self) -> str:
+        n = self._finished
+        kept = (f"the results of the {n} run(s) this command finished are kept" if n
+                else "no run of this command had finished")
+        left = f", then remove what it lost with `docker rm -f {' '.join(self._lost)}`" if self._lost else ""
+        return (f"the Docker engine stopped answering and did not come back within {self.engine_wait_s:.0f} s; "
+                f"{kept}; start it ({ENGINE_START}) and run the same command again{left}.")
 
     def _start(self, client: DockerClient, config: dict[str, Any], launcher: dict[str, Any]) -> Container:
         """Create and start the container; _StartFailed with the engine's reason if it cannot start.
@@ -495,14 +581,60 @@ def _is_timeout(exc: BaseException) -> bool:
     return isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in str(exc).lower()
 
 
+def _engine_gone(exc: BaseException) -> bool:
+    """The engine's connection broke, was cut mid-answer or is refused (dockerd died or restarts), as opposed to
+    a read timeout (the run's own)."""
+    import requests
+    broken = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
+    return isinstance(exc, broken) and not _is_timeout(exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """A broken connection's cause in a few words: 'Connection aborted', 'Connection refused', 'Response ended
+    prematurely' (the requests and urllib3 errors nest theirs)."""
+    errno = re.search(r"\[Errno \d+\] ([^'\")]+)", str(exc))
+    if errno:
+        return errno.group(1).strip()
+    cause: object = exc
+    while isinstance(cause, BaseException) and cause.args:
+        cause = cause.args[0]
+    return str(cause).strip(" .")[:80] or type(exc).__name__
+
+
+def _answers(client: DockerClient) -> bool:
+    import requests
+    try:
+        return client.api.get(f"{client.api.base_url}/_ping", timeout=ENGINE_PROBE_S).ok
+    except requests.exceptions.RequestException:
+        return False
+
+
+def _shutting_down(client: DockerClient) -> bool:
+    """Whether the engine stops answering within ENGINE_SETTLE_S (it is going away)."""
+    deadline = time.monotonic() + ENGINE_SETTLE_S
+    while time.monotonic() < deadline:
+        if not _answers(client):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _remove_now(client: DockerClient, name: str) -> None:
+    """The second Ctrl-C: force-remove a run's container, waiting at most ENGINE_PROBE_S for the engine."""
+    with contextlib.suppress(Exception):
+        client.api.delete(f"{client.api.base_url}/v{client.api.api_version}/containers/{name}",
+                          params={"force": "1"}, timeout=ENGINE_PROBE_S)
+
+
 def _kill(container: Container) -> None:
     import docker.errors
     with contextlib.suppress(docker.errors.APIError):   # it ended by itself in the meantime
         container.kill()
 
 
-def _remove(client: DockerClient, container: Container | None, name: str) -> None:
-    """Remove the run's container whatever happened; find it by name if create was interrupted."""
+def _remove(client: DockerClient, container: Container | None, name: str) -> bool:
+    """Remove the run's container whatever happened (find it by name if create was interrupted); False if the
+    engine would not, so it is left over."""
     import docker.errors
     import requests
     for _ in range(3):
@@ -511,12 +643,13 @@ def _remove(client: DockerClient, container: Container | None, name: str) -> Non
                 try:
                     container = client.containers.get(name)
                 except docker.errors.NotFound:
-                    return
+                    return True
             container.remove(force=True)
-            return
+            return True
         except KeyboardInterrupt:
             continue                     # a second Ctrl-C must not leave the container behind
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if "No such container" in str(exc) or "is already in progress" in str(exc):
-                return
+                return True
             time.sleep(0.2)
+    return False

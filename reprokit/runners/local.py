@@ -20,6 +20,7 @@ from reprokit.environments import envs
 from reprokit.environments.host_checks import Flavor, build_facts
 from reprokit.environments.topology import parse_cpulist
 from reprokit.results.provenance import REPO, sha256_file
+from reprokit.runners import live
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 
@@ -91,17 +92,24 @@ class LocalRunner:
         # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started.
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True, preexec_fn=pin)
+        # A second Ctrl-C, which does not wait for the clean-up below, still ends the kit's process group.
+        with live.process_group(proc.pid):
+            return self._wait(proc, call, cmd, tail, on_progress, t0)
+
+    @staticmethod
+    def _wait(proc: subprocess.Popen[str], call: KitCall, cmd: list[str], tail: list[str], on_progress: ProgressFn,
+              t0: float) -> Outcome:
         def read() -> None:
             assert proc.stdout is not None          # stdout=PIPE
             for line in proc.stdout:
                 split_line(line, on_progress, tail)
 
         reader = threading.Thread(target=read, daemon=True)
-        reader.start()
         python = Path(cmd[0])
         launcher = {"backend": "local",
                     "python": str(python.relative_to(REPO)) if python.is_relative_to(REPO) else str(python)}
         try:
+            reader.start()
             code = proc.wait(timeout=call.timeout_s)
         except subprocess.TimeoutExpired:
             _kill(proc)

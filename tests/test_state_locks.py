@@ -1,0 +1,159 @@
+"""One timed matrix per host at a time, with real commands: a second command on a state folder refuses (or waits
+with --wait), two commands on different state folders never time runs on one device at once, a lock whose process
+was killed is taken over and named; and what ran beside a run (a real busy process) is recorded and flagged."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import stub_matrix as sm
+
+from reprokit.report import pair_findings
+
+
+def _holding(state: Path) -> dict:
+    """The state folder's lock record, once its command holds it."""
+    def read():
+        lock = state / "command.lock"
+        text = lock.read_text() if lock.exists() else ""
+        return json.loads(text) if text else None
+    return sm.wait_for(read, timeout=60)
+
+
+def _finish(proc: subprocess.Popen[str], log: Path) -> str:
+    out = sm.output(proc, log, timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def test_a_second_command_on_a_state_folder_refuses_or_waits(tmp_path):
+    exp = sm.experiment(tmp_path / "exp", epochs=800)           # a run of about 4 s
+    state = tmp_path / "state"
+    first = sm.start(sm.command(tmp_path, exp, state, repeats=1), tmp_path / "first.log")
+    waiting = None
+    try:
+        record = _holding(state)
+        assert record["pid"] == first.pid
+        waiting = sm.start(sm.command(tmp_path, exp, state, "--wait", repeats=1), tmp_path / "waiting.log")
+        refused = sm.run(sm.command(tmp_path, exp, state, repeats=1))
+        assert refused.returncode == 2
+        line = refused.stderr.strip()
+        assert line.startswith(f"error: another command is using the state folder {state}: pid {first.pid} (`")
+        assert "reprokit reproduce" in line and "since 2" in line and "add --wait" in line
+        assert "Traceback" not in refused.stderr and len(line.splitlines()) == 1
+        dry = sm.run(sm.command(tmp_path, exp, state, "--dry-run", repeats=1))       # a dry run takes no lock
+        assert dry.returncode == 0, dry.stderr
+        _finish(first, tmp_path / "first.log")
+        out = _finish(waiting, tmp_path / "waiting.log")
+    finally:
+        for p in (first, waiting):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert out.count("waiting for the state folder") == 1 and f"pid {first.pid}" in out, out[-2000:]
+    assert "1 already finished, 0 to run" in out           # it waited, so it found the first command's run
+    assert len(sm.stored(state)) == 1
+
+
+def _windows(state: Path) -> list[tuple[float, float]]:
+    """Each stored run's (start, end) on the wall clock: its result file's time less the kit process's seconds."""
+    out = []
+    for path in (state / "results").glob("*.json"):
+        end = path.stat().st_mtime
+        out.append((end - json.loads(path.read_text())["launcher"]["wall_s"], end))
+    return out
+
+
+def test_two_state_folders_never_time_runs_on_one_device_at_once(tmp_path):
+    long, short = sm.experiment(tmp_path / "long", epochs=800), sm.experiment(tmp_path / "short", epochs=200)
+    a = sm.start(sm.command(tmp_path, long, tmp_path / "a", repeats=1), tmp_path / "a.log")
+    _holding(tmp_path / "a")
+    sm.wait_for(lambda: sm.kit_processes(tmp_path / "a"), timeout=60)      # a is timing its first run
+    b = sm.start(sm.command(tmp_path, short, tmp_path / "b", repeats=2), tmp_path / "b.log")
+    out_a, out_b = _finish(a, tmp_path / "a.log"), _finish(b, tmp_path / "b.log")
+    waited = [line for line in (out_a + out_b).splitlines() if "waiting for CPU" in line]
+    assert waited, out_b[-2000:]
+    assert all(f"pid {a.pid}" in line or f"pid {b.pid}" in line for line in waited)
+    assert len(waited) <= 3                                     # once per run that waits, not once per CPU
+    runs = sorted(_windows(tmp_path / "a") + _windows(tmp_path / "b"))
+    assert len(runs) == 3
+    for (_, end), (start, _) in zip(runs, runs[1:]):
+        assert start >= end - 0.05, f"two runs were timed at once: {runs}"
+
+
+def test_the_lock_of_a_killed_command_is_taken_over_and_named(tmp_path):
+    exp = sm.experiment(tmp_path / "exp", epochs=300)
+    state = tmp_path / "state"
+    first = sm.start(sm.command(tmp_path, exp, state, repeats=1), tmp_path / "first.log")
+    kits = sm.wait_for(lambda: sm.kit_processes(state), timeout=60)
+    os.kill(first.pid, signal.SIGKILL)                          # no clean-up at all: its records stay
+    first.wait()
+    for kit in kits:                                            # its kit, in a session of its own, trains on
+        os.killpg(kit, signal.SIGKILL)
+    sm.wait_for(lambda: all(sm.gone(k) for k in kits), timeout=10)
+    again = sm.run(sm.command(tmp_path, exp, state, repeats=1))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    took = [line for line in again.stderr.splitlines() if "took over the lock" in line]
+    assert len(took) == 2, again.stderr                         # the state folder's, and its CPUs' in one line
+    assert took[0].startswith(f"the state folder {state}: took over the lock of pid {first.pid} (`")
+    assert took[1].startswith("CPU 0") and f"pid {first.pid}" in took[1]
+    assert all(line.endswith("which is gone") for line in took)
+
+
+BUSY = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def test_a_busy_process_beside_the_runs_is_recorded_and_flags_their_ratio(tmp_path, kit_python):
+    """PyTorch and the stub, once beside a real busy loop and once on their own: the ratio is flagged in report.md
+    only the first time."""
+    exp = sm.experiment(tmp_path / "exp", frameworks='"pytorch", "stub"')
+    torch = kit_python("pytorch")
+    busy = subprocess.Popen([sys.executable, "-c", BUSY])
+    try:
+        time.sleep(0.5)
+        loaded = sm.run(sm.command(tmp_path, exp, tmp_path / "loaded", "--name", "loaded", repeats=1,
+                                   frameworks="pytorch,stub", python=torch), timeout=300)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert loaded.returncode == 0, loaded.stdout[-2000:] + loaded.stderr[-2000:]
+    quiet = sm.run(sm.command(tmp_path, exp, tmp_path / "quiet", "--name", "quiet", repeats=1,
+                              frameworks="pytorch,stub", python=torch), timeout=300)
+    assert quiet.returncode == 0, quiet.stdout[-2000:] + quiet.stderr[-2000:]
+    readings = {}
+    for name in ("loaded", "quiet"):
+        for path in (tmp_path / name / "results").glob("*.json"):
+            r = json.loads(path.read_text())
+            readings[name, r["framework"]] = r["timing"]["co_load"]
+    print(readings)
+    assert readings["loaded", "pytorch"]["other_cores"] > 0.8           # the busy loop: about one core
+    assert all(c["cpus_allowed"] >= 1 and len(c["load_average"]) == 3 for c in readings.values())
+    flagged = (tmp_path / "reports" / "loaded" / "report.md").read_text()
+    assert "**ratio-beside-load** (warning)" in flagged and "PyTorch r0: other processes kept" in flagged
+    # Without the loop the flag is absent, unless something else on this host kept the runs' CPUs as busy (a
+    # machine shared with other work): the report says what the readings say, no more, no less.
+    busy = [fw for (name, fw), c in readings.items() if name == "quiet"
+            and c["other_cores"] - c.get("resolution_cores", 0) > pair_findings.OTHER_CORES_THRESHOLD]
+    assert ("ratio-beside-load" in (tmp_path / "reports" / "quiet" / "report.md").read_text()) == bool(busy)
+
+
+def test_a_damaged_ledger_entry_is_set_aside_and_the_runs_go_on(tmp_path):
+    """A ledger entry cut short (as a crash or a full disk leaves one): named once, moved to quarantine/, never
+    fatal; the co-load records simply lack it."""
+    exp = sm.experiment(tmp_path / "exp")
+    state = tmp_path / "state"
+    (state / "ledger").mkdir(parents=True)
+    (state / "ledger" / "0123456789abcdef.json").write_text('{"run_id": "0123456789abcdef", "experiment": "ti')
+    got = sm.run(sm.command(tmp_path, exp, state, repeats=1))
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    (line,) = [x for x in got.stderr.splitlines() if "ledger entry" in x]
+    assert line.startswith("ledger entry 0123456789abcdef was damaged (unterminated JSON); moved to ")
+    assert not (state / "ledger" / "0123456789abcdef.json").exists()
+    assert [p.name.split(".json")[0] for p in (state / "ledger" / "quarantine").iterdir()] == ["0123456789abcdef"]
+    (result,) = sm.stored(state).values()
+    assert result["status"] == "ok"
