@@ -61,7 +61,7 @@ def faults(session: nox.Session) -> None:
     `faults survived: N of N, results lost: L`. Options after --: `--fast` (the subset CI runs),
     `--only NAME`, `--keep`.
     """
-    _host(session, ray=True)          # Ray for the lost node
+    _host(session, ray="--fast" not in session.posargs)          # Ray for the lost node only
     session.run("python", "faults/run.py", *session.posargs, env={"PYTHONPATH": "."})
 
 

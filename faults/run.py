@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -46,6 +47,7 @@ class Line:
     fault: str
     injected: str = "not injected"
     survived: bool = False
+    run: bool = True
     why: str = ""
     finished: int = 0          # results finished before the fault
     kept: int = 0              # of those, still there and unchanged after it
@@ -54,6 +56,17 @@ class Line:
 
 class Failed(Exception):
     """The fault was not survived: the reason, in one line."""
+
+
+class NotRun(Exception):
+    """The fault cannot be made on this machine (no Docker engine or image, not root): why, in one line."""
+
+
+def docker_or_not_run(text: str) -> None:
+    """A Docker fault whose command was refused for want of an engine or an image is not run, and says why."""
+    errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+    if errors and any(w in errors[0] for w in ("image", "Docker engine", "docker")):
+        raise NotRun(errors[0])
 
 
 # ---------------------------------------------------------------------------
@@ -187,18 +200,28 @@ def mid_run(suite: Suite, state: Path, proc: subprocess.Popen[str], results: int
 # ---------------------------------------------------------------------------
 # The faults
 
-def sigterm(suite: Suite, line: Line, signals: int = 1, signum: int = signal.SIGTERM) -> None:
-    state = suite.folder("sigterm" if signals == 1 else "ctrl-c-twice")
-    cmd = suite.command(state)
+def sigterm(suite: Suite, line: Line, signals: int = 1, signum: int = signal.SIGTERM, backend: str = "local") -> None:
+    state = suite.folder(("sigterm" if signals == 1 else "ctrl-c-twice") + ("-docker" if backend == "docker" else ""))
+    frameworks = "tensorflow" if backend == "docker" else "pytorch"      # the image CI can build here
+    cmd = suite.command(state, frameworks=frameworks, backend=backend)
     log = state.parent / f"{state.name}.log"
     proc = suite.start(cmd, log)
-    before = mid_run(suite, state, proc)
+    if backend == "docker":
+        try:
+            wait_until("a finished run and a running container", lambda: len(finished(state)) >= 1
+                       and bool(_docker("ps", "-q", "--filter", "label=reprokit=1")), proc)
+        except Failed:
+            docker_or_not_run(output_of(log))
+            raise
+        before = finished(state)
+    else:
+        before = mid_run(suite, state, proc)
     line.finished = len(before)
     t0 = time.monotonic()
     for i in range(signals):
         os.kill(proc.pid, signum)
         line.injected = (f"{'SIGTERM' if signum == signal.SIGTERM else 'SIGINT'} x{signals} to pid {proc.pid} "
-                         f"with {len(before)} run(s) finished")
+                         f"with {len(before)} run(s) finished{' (Docker runner)' if backend == 'docker' else ''}")
         if i + 1 < signals:
             time.sleep(0.3)
     try:
@@ -211,13 +234,18 @@ def sigterm(suite: Suite, line: Line, signals: int = 1, signum: int = signal.SIG
     line.kept = kept(before, finished(state))
     no_traceback(text)
     expect(code == 130, f"exit status {code}, not 130")
-    expect(took <= 10, f"it took {took:.1f} s to stop (at most 10)")
+    expect(took <= (2 if signals > 1 else 10), f"it took {took:.1f} s to stop")
     expect(not kit_processes(state), "a kit process survived the signal")
+    expect(not _docker("ps", "-aq", "--filter", "label=reprokit=1"), "a container survived the signal")
     expect(shlex.join(cmd[3:]) in text.replace(shlex.join(cmd[:3]), ""),
            "the command to run to go on was not printed")
     again = suite.run(cmd)
     expect(again.returncode == 0 and len(finished(state)) == 3, "the same command again did not finish the matrix")
     line.why = f"stopped in {took:.1f} s; the same command again ran the {3 - len(before)} other run(s)"
+
+
+def sigterm_docker(suite: Suite, line: Line) -> None:
+    sigterm(suite, line, backend="docker")
 
 
 def ctrl_c_twice(suite: Suite, line: Line) -> None:
@@ -233,7 +261,7 @@ def kill_9(suite: Suite, line: Line) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     line.injected = f"SIGKILL to pid {proc.pid} with {len(before)} run(s) finished"
-    wait_until("the orphaned kit process to end", lambda: not kit_processes(state), timeout=10)
+    wait_until("the kit process to end with its orchestrator", lambda: not kit_processes(state), timeout=2)
     again = suite.run(cmd)
     line.kept = kept(before, finished(state))
     no_traceback(output_of(again))
@@ -323,7 +351,7 @@ def small_disk(path: Path, size_kib: int) -> Iterator[Path]:
 
 def disk_full(suite: Suite, line: Line) -> None:
     if os.geteuid() != 0:
-        raise Failed("not root: a small file system cannot be mounted here (run the suite as root)")
+        raise NotRun("not root: a small file system cannot be mounted here (run the suite as root)")
     root = suite.folder("disk-full")
     with small_disk(root / "fs", 4096) as fs:
         state = fs / "state"
@@ -342,7 +370,8 @@ def disk_full(suite: Suite, line: Line) -> None:
         expect(all(json.loads((state / "results" / n).read_text()) for n in listing), "a result file is damaged")
         last = [ln for ln in text.strip().splitlines() if ln.strip()][-1]
         expect("need" in last, f"the last line does not say how much space the rest needs: {last}")
-        line.why = f"{len(listing)} result(s) intact; {last.strip()[:90]}"
+        need = re.search(r"the \d+ run\(s\) left need about [^(;]+", last)
+        line.why = f"{len(listing)} result(s) intact; it stopped: {need.group().strip() if need else last[:80]}"
 
 
 def timeout(suite: Suite, line: Line) -> None:
@@ -364,6 +393,8 @@ def script_fault(script: str, kind: str, framework: str = "pytorch", backend: st
         doc = (SCRIPTS / script).read_text().splitlines()[0].strip('"').rstrip(".")
         line.injected = f"a user's script: {doc[0].lower()}{doc[1:]}"
         got = [r["failure"]["kind"] for r in results_of(state) if r["status"] == "failed"]
+        if backend == "docker":
+            docker_or_not_run(output_of(proc))
         no_traceback(output_of(proc))
         expect(proc.returncode == 1 and got == [kind], f"status {proc.returncode}, failure kinds {got}, not [{kind}]")
         line.why = f"a failed run of kind {kind}"
@@ -376,13 +407,14 @@ def oom(suite: Suite, line: Line) -> None:
                                    backend="docker"))
     line.injected = "the TensorFlow container limited to 256 MiB of memory"
     got = [r["failure"]["kind"] for r in results_of(state) if r["status"] == "failed"]
+    docker_or_not_run(output_of(proc))
     no_traceback(output_of(proc))
     expect(proc.returncode == 1 and got == ["oom"], f"status {proc.returncode}, failure kinds {got}")
     line.why = "a failed run of kind oom"
 
 
-def engine_refusal(suite: Suite, line: Line) -> None:
-    state = suite.folder("engine-refusal")
+def gpu_refused(suite: Suite, line: Line) -> None:
+    state = suite.folder("gpu-refused")
     proc = suite.run(suite.command(state, "--gpus", "all", frameworks="tensorflow", repeats=1, backend="docker"))
     line.injected = "--gpus all on an engine without the NVIDIA runtime"
     text = output_of(proc)
@@ -396,8 +428,13 @@ def engine_refusal(suite: Suite, line: Line) -> None:
 def engine_killed(suite: Suite, line: Line) -> None:
     state = suite.folder("engine-killed")
     cmd = suite.command(state, frameworks="tensorflow", repeats=2, backend="docker")
-    proc = suite.start(cmd, state.parent / f"{state.name}.log")
-    wait_until("a running container", lambda: bool(_docker("ps", "-q", "--filter", "label=reprokit=1")), proc)
+    log = state.parent / f"{state.name}.log"
+    proc = suite.start(cmd, log)
+    try:
+        wait_until("a running container", lambda: bool(_docker("ps", "-q", "--filter", "label=reprokit=1")), proc)
+    except Failed:
+        docker_or_not_run(output_of(log))
+        raise
     pid = int(Path("/var/run/docker.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     line.injected = f"SIGKILL to dockerd (pid {pid}) mid-run"
@@ -445,6 +482,7 @@ def node_lost(suite: Suite, line: Line) -> None:
 
 FAULTS: dict[str, tuple[Callable[[Suite, Line], None], bool]] = {    # name: (fault, in the fast subset)
     "sigterm": (sigterm, True),
+    "sigterm, docker": (sigterm_docker, False),
     "ctrl-c twice": (ctrl_c_twice, False),
     "kill -9": (kill_9, False),
     "damaged result": (damaged_result, True),
@@ -456,7 +494,7 @@ FAULTS: dict[str, tuple[Callable[[Suite, Line], None], bool]] = {    # name: (fa
     "exit code": (script_fault("exit_code.py", "exit-code"), False),
     "invalid output": (script_fault("exits_early.py", "invalid-output"), False),
     "oom": (oom, False),
-    "engine refusal": (engine_refusal, False),
+    "gpu refused": (gpu_refused, False),
     "fork bomb": (script_fault("fork_bomb.py", "timeout", "tensorflow", "docker", ("--timeout", "30")), False),
     "engine killed": (engine_killed, False),
     "node lost": (node_lost, False),
@@ -485,25 +523,35 @@ def main(argv: list[str] | None = None) -> int:
                 line.survived = True
             except Failed as exc:
                 line.why = str(exc)
+            except NotRun as exc:
+                line.run, line.why = False, str(exc)
             except Exception as exc:  # noqa: BLE001 - the suite's own failure is a fault not survived
                 line.why = f"the suite failed: {exc!r}"
             time.sleep(0.5)
             line.leftovers = sorted(snapshot(scratch) - before)
             lines.append(line)
-            print(f"{name}: {'survived' if line.survived and not line.leftovers else 'NOT SURVIVED'} "
-                  f"in {time.monotonic() - t:.0f} s", file=sys.stderr)
+            print(f"{name}: {verdict(line)} in {time.monotonic() - t:.0f} s", file=sys.stderr)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    rows = [[ln.fault, ln.injected, "yes" if ln.survived and not ln.leftovers else "NO", ln.why,
-             f"{ln.kept} of {ln.finished}", "; ".join(ln.leftovers) or "none"] for ln in lines]
+    rows = [[ln.fault, ln.injected, verdict(ln), ln.why, f"{ln.kept} of {ln.finished}",
+             "; ".join(ln.leftovers) or "none"] for ln in lines]
     print(tabulate(rows, headers=["fault", "injected", "survived", "how", "results kept", "leftovers"],
                    tablefmt="github"))
-    survived = sum(ln.survived and not ln.leftovers for ln in lines)
+    made = [ln for ln in lines if ln.run]
+    survived = sum(verdict(ln) == "yes" for ln in made)
     lost = sum(ln.finished - ln.kept for ln in lines)
-    print(f"\nfaults survived: {survived} of {len(lines)}, results lost: {lost}  ({time.monotonic() - t0:.0f} s"
-          f"{'; scratch kept in ' + str(scratch) if args.keep else ''})")
-    return 0 if survived == len(lines) and lost == 0 else 1
+    not_run = [ln.fault for ln in lines if not ln.run]
+    print(f"\nfaults survived: {survived} of {len(made)}, results lost: {lost}"
+          + (f"; not run here: {', '.join(not_run)} (see above why)" if not_run else "")
+          + f"  ({time.monotonic() - t0:.0f} s{'; scratch kept in ' + str(scratch) if args.keep else ''})")
+    return 0 if survived == len(made) and lost == 0 else 1
+
+
+def verdict(line: Line) -> str:
+    if not line.run:
+        return "not run"
+    return "yes" if line.survived and not line.leftovers else "NO"
 
 
 if __name__ == "__main__":

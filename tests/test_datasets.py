@@ -372,3 +372,25 @@ def test_the_tfds_data_step_runs_through_the_runner_and_refuses_a_wrong_archive(
                                         r"place the official cifar-10-binary.tar.gz"):
         data_step.tfds(cache, runner, tmp_path / "work")
     assert datasets.tfds_prepared(cache) is None and not (cache / kitdata.TFDS_ROOT).exists()
+
+
+def test_a_cut_short_cifar10_file_without_its_archive_is_set_aside_and_refused_in_one_sentence(
+        small_cifar10: Path) -> None:
+    path = small_cifar10 / datasets.prepare(_cifar10(), small_cifar10, allow_download=False).file
+    (small_cifar10 / datasets.CIFAR10_ARCHIVE).unlink()
+    path.write_bytes(path.read_bytes()[:1000])
+    assert datasets.prepared(_cifar10(), small_cifar10) is None
+    assert [p.name.split(".")[:2] for p in (small_cifar10 / "quarantine").iterdir()] == [["cifar10", "npz"]]
+    path.write_bytes(b"")                                          # cut short again, now at nothing
+    with pytest.raises(UserError, match="The CIFAR-10 archive is missing"):
+        datasets.prepare(_cifar10(), small_cifar10, allow_download=False)
+    assert not path.exists() and len(list((small_cifar10 / "quarantine").iterdir())) == 2
+
+
+def test_a_damaged_checksum_sidecar_is_set_aside_and_computed_again(tmp_path: Path, capsys) -> None:
+    first = datasets.prepare(_learnable(20, 10), tmp_path)
+    sidecar = tmp_path / f"{first.file}.sha256"
+    sidecar.write_text(sidecar.read_text()[:30])
+    assert datasets.prepare(_learnable(20, 10), tmp_path) == first
+    assert f"checksum {sidecar.name} was damaged (not one sha256sum line for its file)" in capsys.readouterr().err
+    assert sidecar.read_text() == f"{first.sha256}  {first.file}\n"

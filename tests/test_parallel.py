@@ -6,7 +6,9 @@ stand-in nvidia-smi that prints what the real one prints.
 """
 from __future__ import annotations
 
+import io
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -15,10 +17,16 @@ import pytest
 from gpu_host import TOPO
 
 from reprokit import cli
+from reprokit.console import RunProgress
 from reprokit.environments import host_checks, topology
+from reprokit.errors import UserError
+from reprokit.execute import schedule
+from reprokit.plan.experiments import load
+from reprokit.plan.plan import Options, specs_for
 from reprokit.report import pair_findings
 from reprokit.results import results
-from reprokit.results.provenance import REPO
+from reprokit.results.provenance import REPO, code
+from reprokit.results.store import Store
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
 
@@ -112,3 +120,21 @@ def test_two_runs_at_once_each_pinned_to_its_slot_and_recorded(kit_python, tiny_
     (finding,) = pair_findings.co_load([pt], [alone])
     assert finding["code"] == "ratio-across-co-load" and "PyTorch 1, TensorFlow 0" in finding["message"]
     assert "ratio-across-co-load" not in (tmp_path / "reports" / "t" / "report.md").read_text()
+
+
+def test_a_slots_one_sentence_error_reaches_the_command_as_that_sentence(tiny_dir, data_dir, tmp_path, monkeypatch):
+    """A runner's UserError in a slot's own process (here the Docker runner finding no engine where the command's
+    engine was: DOCKER_HOST names a socket nobody serves) stops the other slots and comes back as its sentence."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.setenv(topology.FAKE_SLOTS_ENV, "2")
+    opts = Options(profile="quick", device="cpu", repeats=3, frameworks=("pytorch",), data_dir=data_dir,
+                   allow_download=False)
+    todo = list(specs_for(load(tiny_dir / "tiny.toml"), opts,
+                          lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code()))
+    runner = DockerRunner(REPO, data_dir, "none", pinned_images={"pytorch": "reprokit/pytorch:test"})
+    store = Store(tmp_path / "state" / "results")
+    with pytest.raises(UserError) as raised:
+        schedule.run_all(runner, todo, topology.fake_slots() or [], tmp_path / "work", tmp_path / "ledger", store,
+                         lambda i, spec: RunProgress(f"run {i}", stream=io.StringIO()))
+    assert str(raised.value).startswith("no Docker engine answers (no Docker socket here); start it")
+    assert not multiprocessing.active_children() and not store.root.exists()

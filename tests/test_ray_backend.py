@@ -246,3 +246,25 @@ def test_a_lost_node_is_retried_elsewhere_and_nothing_is_lost(cluster, tiny_dir,
     local = subprocess.run(cmd[:cmd.index("--backend")] + ["--backend", "local"] + cmd[cmd.index("--no-certify"):],
                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert "2 already finished, 0 to run" in local.stdout, local.stdout + local.stderr
+
+
+def test_the_memory_limit_reaches_each_nodes_docker_runner(tmp_path):
+    """--memory-limit travels in the Job; a node's Docker runner applies it, auto as a share of its own engine
+    host's memory (here this host's engine stands for a node's)."""
+    from reprokit.errors import UserError
+    from reprokit.execute import cluster as cl
+    from reprokit.execute.executors import RayExecutor
+    from reprokit.runners import container_limits
+    from reprokit.runners.docker import DockerRunner
+    if not host_checks.engine_status()[0]:
+        pytest.skip("no Docker engine answers here")
+    head_runner = DockerRunner(REPO, tmp_path, "none")
+    executor = RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, memory_limit="2g")
+    job = executor.job(head_runner, None, {})
+    assert (job.runner, job.memory_limit) == ("docker", "2g")
+    assert cl._node_runner(job, tmp_path).memory_bytes() == 2 << 30
+    node = cl._node_runner(cl.Job("docker", "cpu", head=None), tmp_path)
+    engine_host = node.client.info()["MemTotal"]
+    assert node.memory_bytes() == int(engine_host * container_limits.AUTO_SHARE) > 0
+    with pytest.raises(UserError, match="--memory-limit lots is not understood"):
+        RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, memory_limit="lots").prepare(head_runner, set())

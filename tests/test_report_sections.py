@@ -22,6 +22,7 @@ from reprokit import report
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts
 from reprokit.plan.experiments import BUILTIN_DIR, discover
+from reprokit.report import sections
 from reprokit.results import metrics
 from reprokit.results import results as results_mod
 
@@ -697,3 +698,11 @@ def test_the_reference_report_of_the_posted_code_renders_its_table_from_its_file
     # with repeats each variant gets its own test, said with its name where their outcomes differ
     memory = next(line for line in text.splitlines() if line.startswith("- **PyTorch / TensorFlow, peak memory**"))
     assert re.search(r"As posted: Mann-Whitney U p = [0-9.]+: .*; verbatim: Mann-Whitney U p = [0-9.]+: ", memory), memory
+
+
+def test_a_docker_result_whose_image_recorded_no_base_digest_reads_as_unpinned():
+    # image_facts records base_digest null for an image without the kit's labels (one built or tagged by hand).
+    docker = json.loads(next((REPO / "reports" / "docker-quick-cpu" / "results").glob("*.json")).read_text())
+    docker["launcher"]["image"]["base_digest"] = None
+    row = sections.environment([docker])
+    assert "base unpinned, no digest" in row and docker["launcher"]["image"]["ref"] in row

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,36 +54,6 @@ def test_reproduce_writes_results_and_report_then_resumes(kit_python, tiny_dir, 
     # One framework only: no certificate can run, and the report says so instead of leaving it out.
     assert ("**Equivalence certificate: not run**: only PyTorch runs variant 'fixed' in this matrix"
             in (report_dir / "report.md").read_text())
-
-
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
-def test_ctrl_c_keeps_finished_results_and_records_nothing_unfinished(kit_python, tiny_dir, tmp_path, stop):
-    kit_python("pytorch"), kit_python("tensorflow")
-    # Finish PyTorch first, then interrupt TensorFlow while it trains.
-    # The certificate is tested elsewhere (and here in the first test): skipped, the report says so.
-    assert _reproduce(tiny_dir, tmp_path, "--frameworks", "pytorch", "--no-certify").returncode == 0
-    proc = subprocess.Popen(_cmd(tiny_dir, tmp_path, "--no-certify"), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "[run 1/1] tiny / tensorflow" in line and "epoch" in line:
-            break
-        if "[run 1/1]" in line and line.rstrip().endswith(("ok", "s")) and "· ok ·" in line:
-            pytest.fail("the run finished before it could be interrupted")
-    proc.send_signal(stop)
-    rest, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, "".join(lines) + rest
-    assert "interrupted: finished results are kept" in rest
-    # and the kit's process went with it: nothing still runs on this state folder
-    left = subprocess.run(["pgrep", "-f", str(tmp_path / "state")], capture_output=True, text=True).stdout.split()
-    assert not left, left
-    stored = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
-    assert [r["framework"] for r in stored] == ["pytorch"]
-    resumed = _reproduce(tiny_dir, tmp_path, "--no-certify")
-    assert "1 already finished, 1 to run" in resumed.stdout and resumed.returncode == 0
-    text = (tmp_path / "reports" / "t" / "report.md").read_text()
-    assert "**Equivalence certificate: not run**: skipped with --no-certify" in text
 
 
 def test_a_timeout_is_recorded_and_the_matrix_goes_on(kit_python, tiny_dir, tmp_path):

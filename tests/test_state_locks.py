@@ -157,3 +157,31 @@ def test_a_damaged_ledger_entry_is_set_aside_and_the_runs_go_on(tmp_path):
     assert [p.name.split(".json")[0] for p in (state / "ledger" / "quarantine").iterdir()] == ["0123456789abcdef"]
     (result,) = sm.stored(state).values()
     assert result["status"] == "ok"
+
+
+def test_ledger_entries_that_parse_but_lack_their_fields_are_set_aside(tmp_path):
+    """Entries of other runs that are JSON but not ledger entries (no fields, a pid that is not a number), and the
+    run's own entry damaged while it runs: each named once and set aside, the run's result kept."""
+    exp = sm.experiment(tmp_path / "exp", epochs=400)           # a run of about 2 s
+    state = tmp_path / "state"
+    ledger = state / "ledger"
+    ledger.mkdir(parents=True)
+    full = {"run_id": "a" * 16, "experiment": "tiny", "framework": "stub", "variant": "fixed", "repeat": 0,
+            "pid": "x", "slot": None, "start": 1.0, "end": None}
+    for name, entry in (("0" * 16, {}), ("1" * 16, {"pid": "x"}), ("a" * 16, full)):
+        (ledger / f"{name}.json").write_text(json.dumps(entry))
+    log = tmp_path / "out.log"
+    proc = sm.start(sm.command(tmp_path, exp, state, repeats=1), log)
+    own = sm.wait_for(lambda: next((p for p in ledger.glob("*.json") if p.stem not in ("0" * 16, "1" * 16, "a" * 16)),
+                                   None))
+    own.write_text('{"pid": "x"}')                              # from outside, while its run trains
+    out = sm.output(proc, log, timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    damaged = sorted(x.split()[2] for x in out.splitlines() if x.startswith("ledger entry "))
+    assert damaged == sorted(["0" * 16, "1" * 16, "a" * 16, own.stem]), out[-3000:]
+    assert {p.name.split(".json")[0] for p in (ledger / "quarantine").iterdir()} == {"0" * 16, "1" * 16, "a" * 16,
+                                                                                        own.stem}
+    (result,) = sm.stored(state).values()
+    assert result["status"] == "ok" and result["run_id"] == own.stem
+    assert json.loads((state / "results" / f"{own.stem}.json").read_text())["launcher"]["co_load"] == []

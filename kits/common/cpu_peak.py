@@ -11,6 +11,7 @@ Standard library only: both sides import it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +33,21 @@ def key(env: dict[str, Any]) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    """The cache's well-formed entries. A damaged cache (cut short, not an object, an entry without its figure)
+    only costs a measurement: its bad entries are absent here, and the host's next write leaves them out."""
     try:
-        cached: dict[str, Any] = json.loads(path.read_text())
-        return cached
+        cached = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(cached, dict):
+        return {}
+    return {k: v for k, v in cached.items() if _well_formed(v)}
+
+
+def _well_formed(entry: Any) -> bool:
+    flops = entry.get("flops") if isinstance(entry, dict) else None
+    return (isinstance(flops, (int, float)) and not isinstance(flops, bool) and math.isfinite(flops) and flops > 0
+            and isinstance(entry.get("run_id"), str))
 
 
 def for_run(env: dict[str, Any], data_dir: Path, measure: Callable[[], float]) -> dict[str, Any]:

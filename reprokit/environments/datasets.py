@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import pickle
+import re
 import shutil
 import tarfile
 import time
@@ -31,6 +32,7 @@ from kits.common import data as kitdata
 from kits.common.files import atomic_file
 from reprokit.console import duration
 from reprokit.errors import UserError
+from reprokit.results.quarantine import set_aside
 
 DATASETS = ("cifar10", "synthetic", "learnable")
 
@@ -51,6 +53,7 @@ CIFAR10_SIZES = (50000, 10000)
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)        # the earliest time a zip member can carry
 DOWNLOAD_TIMEOUT_S = 60
 _CHUNK = 1 << 20
+_SHA256SUM = re.compile(r"([0-9a-f]{64})  (.+)\n")      # the sidecar's one line, as sha256sum writes it
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = Tru
     """Write the dataset's .npz into cache_dir unless it is there already, and describe it."""
     path = _path(data, cache_dir)
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    if not path.exists():
+    if not _intact(path):
         if data["dataset"] == "cifar10":
             _write_npz(path, *_cifar10_arrays(_cifar10_archive(Path(cache_dir), allow_download)))
         else:
@@ -84,9 +87,10 @@ def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = Tru
 
 
 def prepared(data: dict[str, Any], cache_dir: Path) -> PreparedDataset | None:
-    """The dataset's description if it is already prepared, else None; writes and downloads nothing."""
+    """The dataset's description if it is already prepared, else None (a damaged file is set aside); writes and
+    downloads nothing."""
     path = _path(data, cache_dir)
-    return _describe(data, path) if path.exists() else None
+    return _describe(data, path) if _intact(path) else None
 
 
 def expected_counts(data: dict[str, Any]) -> tuple[int, int]:
@@ -123,6 +127,21 @@ def _counts(path: Path) -> tuple[int, int]:
         return len(npz["y_train"]), len(npz["y_test"])
 
 
+def _intact(path: Path) -> bool:
+    """Whether a prepared dataset is at path. One that does not read (cut short by a crash or a full disk,
+    another file's bytes) is set aside, so that it is prepared again rather than failing every command."""
+    if not path.exists():
+        return False
+    try:
+        _counts(path)
+        return True
+    # A cut-short zip has lost its central directory; other bytes fail np.load's header or pickle check.
+    except (zipfile.BadZipFile, EOFError, ValueError, KeyError) as exc:
+        why = "empty file" if isinstance(exc, EOFError) else f"not a readable .npz: {exc}"
+    set_aside(path, f"dataset {path.name}", why, "it will be prepared again")
+    return False
+
+
 # --- files: atomic writes and cached checksums ---------------------------------
 
 def _write_npz(path: Path, x_train: np.ndarray, y_train: np.ndarray,
@@ -153,9 +172,14 @@ def _sha256_cached(path: Path) -> str:
     """The file's sha256, from a sidecar (sha256sum format) unless the file is newer."""
     sidecar = path.with_name(path.name + ".sha256")
     if sidecar.exists() and sidecar.stat().st_mtime_ns >= path.stat().st_mtime_ns:
-        recorded = sidecar.read_text().split()
-        if recorded and len(recorded[0]) == 64:
-            return recorded[0]
+        try:
+            recorded = _SHA256SUM.fullmatch(sidecar.read_text())
+        except ValueError:          # not UTF-8
+            recorded = None
+        if recorded and recorded[2] == path.name:
+            return recorded[1]
+        set_aside(sidecar, f"checksum {sidecar.name}", "not one sha256sum line for its file",
+                  "it will be computed again")
     sha256 = _file_digest(path, "sha256")
     with atomic_file(sidecar) as fh:
         fh.write(f"{sha256}  {path.name}\n")

@@ -85,6 +85,7 @@ class Job:
     head: Any                                   # the Head actor's handle: files and progress
     images: dict[str, dict[str, str]] = field(default_factory=dict)   # framework -> {"ref", "id"}
     extra_dirs: tuple[str, ...] = ()
+    memory_limit: str = "auto"                  # --memory-limit for each node's containers; auto: of that node's host
 
 
 class _Head:
@@ -424,7 +425,7 @@ def _node_runner(job: Job, node_dir: Path) -> DockerRunner | LocalRunner:
         import docker
         return make("docker", data_dir=node_dir / "data", device=job.device,
                     gpus="all" if job.device == "gpu" else "none", extra_dirs=extra, build_missing=False,
-                    client=docker.from_env(timeout=120), log=lambda line: None,
+                    client=docker.from_env(timeout=120), log=lambda line: None, mem_limit=job.memory_limit,
                     pinned_images={fw: i["ref"] for fw, i in job.images.items()})
     return make("local", data_dir=node_dir / "data", device=job.device, extra_dirs=extra,
                 envs_root=provenance.REPO / ".reprokit" / "envs")

@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reprokit.console import RunProgress
 from reprokit.environments.topology import Placement
 from reprokit.results.store import Store
+from reprokit.runners import container_limits
 from reprokit.runners.base import Runner, Spec
+
+if TYPE_CHECKING:
+    from reprokit.execute.cluster import Job
 
 ProgressFor = Callable[[int, Spec], RunProgress]
 
@@ -81,6 +85,7 @@ class RayExecutor:
     device: str
     data_dir: Path
     experiment_dirs: tuple[Path, ...] = ()
+    memory_limit: str = "auto"  # --memory-limit, for each node's containers
     name: str = "ray"
 
     def describe(self, runner: Runner) -> str:
@@ -90,13 +95,19 @@ class RayExecutor:
         return [] if runner.name == "local" else runner.missing(frameworks)    # nodes build their own virtualenvs
 
     def prepare(self, runner: Runner, frameworks: set[str]) -> None:
+        container_limits.memory_option(self.memory_limit)   # refused here, not on every node
         if runner.name != "local":           # the images are built here, then streamed to the nodes
             runner.prepare(frameworks)
+
+    def job(self, runner: Runner, head: Any, images: dict[str, dict[str, str]]) -> Job:
+        """What every node's task is given: the runner kind and its options, the head's handle, the images."""
+        from reprokit.execute import cluster
+        return cluster.Job(runner.name, self.device, head, images, tuple(str(d) for d in self.experiment_dirs),
+                           self.memory_limit)
 
     def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         from reprokit.execute import cluster, node_staging
         data_files = {s.data.file: self.data_dir / s.data.file for s in todo if s.data.file}
         head, images = cluster.stage_on_head(runner, {s.framework for s in todo}, data_files,
                                              node_staging.script_files(todo, self.data_dir))
-        job = cluster.Job(runner.name, self.device, head, images, tuple(str(d) for d in self.experiment_dirs))
-        return cluster.run_all(job, todo, self.serving, store, progress_for)
+        return cluster.run_all(self.job(runner, head, images), todo, self.serving, store, progress_for)

@@ -64,7 +64,13 @@ def release_all() -> None:
 def holder_text(record: dict[str, Any]) -> str:
     """ "pid 4242 (`python -m reprokit reproduce ...`, since 22:04:11)" """
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("since", 0)))
-    return f"pid {record.get('pid')} (`{record.get('command', 'an unknown command')}`, since {since})"
+    return f"pid {record.get('pid')} (`{_short(record)}`, since {since})"
+
+
+def _short(record: dict[str, Any], limit: int = 160) -> str:
+    """The holder's command, cut to a line (a Ray worker's runs to a screenful)."""
+    command = str(record.get("command", "an unknown command"))
+    return command if len(command) <= limit else command[:limit - 1] + "…"
 
 
 class Lock:
@@ -127,7 +133,7 @@ class Lock:
 
 
 def took_over(what: str, gone: dict[str, Any]) -> None:
-    print(f"{what}: took over the lock of pid {gone.get('pid')} (`{gone.get('command', 'an unknown command')}`), "
+    print(f"{what}: took over the lock of pid {gone.get('pid')} (`{_short(gone)}`), "
           f"which is gone", file=sys.stderr)
 
 

@@ -35,7 +35,7 @@ from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
 from reprokit.errors import UserError
 from reprokit.execute import disk_full, gpu_state, locks, stopping
 from reprokit.results import quarantine
-from reprokit.runners import live
+from reprokit.runners import live, parent_death
 from reprokit.runners.base import Runner, Spec, run_spec
 
 STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)
@@ -54,6 +54,7 @@ class Ledger:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._begun: dict[str, dict[str, Any]] = {}     # this process's own entries, as begin() wrote them
 
     def _entries(self) -> list[dict[str, Any]]:
         out = []
@@ -79,7 +80,7 @@ class Ledger:
         except ValueError:                     # not JSON, or not UTF-8 text
             entry, why = None, quarantine.why_unreadable(text)
         else:
-            why = "" if isinstance(entry, dict) and LEDGER_KEYS <= entry.keys() else "not a ledger entry"
+            why = "" if _well_formed(entry) else "not a ledger entry"
         if why:
             quarantine.set_aside(path, f"ledger entry {path.stem}", why,
                                  "the co-load records of the runs beside it will not name it")
@@ -88,17 +89,18 @@ class Ledger:
 
     def begin(self, spec: Spec, placement: Placement | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.root / f"{spec.run_id}.json", {
-            "run_id": spec.run_id, "experiment": spec.experiment, "framework": spec.framework,
-            "variant": spec.variant, "repeat": spec.repeat, "pid": os.getpid(),
-            "slot": placement.gpu_uuid if placement else None, "start": time.time(), "end": None})
+        entry = {"run_id": spec.run_id, "experiment": spec.experiment, "framework": spec.framework,
+                 "variant": spec.variant, "repeat": spec.repeat, "pid": os.getpid(),
+                 "slot": placement.gpu_uuid if placement else None, "start": time.time(), "end": None}
+        write_json_atomic(self.root / f"{spec.run_id}.json", entry)
+        self._begun[spec.run_id] = entry
 
     def end(self, run_id: str) -> list[dict[str, Any]]:
         """Mark a run ended; the other runs that overlapped it, with the seconds they overlapped."""
         now = time.time()
         path = self.root / f"{run_id}.json"
-        mine = self._read(path) or {"run_id": run_id, "start": now, "end": None}
-        mine["end"] = now
+        self._read(path)        # its own entry damaged meanwhile: set aside and named before it is written over
+        mine = {**self._begun.pop(run_id), "end": now}
         try:
             write_json_atomic(path, mine)
         except OSError as exc:
@@ -119,6 +121,17 @@ class Ledger:
 
 
 LEDGER_KEYS = {"run_id", "experiment", "framework", "variant", "repeat", "pid", "slot", "start", "end"}
+
+
+def _well_formed(entry: Any) -> bool:
+    """An entry the co-load record can read: every field there, with its type (a pid that is a number ...)."""
+    def of(v: Any, *types: type) -> bool:
+        return isinstance(v, types) and not isinstance(v, bool)
+    return (isinstance(entry, dict) and LEDGER_KEYS <= entry.keys()
+            and all(of(entry[k], str) for k in ("run_id", "experiment", "framework", "variant"))
+            and of(entry["pid"], int) and of(entry["repeat"], int) and of(entry["start"], int, float)
+            and (entry["slot"] is None or of(entry["slot"], str))
+            and (entry["end"] is None or of(entry["end"], int, float)))
 
 
 def _alive(pid: int) -> bool:
@@ -181,9 +194,11 @@ def _run_locked(runner: Runner, spec: Spec, work: Path, ledger: Ledger, placemen
 
 
 def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement: Placement, command: str,
-           conn: Connection) -> None:
+           parent: int, conn: Connection) -> None:
     """A slot's process, for the parent's ``command``: the parent's first signal stops the run (the runner cleans
-    up), its second at once. A full disk comes back as the error it is, for the parent to name."""
+    up), its second at once, and its death (kill -9) ends this process too, whose own kit process then dies with
+    it. A full disk comes back as the error it is, for the parent to name."""
+    parent_death.arm(parent)
     stopping.install(terminal=False)
     locks.on_behalf_of(command)
     try:
@@ -191,6 +206,10 @@ def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement:
                                                          lambda event: conn.send(("progress", event)))
     except KeyboardInterrupt:
         result = None
+    except UserError as exc:        # one sentence (an engine that did not come back): the parent says it
+        conn.send(("user-error", str(exc)))
+        conn.close()
+        return
     except OSError as exc:
         if not disk_full.is_full(exc):
             raise
@@ -310,7 +329,8 @@ def _side_by_side(runner: Runner, todo: Sequence[Spec], slots: list[Placement], 
                     progress.tty = False     # several runs at once: lines, not one line rewritten in place
                     mine, theirs = ctx.Pipe(duplex=False)
                     proc = ctx.Process(target=_child, daemon=False,
-                                       args=(runner, spec, work, ledger_root, slot, locks.command_line(), theirs))
+                                       args=(runner, spec, work, ledger_root, slot, locks.command_line(), os.getpid(),
+                                             theirs))
                     proc.start()
                     theirs.close()
                     # A second signal here stops at once: it reaches the child, which owns the kit's process group
@@ -335,6 +355,10 @@ def _side_by_side(runner: Runner, todo: Sequence[Spec], slots: list[Placement], 
                         full = tally.could_not_start(spec, OSError(errno.ENOSPC, payload), progress)
                         _stop(running, tally.after_full)
                         raise full
+                    if kind == "user-error":
+                        progress.done("stopped")
+                        _stop(running, tally.after_full)
+                        raise UserError(payload)
                     if payload is None:          # that run was interrupted: so are the others
                         _stop(running, tally.after_full)
                         return True

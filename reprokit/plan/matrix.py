@@ -212,7 +212,8 @@ def build(request: Request) -> Matrix:
         runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
         serving, at_once = cluster.check(where.runner, device, address)
         why += f"; {len(serving)} node(s) of the cluster at {address} can serve runs"
-        executor = RayExecutor(address, serving, at_once, device, how.data_dir, what.experiment_dirs)
+        executor = RayExecutor(address, serving, at_once, device, how.data_dir, what.experiment_dirs,
+                               where.memory_limit)
         gpu_name = None
     else:
         slots = _slots(where.parallel, gpus, device)

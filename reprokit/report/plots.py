@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from kits.common.files import atomic_file
 from kits.common.names import FRAMEWORKS, LABELS, REGISTRY, compared
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
@@ -60,6 +61,12 @@ def unavailable() -> str | None:
 def _figure(figsize: tuple[float, float]) -> Figure:
     from matplotlib.figure import Figure  # reached only from write_all, once _matplotlib() found it
     return Figure(figsize=figsize)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    # Through the one atomic writer: a report folder never holds half a PNG.
+    with atomic_file(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=DPI, metadata={"Software": None})
 
 
 def _slug(text: str) -> str:
@@ -108,7 +115,7 @@ def throughput(path: Path, by_variant: dict[str, dict[str, list[dict[str, Any]]]
     ax.set_ylim(bottom=0)
     ax.legend()
     ax.set_title(textwrap.fill(caption, 110), y=1.0)
-    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    _save(fig, path)
     return path
 
 
@@ -140,7 +147,7 @@ def memory(path: Path, by_variant: dict[str, dict[str, list[dict[str, Any]]]], c
     note = ("; bars without a phase: these results have no per-phase peaks (an older kit)" if phases_missing
             else "")
     fig.suptitle(textwrap.fill(caption + note, 130), y=1.0)
-    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    _save(fig, path)
     return path
 
 

@@ -390,9 +390,8 @@ def environment(results: list[dict[str, Any]]) -> str:
 def _environment_row(r: dict[str, Any]) -> tuple[str, ...]:
     env, prov = r["environment"], r["provenance"]
     image = r.get("launcher", {}).get("image") or {}
-    where = (f"{image['ref']} ({image['id'][7:19]}; base {image.get('base_digest', '-')[7:19]}"
-             f"{'' if image.get('base_pinned') else ', not pinned'})" if image
-             else f"local: {prov.get('lock') or prov.get('interpreter') or '-'}")
+    where = f"{image['ref']} ({image['id'][7:19]}; {_base(image)})" if image \
+        else f"local: {prov.get('lock') or prov.get('interpreter') or '-'}"
     gpu = env.get("gpus") or []
     build = env.get("build") or {}
     threads = env.get("cpu_threads") or {}
@@ -403,6 +402,14 @@ def _environment_row(r: dict[str, Any]) -> tuple[str, ...]:
             md(f"{threads.get('intra_op', '-')}/{threads.get('inter_op', '-')}"), md(short(where, 100)),
             md((prov.get("lock_sha256") or "-")[:12]),
             md(prov["code_commit"][:12] + (" (dirty)" if prov["code_dirty"] else "")), md(prov["data_sha256"][:12]))
+
+
+def _base(image: dict[str, Any]) -> str:
+    # An image built from a local base without a digest label records none (base_digest null).
+    digest = image.get("base_digest")
+    if not digest:
+        return "base unpinned, no digest"
+    return f"base {digest[7:19]}{'' if image.get('base_pinned') else ', not pinned'}"
 
 
 def _mixed_images(results: list[dict[str, Any]]) -> list[str]:

@@ -26,6 +26,9 @@ Containers carry the labels ``reprokit=1`` and ``reprokit.run_id=<call label>``,
 leftovers can be found (``docker ps -a --filter label=reprokit=1``); the runner
 removes its container in every case, Ctrl-C included, and registers it with
 ``reprokit.runners.live`` while it runs, so a second Ctrl-C removes it at once.
+An orchestrator killed with ``kill -9`` cannot: its container trains on, then
+stays. So each container is also labelled with its owner (reprokit/runners/owners.py),
+and prepare() removes, by name, those of this host whose owner has ended.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ from reprokit.environments.host_checks import (
     parse_gpus,
 )
 from reprokit.errors import UserError
-from reprokit.runners import container_limits, live
+from reprokit.runners import container_limits, live, owners
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
 TAIL_LINE_CHARS = 2000
+REMOVE_WITHIN_S = 60                # how long removing a run's container may take before it is named as left over
 LABEL = CONTAINER_LABEL
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
@@ -95,6 +99,12 @@ Log = Callable[[str], None]
 def leftovers(client: DockerClient) -> list[Container]:
     """Containers this kit started and did not remove (e.g. after a killed orchestrator)."""
     return client.containers.list(all=True, filters={"label": LABEL})
+
+
+def remove_orphans(client: DockerClient, containers: list[Container]) -> list[Container]:
+    """Stop and remove those of the containers whose owner on this host has ended (an orchestrator killed with
+    kill -9: its container trains on beside the next command's runs, then stays); the ones removed."""
+    return [c for c in containers if owners.gone(c.labels) and _remove(client, c, c.name or "")]
 
 
 # ---------------------------------------------------------------------------
@@ -243,7 +253,14 @@ class DockerRunner:
             if bad is not None:
                 raise UserError(f"{bad} is not readable by the container's user (uid {uid}); make the {what} "
                                 f"readable with `chmod -R a+rX {path}`.")
-        old = [c for c in leftovers(client) if c.status != "running"]
+        left = leftovers(client)
+        orphans = remove_orphans(client, left)
+        if orphans:
+            named = ", ".join(f"{c.name} ({owners.describe(c.labels)}, {c.status})" for c in orphans)
+            log(f"note: removed {len(orphans)} reprokit container(s) whose command is gone (killed before it could "
+                f"remove them): {named}.")
+        # Those of commands alive, or of other hosts sharing this engine, are theirs to remove.
+        old = [c for c in left if c not in orphans and c.status != "running"]
         if old:
             log(f"note: {len(old)} stopped reprokit container(s) are left over from earlier runs; remove them "
                 f"with `docker rm $(docker ps -aq --filter label={LABEL}=1 --filter status=exited)`.")
@@ -328,7 +345,7 @@ class DockerRunner:
             "image": self.pinned_images.get(call.framework) or self.recipe(call.framework).tag,
             "command": ["python", "-m", call.module, *args],
             "name": name or f"reprokit-{label}-{secrets.token_hex(3)}",
-            "labels": {LABEL: "1", LABEL_RUN: label, LABEL_FRAMEWORK: call.framework},
+            "labels": {LABEL: "1", LABEL_RUN: label, LABEL_FRAMEWORK: call.framework, **owners.labels()},
             "user": f"{uid}:{gid}",
             "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
                             **(self._jit[call.framework].environment if call.framework in self._jit else {})},
@@ -637,19 +654,23 @@ def _remove(client: DockerClient, container: Container | None, name: str) -> boo
     engine would not, so it is left over."""
     import docker.errors
     import requests
-    for _ in range(3):
+    # A container of thousands of processes (a fork bomb at its pids limit) takes the engine seconds to kill,
+    # and a removal may time out or find one already under way: try until it is gone, within a bound.
+    deadline = time.monotonic() + REMOVE_WITHIN_S
+    while True:
         try:
-            if container is None:
-                try:
-                    container = client.containers.get(name)
-                except docker.errors.NotFound:
-                    return True
-            container.remove(force=True)
+            (container or client.containers.get(name)).remove(force=True)
             return True
         except KeyboardInterrupt:
             continue                     # a second Ctrl-C must not leave the container behind
+        except docker.errors.NotFound:
+            return True
+        except requests.exceptions.ConnectionError as exc:
+            if not _is_timeout(exc):
+                return False             # no engine to ask: the container is named, and removed once it answers
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            if "No such container" in str(exc) or "is already in progress" in str(exc):
-                return True
-            time.sleep(0.2)
-    return False
+            if "No such container" in str(exc):
+                return True              # else "removal already in progress", or the engine timed out: look again
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)

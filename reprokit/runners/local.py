@@ -3,11 +3,20 @@
 The default where Docker or a GPU is missing. With ``python=`` it uses an
 existing interpreter instead (a GPU box with the framework preinstalled and
 no network); the result then records the versions that interpreter had.
+
+A kit process runs in a session of its own (a timeout or Ctrl-C kills its
+group) and dies with the process that started it, however that one dies
+(``kill -9`` included), so it never trains on unowned. Its own children are
+not reached: PyTorch's DataLoader workers end as they find it gone, a helper
+process of a user's script would not. Its temporary files (TensorFlow's
+autograph modules, multiprocessing's folders) go to a folder of its own beside
+its output folder, removed once it has ended, never to /tmp.
 """
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -20,7 +29,7 @@ from reprokit.environments import envs
 from reprokit.environments.host_checks import Flavor, build_facts
 from reprokit.environments.topology import parse_cpulist
 from reprokit.results.provenance import REPO, sha256_file
-from reprokit.runners import live
+from reprokit.runners import live, parent_death
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 
@@ -77,8 +86,9 @@ class LocalRunner:
             self.prepare({call.framework})
         fresh_folder(call.output)
         cmd = [str(self._pythons[call.framework]), "-m", call.module, *map(str, call.args)]
+        tmp = fresh_folder(_temp_folder(call))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp)}
         pin = None
         if self.visible_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_gpus
@@ -89,12 +99,16 @@ class LocalRunner:
             pin = functools.partial(os.sched_setaffinity, 0, parse_cpulist(call.placement.cpus))
         tail: list[str] = []
         t0 = time.perf_counter()
-        # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started.
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True, preexec_fn=pin)
-        # A second Ctrl-C, which does not wait for the clean-up below, still ends the kit's process group.
-        with live.process_group(proc.pid):
-            return self._wait(proc, call, cmd, tail, on_progress, t0)
+        try:
+            # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started. This
+            # thread waits for the kit below, so it outlives it: the parent-death signal follows the thread.
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True, preexec_fn=_in_child(os.getpid(), pin))
+            # A second Ctrl-C, which does not wait for the clean-up below, still ends the kit's process group.
+            with live.process_group(proc.pid):
+                return self._wait(proc, call, cmd, tail, on_progress, t0)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     @staticmethod
     def _wait(proc: subprocess.Popen[str], call: KitCall, cmd: list[str], tail: list[str], on_progress: ProgressFn,
@@ -123,6 +137,21 @@ class LocalRunner:
         # SIGKILL from outside the kit is, on Linux, almost always the kernel's OOM killer.
         return Outcome(code, time.perf_counter() - t0, tail, oom_killed=code == -signal.SIGKILL,
                        launcher=launcher)
+
+
+def _temp_folder(call: KitCall) -> Path:
+    """The kit process's TMPDIR: beside its output folder, inside its run's work folder (so an orchestrator
+    killed before removing it leaves it where the run's next attempt starts afresh, never in /tmp)."""
+    return call.output.with_name(call.output.name + ".tmp")
+
+
+def _in_child(parent: int, pin: Callable[[], None] | None) -> Callable[[], None]:
+    """What the kit's process does between fork and exec: take its CPU set, and die with its parent."""
+    def start() -> None:
+        if pin is not None:
+            pin()
+        parent_death.arm(parent)
+    return start
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
