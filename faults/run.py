@@ -166,6 +166,12 @@ class Suite:
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
+def said_finished(text: str) -> int:
+    """The runs the command's own progress said had ended with a result (ok or FAILED), each counted once."""
+    return len({ln.split(" · ")[0] for ln in text.splitlines() if ln.startswith("[run ")
+                and (" · ok · " in ln or " · FAILED (" in ln)})
+
+
 def output_of(proc: subprocess.CompletedProcess[str] | Path) -> str:
     return proc.read_text() if isinstance(proc, Path) else proc.stdout + proc.stderr
 
@@ -297,8 +303,11 @@ def damaged_report(suite: Suite, line: Line) -> None:
     victim = files[0]
     victim.write_bytes(victim.read_bytes()[:100])
     line.injected = f"the report's {victim.name} cut to 100 bytes"
+    others = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files[1:]}
     compared = suite.run([sys.executable, "-m", "reprokit", "compare", str(report), str(report)])
     text = output_of(compared)
+    line.finished = len(others)
+    line.kept = sum(hashlib.sha256((report / "results" / n).read_bytes()).hexdigest() == d for n, d in others.items())
     no_traceback(text)
     expect(victim.name in text, "compare did not name the damaged file")
     expect(victim.exists(), "compare moved a file of a report folder (evidence is read, never moved)")
@@ -363,7 +372,8 @@ def disk_full(suite: Suite, line: Line) -> None:
         proc = suite.run(cmd)
         text = output_of(proc)
         listing = finished(state)
-        line.finished = line.kept = len(listing)
+        line.finished = said_finished(text)
+        line.kept = len(listing)
         no_traceback(text)
         expect(proc.returncode != 0, "the command did not stop")
         expect("disk-full" in text, "the lost run was not named with kind disk-full")
@@ -435,6 +445,7 @@ def engine_killed(suite: Suite, line: Line) -> None:
     except Failed:
         docker_or_not_run(output_of(log))
         raise
+    before = finished(state)
     pid = int(Path("/var/run/docker.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     line.injected = f"SIGKILL to dockerd (pid {pid}) mid-run"
@@ -447,7 +458,7 @@ def engine_killed(suite: Suite, line: Line) -> None:
     no_traceback(text)
     kinds = [r["status"] if r["status"] == "ok" else r["failure"]["kind"] for r in results_of(state)]
     expect("engine-lost" in kinds, f"the run in flight was not recorded as engine-lost: {kinds} (status {code})")
-    line.finished = line.kept = len(kinds)
+    line.finished, line.kept = len(before), kept(before, finished(state))
     line.why = f"the run in flight failed as engine-lost; the matrix ended with {kinds}"
 
 

@@ -243,15 +243,15 @@ def main(argv: list[str] | None = None) -> int:
               "(see reprokit VERB --help)", file=sys.stderr)
         return 2
     # A stop from outside (kill, a CI's timeout) ends as Ctrl-C does, else the kit's process would train on, orphaned.
-    stopping.install()
-    try:
-        return VERBS[argv[0]](argv[1:])
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\n" + stopping.resume_line(), file=sys.stderr)
-        return stopping.STOPPED
+    with stopping.installed():
+        try:
+            return VERBS[argv[0]](argv[1:])
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("\n" + stopping.resume_line(), file=sys.stderr)
+            return stopping.STOPPED
 
 
 if __name__ == "__main__":

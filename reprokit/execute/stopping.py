@@ -7,9 +7,11 @@ command says what to run to go on. A second signal stops at once: everything reg
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from types import FrameType
 
 from reprokit.execute import locks
@@ -29,6 +31,19 @@ def install(terminal: bool = True) -> None:
     _signals, _command = 0, terminal
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop if terminal else signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """The command's own handlers while it runs, and the caller's again after (a test, or a program that calls
+    ``cli.main``, keeps its own Ctrl-C)."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    install()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before[0] if before[0] is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, before[1] if before[1] is not None else signal.SIG_DFL)
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

@@ -54,7 +54,7 @@ from reprokit.environments.host_checks import (
     parse_gpus,
 )
 from reprokit.errors import UserError
-from reprokit.runners import container_limits, live, owners
+from reprokit.runners import container_limits, engine, live, owners
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 if TYPE_CHECKING:
@@ -76,35 +76,18 @@ DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
 TAIL_LINE_CHARS = 2000
-REMOVE_WITHIN_S = 60                # how long removing a run's container may take before it is named as left over
 LABEL = CONTAINER_LABEL
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
 ENGINE_WAIT_S = 60.0        # how long a run waits for an engine that stopped answering (a restart takes seconds)
-ENGINE_PROBE_S = 5.0        # one ping or one forced removal never waits longer
 # A stopping dockerd first stops its containers (SIGTERM, SIGKILL after 10 s), then closes its API about a
 # second later: a run killed so is told from one a person or the kernel killed by the engine going away.
 KILLED_EXITS = (128 + 9, 128 + 15)
-ENGINE_SETTLE_S = 5.0
 # base.spec_call's modules: each such call that ends is a result the executor stores at once
 TRAINING_MODULES = ("kits.run", "kits.probe")
 ENGINE_START = "`sudo systemctl start docker`, or scripts/start-dockerd"
 
 Log = Callable[[str], None]
-
-
-# ---------------------------------------------------------------------------
-# Leftover containers
-
-def leftovers(client: DockerClient) -> list[Container]:
-    """Containers this kit started and did not remove (e.g. after a killed orchestrator)."""
-    return client.containers.list(all=True, filters={"label": LABEL})
-
-
-def remove_orphans(client: DockerClient, containers: list[Container]) -> list[Container]:
-    """Stop and remove those of the containers whose owner on this host has ended (an orchestrator killed with
-    kill -9: its container trains on beside the next command's runs, then stays); the ones removed."""
-    return [c for c in containers if owners.gone(c.labels) and _remove(client, c, c.name or "")]
 
 
 # ---------------------------------------------------------------------------
@@ -253,8 +236,8 @@ class DockerRunner:
             if bad is not None:
                 raise UserError(f"{bad} is not readable by the container's user (uid {uid}); make the {what} "
                                 f"readable with `chmod -R a+rX {path}`.")
-        left = leftovers(client)
-        orphans = remove_orphans(client, left)
+        left = engine.leftovers(client)
+        orphans = engine.remove_orphans(client, left)
         if orphans:
             named = ", ".join(f"{c.name} ({owners.describe(c.labels)}, {c.status})" for c in orphans)
             log(f"note: removed {len(orphans)} reprokit container(s) whose command is gone (killed before it could "
@@ -425,7 +408,7 @@ class DockerRunner:
 
         def stop() -> None:
             stopped.set()
-            _remove_now(client, name)
+            engine.remove_now(client, name)
 
         with live.running(name, stop):
             try:
@@ -436,10 +419,10 @@ class DockerRunner:
                 try:
                     exit_code = container.wait(timeout=max(float(call.timeout_s), 0.001))["StatusCode"]
                 except Exception as exc:          # the engine's read timed out: the run did
-                    if not _is_timeout(exc):
+                    if not engine.is_timeout(exc):
                         raise
                     timed_out = True
-                    _kill(container)
+                    engine.kill(container)
                 pump.join(10)
                 with contextlib.suppress(docker.errors.NotFound):     # removed by a second Ctrl-C
                     container.reload()
@@ -448,7 +431,7 @@ class DockerRunner:
                 timing.update(start_s=t_started - t0, process_s=_lifetime(state))
                 if not timed_out and exit_code is None:
                     exit_code = state.get("ExitCode")
-                if exit_code in KILLED_EXITS and not (oom or stopped.is_set()) and _shutting_down(client):
+                if exit_code in KILLED_EXITS and not (oom or stopped.is_set()) and engine.going_away(client):
                     lost = f"the Docker engine stopped the run as it shut down (exit status {exit_code})"
             except _StartFailed as exc:
                 start_error = f"the engine could not start the container: {exc}"
@@ -457,12 +440,12 @@ class DockerRunner:
             except KeyboardInterrupt:
                 interrupted = True
             except Exception as exc:
-                if not _engine_gone(exc):
+                if not engine.connection_broken(exc):
                     raise
-                lost = f"the Docker engine stopped answering during the run ({_reason(exc)})"
+                lost = f"the Docker engine stopped answering during the run ({engine.broken_because(exc)})"
             finally:
                 wall = time.perf_counter() - t0
-                if not _remove(client, container, name):
+                if not engine.remove(client, container, name):
                     self._lost.append(name)
         # The orchestrator's own cost is total_s minus process_s (the kit process's lifetime).
         timing["total_s"] = time.perf_counter() - t0
@@ -481,16 +464,16 @@ class DockerRunner:
         """Before each run: an engine that does not answer gets engine_wait_s to come back (said once), and the
         containers lost with it are removed then; else the command stops in one sentence."""
         client = self.client
-        if not _answers(client):
+        if not engine.answers(client):
             self.log(f"the Docker engine does not answer; waiting up to {self.engine_wait_s:.0f} s for it to come "
                      f"back ...")
             deadline = time.monotonic() + self.engine_wait_s
-            while not _answers(client):
+            while not engine.answers(client):
                 if time.monotonic() >= deadline:
                     raise UserError(self._gone())
                 time.sleep(1)
             self.log("the Docker engine answers again; the runs go on.")
-        self._lost = [name for name in self._lost if not _remove(client, None, name)]
+        self._lost = [name for name in self._lost if not engine.remove(client, None, name)]
 
     def _gone(self) -> str:
         n = self._finished
@@ -517,7 +500,7 @@ class DockerRunner:
                 container.start()
                 return container
             except docker.errors.APIError as exc:
-                _remove(client, container, config["name"])
+                engine.remove(client, container, config["name"])
                 reason = str(exc.explanation or exc)
                 if attempt == 0 and "rlimit" in reason and any(u["Name"] == "memlock" for u in config["ulimits"]):
                     self.ulimits = [u for u in self.ulimits if u[0] != "memlock"]
@@ -589,88 +572,3 @@ def _lifetime(state: dict[str, Any]) -> float | None:
 
     start, end = parse(state.get("StartedAt")), parse(state.get("FinishedAt"))
     return (end - start).total_seconds() if start and end else None
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    import requests
-    if isinstance(exc, (requests.exceptions.ReadTimeout, requests.exceptions.Timeout)):
-        return True
-    return isinstance(exc, requests.exceptions.ConnectionError) and "timed out" in str(exc).lower()
-
-
-def _engine_gone(exc: BaseException) -> bool:
-    """The engine's connection broke, was cut mid-answer or is refused (dockerd died or restarts), as opposed to
-    a read timeout (the run's own)."""
-    import requests
-    broken = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
-    return isinstance(exc, broken) and not _is_timeout(exc)
-
-
-def _reason(exc: BaseException) -> str:
-    """A broken connection's cause in a few words: 'Connection aborted', 'Connection refused', 'Response ended
-    prematurely' (the requests and urllib3 errors nest theirs)."""
-    errno = re.search(r"\[Errno \d+\] ([^'\")]+)", str(exc))
-    if errno:
-        return errno.group(1).strip()
-    cause: object = exc
-    while isinstance(cause, BaseException) and cause.args:
-        cause = cause.args[0]
-    return str(cause).strip(" .")[:80] or type(exc).__name__
-
-
-def _answers(client: DockerClient) -> bool:
-    import requests
-    try:
-        return client.api.get(f"{client.api.base_url}/_ping", timeout=ENGINE_PROBE_S).ok
-    except requests.exceptions.RequestException:
-        return False
-
-
-def _shutting_down(client: DockerClient) -> bool:
-    """Whether the engine stops answering within ENGINE_SETTLE_S (it is going away)."""
-    deadline = time.monotonic() + ENGINE_SETTLE_S
-    while time.monotonic() < deadline:
-        if not _answers(client):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _remove_now(client: DockerClient, name: str) -> None:
-    """The second Ctrl-C: force-remove a run's container, waiting at most ENGINE_PROBE_S for the engine."""
-    with contextlib.suppress(Exception):
-        client.api.delete(f"{client.api.base_url}/v{client.api.api_version}/containers/{name}",
-                          params={"force": "1"}, timeout=ENGINE_PROBE_S)
-
-
-def _kill(container: Container) -> None:
-    import docker.errors
-    with contextlib.suppress(docker.errors.APIError):   # it ended by itself in the meantime
-        container.kill()
-
-
-def _remove(client: DockerClient, container: Container | None, name: str) -> bool:
-    """Remove the run's container whatever happened (find it by name if create was interrupted); False if the
-    engine would not, so it is left over."""
-    import docker.errors
-    import requests
-    # A container of thousands of processes (a fork bomb at its pids limit) takes the engine seconds to kill,
-    # and a removal may time out or find one already under way: try until it is gone, within a bound.
-    deadline = time.monotonic() + REMOVE_WITHIN_S
-    while True:
-        try:
-            (container or client.containers.get(name)).remove(force=True)
-            return True
-        except KeyboardInterrupt:
-            continue                     # a second Ctrl-C must not leave the container behind
-        except docker.errors.NotFound:
-            return True
-        except requests.exceptions.ConnectionError as exc:
-            if not _is_timeout(exc):
-                return False             # no engine to ask: the container is named, and removed once it answers
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            if "No such container" in str(exc):
-                return True              # else "removal already in progress", or the engine timed out: look again
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
