@@ -36,14 +36,16 @@ def install(terminal: bool = True) -> None:
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """The command's own handlers while it runs, and the caller's again after (a test, or a program that calls
-    ``cli.main``, keeps its own Ctrl-C)."""
+    ``cli.main``, keeps its own Ctrl-C). Once a signal came they stay: the command is ending, and a second
+    signal must still stop it at once, not as the caller's default would."""
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     install()
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before[0] if before[0] is not None else signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, before[1] if before[1] is not None else signal.SIG_DFL)
+        if not _signals:
+            signal.signal(signal.SIGINT, before[0] if before[0] is not None else signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, before[1] if before[1] is not None else signal.SIG_DFL)
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
