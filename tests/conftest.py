@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -71,15 +72,33 @@ def host_locks(tmp_path_factory):
         os.environ[locks.LOCK_DIR_ENV] = before
 
 
-@pytest.fixture(scope="session")
-def kit_python():
-    """The interpreter of each framework's real environment, built from its lock file once."""
-    built: dict[str, Path] = {}
+def pytest_collection_modifyitems(session, config, items):
+    """Where any test collected needs the kits' environments, start building them now (see _env_builds)."""
+    if any("kit_python" in item.fixturenames for item in items):
+        config.stash[_BUILDS] = {fw: _POOL.submit(envs.build, ENVS, envs.lock_name(fw, "cpu"), lambda _line: None)
+                                 for fw in ("pytorch", "tensorflow")}
 
+
+def pytest_unconfigure(config):
+    _POOL.shutdown(wait=True)
+
+
+# Both frameworks' environments, built from their lock files once, side by side and from the session's start:
+# a fresh clone's pip installs (mostly disk and network) overlap each other and the first tests.
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="env-build")
+_BUILDS = pytest.StashKey[dict]()
+
+
+@pytest.fixture(scope="session")
+def _env_builds(request):
+    return request.config.stash[_BUILDS]
+
+
+@pytest.fixture(scope="session")
+def kit_python(_env_builds):
+    """The interpreter of each framework's real environment (a build that failed fails the test that needs it)."""
     def get(framework: str) -> Path:
-        if framework not in built:
-            built[framework] = envs.build(ENVS, envs.lock_name(framework, "cpu"))
-        return built[framework]
+        return _env_builds[framework].result()
     return get
 
 
