@@ -38,6 +38,13 @@ def data(session: nox.Session) -> None:
 
 
 @nox.session
+def bisect(session: nox.Session) -> None:
+    """The smallest set of declared settings that moves a ratio across its threshold: `nox -s bisect -- --help`."""
+    _host(session)
+    session.run("python", "-m", "reprokit", "bisect", *session.posargs)
+
+
+@nox.session
 def compare(session: nox.Session) -> None:
     """Compare two result sets (report folders), B against A: `nox -s compare -- reports/A reports/B`."""
     _host(session)

@@ -8,8 +8,9 @@
 spec's path relative to JOBS.json's folder (so the list holds no path of the machine that wrote it),
 and optionally "parts": "structure", which stops a job after the fp32 logits (the host certifies
 the dropout passes and the trajectories of a model too large for them at a reduced width).
-Job NAME writes OUT/NAME/side.json and OUT/NAME/after-steps.npz; it exports its initial weights to
-OUT/NAME/initial-weights.npz, or with --weights-from starts from IN/NAME/initial-weights.npz.
+Job NAME writes OUT/NAME/side.json and OUT/NAME/after-steps.npz, and OUT/NAME/layer-outputs.npz and
+gradients.npz (kits/common/parting.py); it exports its initial weights to OUT/NAME/initial-weights.npz, or
+with --weights-from starts from IN/NAME/initial-weights.npz.
 ``--steps N`` shortens the trajectories (default 10) and ``--dropout-passes N`` the dropout check
 (default 128), for timing a large model.
 
@@ -30,7 +31,10 @@ Backend) and writes to OUT, in a canonical framework-neutral form (kits/common/c
   ulp up; ``fp64``, the same ten steps through the certificate's reference step (the kit's model,
   loss and optimizer rebuilt in float64: the certified trajectory), plus the loss of batch 1 after
   them, and ``fp32_reference``, that reference step in fp32. Declared optimizer differences listed
-  in ``neutralised`` are removed in all of them.
+  in ``neutralised`` are removed in all of them;
+- ``layer_outputs``: every layer's output in fp64, evaluation mode, on the first samples of the fixed batch
+  (values in layer-outputs.npz), and ``gradients``: each fp64 reference step's canonical gradients
+  (gradients.npz), from which the host names where the two models part.
 
 With --weights-out it first exports its freshly initialised weights; with
 --weights-in it starts from such a file instead, and refuses one that does not
@@ -55,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common import arithmetic, custom
+from kits.common import arithmetic, custom, parting
 from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
@@ -97,10 +101,11 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = None,
+def certify(spec: RunSpec, data_dir: Path, out: dict, folder: Path, weights_in: Path | None = None,
             weights_out: Path | None = None, weights_after_out: Path | None = None,
             steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES, parts: str = "all") -> dict:
-    """Fill ``out`` step by step, so that a refusal still carries what was found before it.
+    """Fill ``out`` step by step, so that a refusal still carries what was found before it. ``folder`` (beside
+    side.json) gets the fp64 layer outputs and gradients (kits/common/parting.py).
 
     ``parts`` "structure" stops after the fp32 logits: what the host asks of a model too large for
     the dropout passes and the trajectories, which it certifies again at a declared reduced width."""
@@ -115,7 +120,7 @@ def certify(spec: RunSpec, data_dir: Path, out: dict, weights_in: Path | None = 
     clock("build and trace")
     try:
         _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
-                 parts)
+                 parts, folder)
     finally:
         side.reset()
     out["wall_s"] = time.perf_counter() - t0
@@ -136,7 +141,7 @@ class _Clock:
 
 
 def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
-             parts: str) -> None:
+             parts: str, folder: Path) -> None:
     _canonical(side, out)
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
     out["setup"] = {"logits_samples": len(x), "steps": len(batches), "step_batch_size": len(batches[0][1]),
@@ -176,12 +181,32 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     side.load(initial)
     out["logits"]["fp64"] = {"eval": side.logits(x, training=False), "train": side.logits(x, training=True)}
     side.load(initial)                       # undo the running-statistics update of the training-mode pass
-    losses = side.train_losses(batches)
+    clock("fp64: rebuild and logits")
+    _record_layers(side, out, x, folder, "fp64")
+    side.load(initial)                       # undo the training-mode pass's running statistics
+    clock("fp64: layer outputs")
+    gradients: list = []
+    losses = side.train_losses(batches, gradients)
+    out["gradients"] = parting.save_gradients(folder, gradients)
     if weights_after_out:
         cert.save_weights(weights_after_out, side.export())
     losses.append(side.training_loss(*batches[0]))
     out["losses"]["fp64"] = losses
-    clock(f"fp64: rebuild, logits and trajectory of {len(batches)} steps")
+    clock(f"fp64: trajectory of {len(batches)} steps, gradients recorded")
+
+
+def _record_layers(side, out: dict, x, folder: Path, precision: str) -> None:
+    """Every layer's output on the first samples of the fixed batch, from the weights loaded now, into
+    folder (kits/common/parting.py): where the two models part, if they do."""
+    n = min(parting.RECORD_SAMPLES, len(x))
+    try:
+        modes = parting.save_outputs(folder, {"eval": side.layer_outputs(x[:n], training=False),
+                                              "train": side.layer_outputs(x[:n], training=True)})
+    except Exception as exc:           # a layer the recording cannot read: the checks go on without it
+        out["layer_outputs_error"] = f"{type(exc).__name__}: {custom.one_line(exc)}"
+        return
+    out["layer_outputs"] = {"precision": precision, "samples": n, "dropout": "off", "file": parting.OUTPUTS_NAME,
+                            "modes": modes}
 
 
 def _canonical(side, out: dict) -> None:
@@ -209,11 +234,12 @@ def _same_weights(side, out: dict, x, weights_in: Path | None, weights_out: Path
 
 
 def certify_captured(side, out: dict, classes: int, device: str, weights_in: Path | None = None,
-                     weights_out: Path | None = None) -> dict:
+                     weights_out: Path | None = None, folder: Path | None = None) -> dict:
     """The certificate's checks on a model a script trains (a ``Captured`` side, at the script's first step):
     what it is, what it returns, and its fp32 outputs from the same weights in both, in evaluation mode and
-    over many training-mode passes. The trajectories need the scripts' own loss and optimizer replayed in
-    fp64, which is not done here (the host names them as not checked)."""
+    over many training-mode passes, and into ``folder`` every layer's (fp32: a captured model is not rebuilt).
+    The trajectories need the scripts' own loss and optimizer replayed in fp64, which is not done here (the
+    host names them as not checked)."""
     x = side.x_first
     _canonical(side, out)
     out["shared"] = side.shared()
@@ -243,6 +269,9 @@ def certify_captured(side, out: dict, classes: int, device: str, weights_in: Pat
     side.dropout_off()
     side.load(initial)
     out["logits"]["fp32"]["train"] = side.logits(x, training=True)
+    if folder is not None:
+        side.load(initial)
+        _record_layers(side, out, x, folder, "fp32")
     side.load(initial)
     return out
 
@@ -271,8 +300,8 @@ def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, w
     out = {"schema": cert.SIDE_SCHEMA, "framework": framework, "experiment": spec.experiment,
            "variant": spec.variant, "profile": spec.profile, "pitfalls": spec.pitfalls.names(),
            "run_id": spec.run_id, "status": "ok", "message": None}
-    code = guarded(out, lambda: certify(spec, data_dir, out, _path(weights_in), _path(weights_out),
-                                        _path(weights_after_out), steps, dropout_passes, parts))
+    code = guarded(out, lambda: certify(spec, data_dir, out, Path(out_path).parent, _path(weights_in),
+                                        _path(weights_out), _path(weights_after_out), steps, dropout_passes, parts))
     write_json_atomic(out_path, out)
     if code == 2:
         print(out["message"], file=sys.stderr)

@@ -187,7 +187,7 @@ def certify_side(spec: ScriptSpec, probe, classes: int, folder: Path, weights_fr
         weights_in = (weights_from / cert.WEIGHTS_NAME if weights_from and not getattr(probe, "own_input", False)
                       else None)
         certify_captured(side, out, classes, spec.device, weights_in,
-                         None if weights_from else folder / cert.WEIGHTS_NAME)
+                         None if weights_from else folder / cert.WEIGHTS_NAME, folder)
         if not weights_from:
             np.save(folder / cert.INPUT_NAME, side.x_first)
     probe.certifying = True

@@ -14,6 +14,7 @@ from typing import Any
 
 from kits.common import data as kitdata
 from kits.common.names import FRAMEWORKS
+from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.console import RunProgress, duration
 from reprokit.environments import datasets, script_requirements
@@ -45,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", help="comma-separated: fixed and/or variants the experiments define "
                                       "(default: fixed,as_posted; plain runs: --variants fixed)")
     p.add_argument("--ablation", action="store_true",
-                   help="also run every pitfall of the chosen variants alone (by default only those a claim names)")
+                   help="also run every pitfall of the chosen variants alone (by default only those a claim names), "
+                        "and each of as_posted's factors removed alone, for each factor's share of the gap")
     p.add_argument("--claims", metavar="NAME|FILE|none", default=request.DEFAULT_CLAIMS,
                    help="claims to give verdicts on (default seeds: claims/seeds.toml; none for no verdicts)")
     p.add_argument("--backend", choices=("auto", "docker", "local", "ray"), default="auto",
@@ -233,13 +235,68 @@ def prepare_data(argv: list[str]) -> int:
     return 0
 
 
-VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data}
+def _bisect_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reprokit bisect", description=bisect_sides.__doc__)
+    p.add_argument("a", help="the side whose ratio is to be explained: a variant of --experiment (e.g. as_posted), "
+                             "or a result set (reports/<name>, a folder of result files; PATH@VARIANT for one of "
+                             "several variants)")
+    p.add_argument("b", help="the side to start from, as A (e.g. fixed)")
+    p.add_argument("--experiment", metavar="NAME", help="A and B are variants of this experiment")
+    p.add_argument("--experiments", action="append", type=Path, default=[], metavar="DIR",
+                   help="also load experiments from this folder (repeatable)")
+    p.add_argument("--budget", type=int, default=search.DEFAULT_BUDGET,
+                   help=f"runs this bisect may start (default {search.DEFAULT_BUDGET}); refused before any run "
+                        f"where the worst case needs more")
+    p.add_argument("--repeats", type=int, default=search.DEFAULT_REPEATS,
+                   help=f"repeats of each framework's run per step (default {search.DEFAULT_REPEATS})")
+    p.add_argument("--max-repeats", type=int, help="an undecided step is repeated up to this many repeats "
+                                                   "(default twice --repeats)")
+    p.add_argument("--claims", metavar="NAME|FILE|none", default=request.DEFAULT_CLAIMS,
+                   help="the claims whose ratio threshold the bisect cuts at (default seeds)")
+    p.add_argument("--claim", metavar="ID", help="the claim to take the quantity and threshold from")
+    p.add_argument("--quantity", help="the quantity of the ratio (default: the claim's)")
+    p.add_argument("--threshold", type=float, help="the ratio to cut at (default: the claim's)")
+    same = "as for reproduce"
+    p.add_argument("--profile", choices=PROFILES, help="quick, standard or full (default: the hardware's, or the "
+                                                       "result sets')")
+    p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (default: the result "
+                                                 "sets', else the profile's)")
+    p.add_argument("--timeout", type=float, help=same)
+    p.add_argument("--dataset", choices=datasets.DATASETS, help=same)
+    p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto", help=same)
+    p.add_argument("--python", type=Path, help=same)
+    p.add_argument("--gpus", default=None, help=same)
+    p.add_argument("--data-dir", type=Path, default=STATE / "data", help=same)
+    p.add_argument("--state-dir", type=Path, default=STATE, help=f"{same}; the steps' runs are kept there")
+    p.add_argument("--offline", action="store_true", help=same)
+    p.add_argument("--wait", action="store_true", help=same)
+    return p
+
+
+def bisect_sides(argv: list[str]) -> int:
+    """reprokit bisect A B: the smallest set of the declared settings (pitfalls, numerics) in which A and B differ
+    that moves the measured ratio across the published threshold, found by delta debugging over real runs."""
+    args = _bisect_parser().parse_args(argv)
+    ns = _parser().parse_args([])        # reproduce's defaults, with what the bisect was given over them
+    for dest in ("experiments", "profile", "max_steps", "timeout", "dataset", "backend", "python", "gpus",
+                 "data_dir", "state_dir", "offline", "wait"):
+        setattr(ns, dest, getattr(args, dest))
+    req = request.from_args(ns)
+    limits = sides.limits(args.budget, args.repeats, args.max_repeats)
+    prepared = sides.prepare(req, args.a, args.b, args.experiment, args.claims, args.claim, args.quantity,
+                             args.threshold, limits)
+    with locks.state_folder(req.how.state_dir, req.how.wait):
+        return search.run(sides.start(prepared))
+
+
+VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data, "bisect": bisect_sides}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in VERBS:
-        print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit data [options]   "
+        print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit bisect A B [options] | "
+              "reprokit data [options]   "
               "(see reprokit VERB --help)", file=sys.stderr)
         return 2
     # A stop from outside (kill, a CI's timeout) ends as Ctrl-C does, else the kit's process would train on, orphaned.

@@ -53,7 +53,7 @@ def _parser_of(verb) -> argparse.ArgumentParser:
 
 def parsers() -> list[argparse.ArgumentParser]:
     from reprokit import cli
-    return [cli._parser(), _parser_of(cli.compare_sets), _parser_of(cli.prepare_data)]
+    return [cli._parser(), _parser_of(cli.compare_sets), _parser_of(cli.prepare_data), _parser_of(cli.bisect_sides)]
 
 
 def _shown_default(value) -> str:

@@ -22,7 +22,7 @@ def torch_net(options, input_size, num_classes, **opts):
 
     first = ([nn.ZeroPad2d(1), nn.Conv2d(3, 16, 3)] if opts.get("explicit_pad") else
              [nn.Conv2d(3, 16, 3, stride=opts.get("stride", 1), padding=1)])
-    layers = [*first, act(), *dropout("conv1"), pool(2)]
+    layers = [*first, act(), *([_Offset(opts["offset"])] if "offset" in opts else []), *dropout("conv1"), pool(2)]
     if opts.get("batchnorm"):
         layers.append(nn.BatchNorm2d(16))
     layers += [nn.Conv2d(16, 8, 3, padding=1), act(), *dropout("conv2"), pool(size)]
@@ -56,6 +56,26 @@ def _Bias(n):
         def forward(self, x):
             return x + self.bias
     return Bias()
+
+
+def _Offset(value):
+    """A layer of the user's own that adds a constant it does not keep as a setting (nothing to read back)."""
+    from torch import nn
+
+    class Offset(nn.Module):
+        def forward(self, x):
+            return x + value
+    return Offset()
+
+
+def _KerasOffset(value):
+    """The Keras twin of _Offset."""
+    import keras
+
+    class Offset(keras.layers.Layer):
+        def call(self, x):
+            return x + value
+    return Offset()
 
 
 def _Functional(layers, F):
@@ -115,10 +135,14 @@ def keras_net(options, input_size, num_classes, **opts):
         x = layers.Conv2D(16, 3, padding="valid")(layers.ZeroPadding2D(1)(x))
     else:
         x = layers.Conv2D(16, 3, strides=opts.get("stride", 1), padding="same")(x)
-    x = pool(2)(dropout(activate(x), "conv1"))
+    x = activate(x)
+    if "offset" in opts:
+        x = _KerasOffset(opts["offset"])(x)
+    x = pool(2)(dropout(x, "conv1"))
     if opts.get("batchnorm"):
         # PyTorch's defaults, which Keras's are not (epsilon 1e-3, momentum 0.99)
-        x = layers.BatchNormalization(axis=opts.get("bn_axis", -1), epsilon=1e-5, momentum=0.9)(x)
+        x = layers.BatchNormalization(axis=opts.get("bn_axis", -1), epsilon=opts.get("bn_epsilon", 1e-5),
+                                      momentum=0.9)(x)
     if opts.get("explicit_pad"):
         x = layers.Conv2D(8, 3, activation=act if opts.get("fused_activation") else None)(layers.ZeroPadding2D(1)(x))
     else:
@@ -170,6 +194,10 @@ keras_stride2 = _variant(keras_net, stride=2)
 torch_batchnorm = _variant(torch_net, batchnorm=True)
 keras_batchnorm = _variant(keras_net, batchnorm=True)
 keras_batchnorm_axis1 = _variant(keras_net, batchnorm=True, bn_axis=1)
+keras_batchnorm_epsilon = _variant(keras_net, batchnorm=True, bn_epsilon=1e-3)
+torch_offset = _variant(torch_net, offset=1e-3)
+keras_offset = _variant(keras_net, offset=1e-3)
+keras_no_offset = _variant(keras_net, offset=0.0)
 torch_softmax = _variant(torch_net, softmax=True)
 keras_five_classes = _variant(keras_net, classes=5)
 keras_dense_12 = _variant(keras_net, dense_width=12)

@@ -57,6 +57,14 @@ CONTROLS = {
     "normalisation_axis_same": ("torch_batchnorm", "keras_batchnorm", "twin: normalisation axis", "pass", ()),
     "normalisation_axis": ("torch_batchnorm", "keras_batchnorm_axis1", "normalisation axis", "fail",
                            ("layers_without_parameters", "logits")),
+    # Where they part (PARTING below): a numeric setting, arithmetic with every setting equal, a layer one lacks
+    "batchnorm_epsilon": ("torch_batchnorm", "keras_batchnorm_epsilon", "batchnorm epsilon", "fail",
+                          ("logits", "loss_trajectory")),
+    "offset_same": ("torch_offset", "keras_offset", "twin: a layer of the user's own", "pass", ()),
+    "offset_in_one": ("torch_offset", "keras_no_offset", "arithmetic of a layer of the user's own", "fail",
+                      ("logits", "loss_trajectory")),
+    "layer_in_one_only": ("torch_offset", "keras_base", "a layer one framework lacks", "fail",
+                          ("logits", "loss_trajectory")),
     # A planted optimizer difference: the TensorFlow spec's momentum is 0.95 (below)
     "momentum": ("torch_base", "keras_base", "optimizer", "fail",
                  ("optimizer", "loss_trajectory", "loss_trajectory_fp32")),
@@ -65,6 +73,38 @@ CONTROLS = {
     "wrong_output_shape": ("torch_base", "keras_five_classes", "bad input", "fail", ()),
     "builder_raises": ("torch_base", "keras_raises", "bad input", "fail", ()),
     "cannot_take_the_weights": ("torch_base", "keras_dense_12", "bad input", "fail", ("layers",)),
+}
+
+
+# Where the failing pairs part, from the layers' outputs (kits/common/parting.py): the first_parting_layer check's
+# message must start with this; the gradient's, for a pair whose forward passes agree.
+PARTING = {
+    "batchnorm_epsilon": "first parts at PyTorch 3 (BatchNorm2d) / TensorFlow batch_normalization (BatchNormalization): "
+                         "output differs 4.9e-04 of its scale; settings that differ: epsilon 1e-05 vs 0.001",
+    "offset_in_one": "first parts at PyTorch 2 (Offset) / TensorFlow offset (Offset): output differs 9.6e-04 of its "
+                     "scale; no setting differs",
+    "layer_in_one_only": "first parts at PyTorch 2 (Offset), a layer TensorFlow lacks; the outputs agree through "
+                         "PyTorch 1 (ReLU) / TensorFlow re_lu (ReLU)",
+    "activation": "first parts at PyTorch 1 (ReLU) / TensorFlow activation (Activation): output differs 5.3e-01 of "
+                  "its scale; settings that differ: activation relu vs elu",
+    "padding_same": "first parts at PyTorch 0 (Conv2d) / TensorFlow conv2d (Conv2D): output differs 8.4e-01 of its "
+                    "scale; settings that differ: padding (1, 1, 1, 1) vs (0, 1, 0, 1)",
+    "pooling_kind": "first parts at PyTorch 2 (MaxPool2d) / TensorFlow average_pooling2d (AveragePooling2D): output "
+                    "differs 3.2e-01 of its scale; settings that differ: pool max vs avg",
+    "pooling_size": "first parts at PyTorch 5 (MaxPool2d) / TensorFlow max_pooling2d_1 (MaxPooling2D): output shapes "
+                    "(2, 8, 8, 8) vs (2, 5, 5, 8); settings that differ: pool_size (2, 2) vs (3, 3); strides (2, 2) vs "
+                    "(3, 3)",
+    "normalisation_axis": "first parts at PyTorch 3 (BatchNorm2d) / TensorFlow batch_normalization "
+                          "(BatchNormalization): output differs 9.9e-01 of its scale; settings that differ: axis (3) "
+                          "vs (1) (in training mode: the evaluation-mode outputs agree)",
+    # the kit's own SimpleCNN, its TensorFlow spec's epsilon changed
+    "tiny_batchnorm_epsilon": "first parts at PyTorch 3 (BatchNorm2d) / TensorFlow batch_normalization "
+                              "(BatchNormalization): output differs 4.9e-04 of its scale; settings that differ: "
+                              "epsilon 1e-05 vs 0.001",
+}
+GRADIENT_PARTING = {
+    "momentum": "the gradients first part at step 3, first in backward order at dense2.bias (PyTorch 9.bias / "
+                "TensorFlow dense_1/bias)",
 }
 
 

@@ -37,7 +37,7 @@ def _check(result: dict, name: str) -> dict:
 
 def test_default_tolerances_are_declared_and_positive():
     tol = certificate.validate_tolerances(None)
-    assert tol == {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0}
+    assert tol == {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0, "layer_rtol": 1e-7}
     assert certificate.validate_tolerances({"logits_rtol": 1e-5})["logits_rtol"] == 1e-5
 
 

@@ -3,12 +3,14 @@
 Every pair is an experiment in one folder (``model.name = "custom"``, builders in
 tests/cert_controls.py copied there), certified with the rest of the suite's certificates in one
 call (tests/certified.py). Each class of difference without parameters has a failing pair and a
-passing twin; equivalent models written differently pass; bad input fails in one sentence.
+passing twin; equivalent models written differently pass; bad input fails in one sentence. A failing pair
+names where it parts (PARTING, GRADIENT_PARTING): the first layer whose output differs and the settings of it
+that differ, or none.
 """
 from __future__ import annotations
 
 import pytest
-from certified import CONTROLS
+from certified import CONTROLS, GRADIENT_PARTING, PARTING
 
 pytestmark = pytest.mark.slow
 
@@ -64,3 +66,42 @@ def test_the_controls_by_class(certified):
     assert {"dropout present", "dropout rate", "dropout kind", "dropout place", "pooling kind", "pooling size",
             "activation", "padding semantics", "normalisation axis"} <= set(fails)
     assert all(s == "pass" for k, v in by_class.items() if k.startswith("twin") for s in v)
+
+
+def _checks(result: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in result["checks"]}
+
+
+@pytest.mark.parametrize("name", list(PARTING))
+def test_the_first_layer_that_parts_is_named(certified, name):
+    result = certified[0][name]
+    message = _checks(result)["first_parting_layer"]["evidence"]
+    assert message.startswith(PARTING[name]), message
+    assert len(message) < 300 and "\n" not in message
+    assert result["summary"].endswith(f"; {message}")
+
+
+def test_the_parting_layers_settings_are_read_from_both_built_objects(certified):
+    numbers = _checks(certified[0]["batchnorm_epsilon"])["first_parting_layer"]["numbers"]
+    pt, tf = numbers["pytorch"]["settings"], numbers["tensorflow"]["settings"]
+    assert (pt["epsilon"], tf["epsilon"]) == (1e-5, 1e-3)
+    # Keras's momentum 0.9 is PyTorch's 0.1, in the canonical form: not a difference
+    assert pt["momentum"] == pytest.approx(tf["momentum"]) == pytest.approx(0.1)
+    assert pt["axis"] == tf["axis"] == [3] and numbers["differs"] == ["epsilon 1e-05 vs 0.001"]
+    lacking = _checks(certified[0]["layer_in_one_only"])["first_parting_layer"]["numbers"]
+    assert lacking["tensorflow"] is None and lacking["lacks"] == "tensorflow"
+
+
+@pytest.mark.parametrize("name", list(GRADIENT_PARTING))
+def test_the_first_gradient_that_parts_is_named(certified, name):
+    checks = _checks(certified[0][name])
+    assert "no layer parts" in checks["first_parting_layer"]["evidence"]
+    assert GRADIENT_PARTING[name] in checks["first_parting_gradient"]["evidence"], checks["first_parting_gradient"]
+
+
+def test_a_pair_that_agrees_names_no_parting(certified):
+    results = certified[0]
+    passing = [n for n, (_, _, _, status, _) in CONTROLS.items() if status == "pass"]
+    assert "offset_same" in passing and "normalisation_axis_same" in passing
+    for name in passing:
+        assert not {"first_parting_layer", "first_parting_gradient"} & set(_checks(results[name])), name

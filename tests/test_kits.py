@@ -228,6 +228,8 @@ def test_bf16_mixed_precision_is_applied_and_recorded(kit_python, tmp_path, tiny
     # computed in bf16, the loss in fp32 in both (the PyTorch kit casts the logits, as TensorFlow's does)
     assert result["environment"]["precision"] == {"requested": "bf16_mixed", "compute_dtype": "bfloat16", "how": how,
                                                   "loss_dtype": "float32"}
+    # read back inside the training step: torch's autocast, the Keras model's dtype policy
+    assert result["environment"]["settings"]["precision"]["value"] == "bfloat16 compute, float32 variables"
     assert result["metrics"]["epochs"][-1]["train_loss"] > 0
 
 
@@ -256,6 +258,11 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
     assert result["effective"]["input"].startswith("tfds.load('cifar10') from the TFDS dataset the data step prepared")
     assert result["effective"]["batch_size"]["max"] == 1 and result["effective"]["train_steps_per_epoch"] == [2, 2]
     assert "effective-batch-size" in [f["code"] for f in result["findings"]]
+    # the loader settings from the pipeline's own stages: the posted serial map over TFDS's, which decodes with
+    # autotuned parallelism
+    loader = result["environment"]["settings"]["loader.workers"]
+    assert loader["value"] == "autotune" and loader["source"].startswith("the tf.data pipeline's stages: Map <- ")
+    assert "(-1)" in loader["source"]
 
 
 

@@ -8,13 +8,14 @@ names where the posts' framework versions behaved otherwise.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from conftest import tiny_specs, write_spec
 
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.plan import Options, specs_for
-from reprokit.report import pair_findings, sections
+from reprokit.report import pair_findings, sections, settings_table
 from reprokit.results.provenance import REPO, code
 
 NONE = {"lock": None, "lock_sha256": None, "image": None}
@@ -31,41 +32,68 @@ def test_the_seeds_as_posted_variant_leaves_the_numerics_to_the_frameworks_and_d
             posted, fixed = specs[(fw, "as_posted")]["numerics"], specs[(fw, "fixed")]["numerics"]
             assert posted["tf32"] == posted["cudnn_autotune"] == "framework_default"
             assert (fixed["tf32"], fixed["cudnn_autotune"]) == (False, True)
-            declared = {d["field"] for d in specs[(fw, "as_posted")]["differences"]}
-            assert {"TF32", "cuDNN autotuning"} <= declared
-            assert not {"TF32", "cuDNN autotuning"} & {d["field"] for d in specs[(fw, "fixed")]["differences"]}
+            declared = {d["key"] for d in specs[(fw, "as_posted")]["differences"] if "key" in d}
+            assert {"tf32", "cudnn_autotune", "data_layout", "execution"} <= declared
+            assert not {"tf32", "cudnn_autotune"} & {d.get("key") for d in specs[(fw, "fixed")]["differences"]}
         if ("pytorch", "+pt_item_per_step") in specs:       # a pitfall alone keeps the fixed numerics
             assert specs[("pytorch", "+pt_item_per_step")]["numerics"] == specs[("pytorch", "fixed")]["numerics"]
         assert experiments[name].variants["as_posted"]["era"]
 
 
-def _run(kit_python, tmp_path, spec, data_dir) -> dict:
+def _run(kit_python, tmp_path, spec, data_dir, env: dict | None = None) -> dict:
     out = tmp_path / f"{spec['framework']}.json"
     proc = subprocess.run([str(kit_python(spec["framework"])), "-m", "kits.run", "--spec",
                            str(write_spec(tmp_path, spec)), "--out", str(out), "--data-dir", str(data_dir)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+# Settings of the process the kit never touches: the result must show them, read back from the framework.
+OUTSIDE = {"pytorch": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "tensorflow": {"TF_DETERMINISTIC_OPS": "1"}}
 
 
 def test_the_frameworks_defaults_are_read_back_apart_and_the_report_declares_them(kit_python, tmp_path, tiny_dir,
                                                                                    data_dir):
     def posted(spec):
         spec["numerics"].update(tf32="framework_default", cudnn_autotune="framework_default")
-        spec["differences"] = [{"field": "TF32", "pytorch": "default", "tensorflow": "default", "why": "as posted"},
-                               {"field": "cuDNN autotuning", "pytorch": "default", "tensorflow": "default",
-                                "why": "as posted"}]
+        spec["differences"] = [{"field": "TF32", "key": "tf32", "pytorch": "default", "tensorflow": "default",
+                                "why": "as posted"},
+                               {"field": "cuDNN autotuning", "key": "cudnn_autotune", "pytorch": "default",
+                                "tensorflow": "default", "why": "as posted"},
+                               {"field": "data layout", "pytorch": "NCHW", "tensorflow": "NHWC", "why": "no key"}]
     specs = tiny_specs(tiny_dir, data_dir, edit=posted)
-    pt, tf = (_run(kit_python, tmp_path, specs[fw], data_dir) for fw in ("pytorch", "tensorflow"))
+    pt, tf = (_run(kit_python, tmp_path, specs[fw], data_dir, OUTSIDE[fw]) for fw in ("pytorch", "tensorflow"))
     # torch 2.14's defaults, read back from torch.backends; TensorFlow's from tf.config and its environment
     assert pt["environment"]["tf32_ops"] == {"matmul": False, "convolution": True}
     assert pt["environment"]["cudnn_autotune"] is False
     assert tf["environment"]["tf32_ops"] == {"matmul": True, "convolution": True}
     assert tf["environment"]["cudnn_autotune"] is True
-    found = [f for f in pair_findings.findings(pt, tf) if f["code"] == "settings-differ"]
-    by_setting = {f["message"].split(":")[0]: f for f in found}
-    assert by_setting["TF32 (matmul, convolution)"]["severity"] == "info"
-    assert "(declared in the spec)" in by_setting["cuDNN autotuning"]["message"]
+    settings = {fw: {k: v["value"] for k, v in r["environment"]["settings"].items()} for fw, r in
+                (("pytorch", pt), ("tensorflow", tf))}
+    assert {k: settings["pytorch"][k] for k in ("tf32.matmul", "tf32.convolution", "cudnn_autotune")} == \
+        {"tf32.matmul": False, "tf32.convolution": True, "cudnn_autotune": False}
+    for fw, layout, execution in (("pytorch", "NCHW", "eager"), ("tensorflow", "NHWC", "tf.function graph")):
+        seen = settings[fw]
+        assert (seen["data_layout"], seen["execution"]) == (layout, execution)
+        assert seen["precision"] == "float32 compute, float32 variables"
+        assert (seen["threads.intra_op"], seen["threads.inter_op"]) == (1, 1)     # the tiny spec's
+        assert (seen["loader.workers"], seen["loader.prefetch"]) == (0, 0)          # the kit's feeder
+    assert settings["pytorch"]["allocator.config"] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert settings["tensorflow"]["determinism.ops"] is settings["tensorflow"]["determinism.cudnn"] is True
+    assert settings["pytorch"]["determinism.ops"] is False
+    found = {f["message"].split(":")[0]: f for f in pair_findings.findings(pt, tf) if f["code"] == "settings-differ"}
+    assert found["TF32 for matmuls (tf32.matmul)"]["severity"] == "info"
+    assert "(declared: [[differences]] cuDNN autotuning" in found["cuDNN autotuning (cudnn_autotune)"]["message"]
+    # the environment's determinism no spec declares; an entry without a key declares nothing
+    for key in ("deterministic algorithms (determinism.ops)", "data layout (data_layout)"):
+        assert found[key]["severity"] == "warning" and "(undeclared: " in found[key]["message"]
+    table = settings_table.section({"as_posted": {"pytorch": [pt], "tensorflow": [tf]}})
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                              for line in table.splitlines() if line.startswith("|"))}
+    assert rows["deterministic algorithms (`determinism.ops`)"] == ["all", "off", "on", "**undeclared**"]
+    assert rows["TF32 for matmuls (`tf32.matmul`)"] == ["all", "off", "on", r"declared (\[\[differences\]\] TF32)"]
+    assert rows["intra-op threads (`threads.intra_op`)"] == ["all", "1", "1", "same"]
 
     class Exp:
         variants = {"as_posted": {"numerics": {"tf32": "framework_default", "cudnn_autotune": "framework_default"},

@@ -174,6 +174,10 @@ def test_a_planted_pair_is_explained_and_its_twin_is_not(kit_python, tmp_path, d
     assert "PyTorch, `script`: **grad-in-eval**" in planted and "TensorFlow, `script`: **eager-custom-loop**" in planted
     for code in ("scripts-differ", "grad-in-eval", "eager-custom-loop"):
         assert code not in twin
+    # a framework default the planted script changes, read back from torch at its end: an undeclared difference
+    assert ("`script`: **settings-differ** (warning): deterministic algorithms (determinism.ops): PyTorch on, "
+            "TensorFlow off (undeclared: ") in planted
+    assert "deterministic algorithms (determinism.ops)" not in twin
     # the certificate on the captured models: the extra dropout is a layer without parameters, and a random one
     assert "**Equivalence certificate: fail**" in planted and "dropout **FAIL**" in planted
     assert "dropout rate 0.3, per element" in planted and "layers\\_without\\_parameters **FAIL**" in planted

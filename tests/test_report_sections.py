@@ -22,8 +22,9 @@ from reprokit import report
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.report import sections
-from reprokit.results import metrics
+from reprokit.report import decomposition, explanations, plots, sections
+from reprokit.report.markdown import anchor
+from reprokit.results import metrics, runs
 from reprokit.results import results as results_mod
 
 REPO = Path(__file__).resolve().parent.parent
@@ -515,7 +516,9 @@ def test_the_ablation_table_sets_each_pitfall_against_fixed(matrix, experiments)
     assert f"{alone['timing']['samples_per_s']:,.1f} ({ratio:.2f}x)" in row
     assert PITFALLS["tf_batch_of_one"]["summary"].split(";")[0].replace("_", "\\_") in row
     assert "(-0.814)" in row                             # 0.100 against the fixed run's 0.914
-    assert "Named variants: `as\\_posted` (PyTorch): pt\\_head\\_1000, pt\\_cpu\\_resize\\_dataloader" in ablation
+    assert ("- `as\\_posted` (PyTorch), 2 pitfall(s) together: pt\\_head\\_1000, pt\\_cpu\\_resize\\_dataloader."
+            in ablation)
+    assert "[the ablation](details.md#the-ablation)" in ablation          # its explanation is in details.md, once
 
 
 def test_the_ablation_notes_name_the_phase_peaks_source_and_the_posted_readers(matrix, experiments):
@@ -529,9 +532,12 @@ def test_the_ablation_notes_name_the_phase_peaks_source_and_the_posted_readers(m
             r["effective"]["input"] = "torchvision.datasets.CIFAR10 as posted"
         edited.append(r)
     section = _section(report.render("t", edited, experiments), "## Seed 000")
-    assert "Phase peaks, the reported reading of each phase (warmup apart): VmHWM of the phase." in section
-    assert ("Inputs other than the kit's own batches: `+pt\\_cpu\\_resize\\_dataloader` (PyTorch): "
+    assert ("- Inputs other than the kit's own batches: `+pt\\_cpu\\_resize\\_dataloader` (PyTorch): "
             "torchvision.datasets.CIFAR10 as posted.") in section
+    # the phase peaks' source, and the variants in full, are in details.md
+    details = _section(report.document.details("t", edited, experiments, [], {}), "## The ablation")
+    assert "Phase peaks, the reported reading of each phase (warmup apart): VmHWM of the phase." in details
+    assert "Phase peaks, the reported" not in section
 
 
 def test_run_time_findings_are_listed_per_variant(matrix, experiments):
@@ -566,10 +572,16 @@ def test_write_puts_plots_details_and_summary_csv_beside_the_report(matrix, expe
     text = path.read_text()
     assert not stale.exists()
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert pngs == sorted(f"{e}-{kind}.png" for e in (SPEED, MEMORY) for kind in ("throughput", "memory"))
+    found = verdicts.evaluate(list(seeds.values()), matrix)
+    decomposed = [e for e, by_variant in runs.group(matrix).items() if decomposition.decompositions(e, by_variant, found)]
+    # seed 004's TensorFlow has one pitfall: its as_posted and fixed runs are that factor added and removed alone
+    assert decomposed == [MEMORY]
+    assert pngs == sorted([*(f"{e}-{kind}.png" for e in (SPEED, MEMORY) for kind in ("throughput", "memory")),
+                           f"{MEMORY}{decomposition.SUFFIX}"])
     for name in pngs:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f"]({name})" in text
+        # the caption is the text under the image, not inside the figure
+        assert re.search(rf"^!\[[^\n]*\]\({re.escape(name)}\)\n\n\*Figure: [^\n]+\*", text, re.M), name
     assert "*Figure: Seed 000, as run: VGG16" in text           # the caption says what ran
     for r in matrix:
         assert f"(results/{r['run_id']}.json)" in text
@@ -588,12 +600,162 @@ def test_write_puts_plots_details_and_summary_csv_beside_the_report(matrix, expe
         assert row["eval_peak_memory_bytes"] == "" and row["mfu"] == ""          # not measured: empty, never 0
 
 
-def test_older_result_files_still_render(experiments, certificates, seeds, tmp_path):
-    """The committed reference results, as they are: every section renders, what they lack is said."""
-    for folder in ("quick-cpu", "seeds-quick-cpu"):
-        results = [json.loads(p.read_text()) for p in sorted((REPO / "reports" / folder / "results").glob("*.json"))]
-        text = report.render(folder, results, experiments, claims=list(seeds.values()), certificates=certificates)
-        assert "## Environment and provenance" in text and "not measured" in text
+# --- a report a person can read: short paragraphs, each explanation once, readable plots ----------------------
+
+PARAGRAPH_LIMIT = 400
+REFERENCE_REPORTS = sorted(p.parent.name for p in (REPO / "reports").glob("*/results"))
+
+
+def paragraphs(text: str) -> list[str]:
+    """The paragraphs a reader meets in markdown: blocks between blank lines, each list item and heading its own;
+    tables, code and collapsed <details> (the result files, log tails) left out."""
+    text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.S | re.M)
+    text = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+    found = []
+    for block in re.split(r"\n\s*\n", text):
+        current: list[str] = []
+        for line in (line for line in block.splitlines() if line.strip() and not line.startswith("|")):
+            if line.startswith("#") or re.match(r"\s*([-*]|\d+\.) ", line):
+                found += [" ".join(current)] if current else []
+                current = [] if line.startswith("#") else [line]
+                found += [line] if line.startswith("#") else []
+            else:
+                current.append(line)
+        found += [" ".join(current)] if current else []
+    return found
+
+
+def reference(folder: str) -> tuple[list[dict], dict[str, list[dict]], bool]:
+    """A committed reference report's own results and certificates, and whether it gave verdicts."""
+    where = REPO / "reports" / folder
+    results = [json.loads(p.read_text()) for p in sorted((where / "results").glob("*.json"))]
+    certs: dict[str, list[dict]] = {}
+    for path in sorted(where.glob("certificate-*.json")):
+        cert = json.loads(path.read_text())
+        certs.setdefault(cert["experiment"], []).append(cert)
+    return results, certs, "## Claims" in (where / "report.md").read_text()
+
+
+def test_the_paragraph_counter_sees_what_a_reader_sees():
+    text = "# T\n\n" + "a " * 250 + "\n\n| a table " + "x" * 500 + " |\n\n- one\n- two\n\n```\n" + "y" * 500 + \
+        "\n```\n\n<details><summary>s</summary>\n\n" + "z" * 500 + "\n\n</details>\n"
+    assert [len(p) for p in paragraphs(text)] == [3, 500, 5, 5]
+
+
+@pytest.mark.parametrize("folder", REFERENCE_REPORTS)
+def test_every_reference_report_renders_with_short_paragraphs_and_each_explanation_once_in_details(
+        folder, experiments, seeds):
+    """Each committed reference report, rendered now from its own result files and certificates (the default
+    run's, seeds-quick-cpu, among them): every section renders, no paragraph of report.md is longer than 400
+    characters, and each explanation is in details.md once, linked from report.md, never in it."""
+    results, certs, judged = reference(folder)
+    claims = list(seeds.values()) if judged else None
+    text = report.render(folder, results, experiments, claims=claims, certificates=certs)
+    assert "## Environment and provenance" in text and text.count("\n## Seed ") == len(runs.group(results))
+    long = [p for p in paragraphs(text) if len(p) > PARAGRAPH_LIMIT]
+    assert not long, [f"{len(p)}: {p[:120]}" for p in long]
+    found = verdicts.evaluate(claims, results) if claims else []
+    details = report.document.details(folder, results, experiments, found, certs)
+    anchors = {anchor(h) for h in re.findall(r"^#+ (.+)$", details.replace("\\", ""), flags=re.M)}
+    for title, explanation in explanations.TEXT.items():
+        first = explanation.split("\n\n")[0]
+        assert details.count(first) == 1 and first not in text, title
+        assert anchor(title) in anchors
+    links = set(re.findall(r"\]\(details\.md#([^)]+)\)", text))
+    assert links and links <= anchors, links - anchors
+    # the certificate in report.md: one short line per check; its evidence, in full, in details.md
+    for cert in (c for cs in certs.values() for c in cs if c["status"] != "not-run" and
+                 set(c["variant"].values()) <= {"fixed", "script"}):
+        for check in cert["checks"]:
+            line = f"- {sections.check_line(check)}"
+            assert line in text.splitlines() and len(line) <= 240, line
+            assert report.md(check["evidence"]) in details
+            assert len(check["evidence"]) <= 90 or report.md(check["evidence"]) not in text
+
+
+def test_a_check_line_gives_the_figure_the_check_turns_on():
+    results, certs, _ = reference("seeds-quick-cpu")
+    fixed = next(c for c in certs[MEMORY] if set(c["variant"].values()) == {"fixed"})
+    checks = {c["name"]: c for c in fixed["checks"]}
+    per_sample = checks["flops"]["numbers"]["per_sample"]["pytorch"]
+    assert sections.check_line(checks["flops"]) == f"flops pass: {per_sample:,} training FLOPs per sample"
+    worst = max(m["relative"] for m in checks["logits"]["numbers"].values())
+    assert sections.check_line(checks["logits"]) == f"logits pass: worst mode {worst:.1e} of the largest logit"
+    # a failing pair names each framework's figure, the reference first
+    posted = next(c for c in certs[SPEED] if c["variant"] == {"pytorch": "+pt_head_1000", "tensorflow": "fixed"})
+    layers = next(c for c in posted["checks"] if c["name"] == "layers")
+    counts = layers["numbers"]["parameters"]
+    assert sections.check_line(layers) == (f"layers **FAIL**: {counts['pytorch']:,} vs {counts['tensorflow']:,} "
+                                           f"parameters (PyTorch / TensorFlow)")
+    # a failing check without a figure of its own says where it differs
+    vgg16 = next(c for c in certs[SPEED] if c["variant"] == {"pytorch": "fixed", "tensorflow": "+tf_posted_vgg16"})
+    parting = next(c for c in vgg16["checks"] if c["name"] == "layers_without_parameters")
+    assert sections.check_line(parting).startswith("layers\\_without\\_parameters **FAIL**: a layer without parameters "
+                                                   "differs: after product 14: PyTorch has dropout rate 0.5")
+
+
+def _figures(folder: str, claims: list) -> list[tuple[str, object]]:
+    """Every figure the report draws from a reference report's results, named experiment-kind: the throughput
+    and memory plots, and the waterfall of each gap's decomposition where the results hold one."""
+    results, _, _ = reference(folder)
+    found = verdicts.evaluate(claims, results)
+    drawn = []
+    for experiment, by_variant in runs.group(results).items():
+        drawn += [(f"{experiment}-{suffix}", fig) for suffix, _, fig in plots.figures(by_variant)]
+        waterfall = decomposition.figure(decomposition.decompositions(experiment, by_variant, found))
+        drawn += [(f"{experiment}-waterfall", waterfall)] if waterfall is not None else []
+    return drawn
+
+
+def test_the_readability_check_finds_overlapping_text_and_too_many_series():
+    """The check itself, on a figure drawn wrong the way the old memory plot was: two long titles running into
+    each other, and one line per variant in one panel."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11.0, 4.0))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    source = ("(peak source: process resident high-water mark of the phase (VmHWM, reset at the phase's start by "
+              "writing 5 to /proc/self/clear_refs; before an evaluation, malloc_trim first returns the allocator's "
+              "free memory); the highest over the training and evaluation phases, warmup left out)")
+    left.set_title(f"PyTorch: memory sampled over training steps\n{source}")
+    right.set_title(f"TensorFlow: memory sampled over training steps\n{source}")
+    for i in range(plots.MAX_SERIES + 1):
+        left.plot([0, 1], [i, i + 1], label=f"+pitfall_{i}")
+    found = plots.problems(fig)
+    assert any(re.fullmatch(r"text 'PyTorch: memory sampled.*' overlaps 'TensorFlow: memory sampled.*'", f)
+               for f in found), found
+    assert any(re.fullmatch(rf"panel 'PyTorch: memory sampled.*' has {plots.MAX_SERIES + 1} series, more than "
+                            rf"{plots.MAX_SERIES}", f) for f in found), found
+    for line in left.lines[plots.MAX_SERIES:]:       # the same lines, grey behind the highlighted few; short titles
+        line.set_gid(plots.CONTEXT)
+    left.set_title("PyTorch")
+    right.set_title("TensorFlow")
+    assert plots.problems(fig) == []
+
+
+@pytest.mark.parametrize("folder", ["seeds-quick-cpu", "verbatim-standard-cpu-bounded"])
+def test_every_plot_of_a_reference_report_is_readable(folder, seeds):
+    """Each figure the report draws, from the reference results: the default run's 15 variants of seed 004 (13
+    pitfalls alone) and the posted scripts beside their rebuild. No text overlaps, none leaves the canvas, at
+    most six series in a panel, and no caption inside a figure (the report prints it under the image)."""
+    pytest.importorskip("matplotlib")
+    drawn = _figures(folder, list(seeds.values()))
+    kinds = {"throughput", "memory", "waterfall"} if folder == "seeds-quick-cpu" else {"throughput", "memory"}
+    assert {name.rsplit("-", 1)[1] for name, _ in drawn} == kinds
+    for name, fig in drawn:
+        assert plots.problems(fig) == [], name
+        assert not fig.texts and not (fig._suptitle and fig._suptitle.get_text()), name     # no caption inside
+        assert all(len(ax.get_title(loc="left")) <= 60 for ax in fig.axes), name
+    many = next(fig for name, fig in drawn if name == f"{MEMORY}-memory")
+    pytorch_steps = next(ax for ax in many.axes if ax.get_title(loc="left") == "PyTorch: memory sampled over "
+                                                                             "training steps")
+    context = [line for line in pytorch_steps.lines if line.get_gid() == plots.CONTEXT]
+    if folder == "seeds-quick-cpu":                   # 15 variants: 6 in colour, 9 in grey behind them
+        assert plots.series(pytorch_steps) == plots.MAX_SERIES and len(context) == 9
+        legend = [t.get_text() for t in pytorch_steps.get_legend().get_texts()]
+        assert legend[:2] == ["fixed", "as_posted"] and legend[-1] == "9 other variants"
 
 
 def test_the_report_without_claims_or_variants_still_renders(real, experiments):

@@ -57,6 +57,7 @@ def test_a_batchnorm_epsilon_changed_after_construction_is_seen(kit_python, tmp_
     assert "keras.optimizers.Adam" in checks["optimizer"]["evidence"] and checks["optimizer"]["passed"]
     assert checks["loss_trajectory"]["passed"] is None and "not checked for scripts" in checks["loss_trajectory"][
         "evidence"]
+    assert "first_parting_layer" not in checks           # nothing parts: nothing is named
     # the same files, the epsilon set on the built model: the captured object shows it
     monkeypatch.setenv("REPROKIT_TEST_BN_EPS", "1e-3")
     changed = certify_scripts(pair, runner, tmp_path / "changed")
@@ -64,6 +65,13 @@ def test_a_batchnorm_epsilon_changed_after_construction_is_seen(kit_python, tmp_
     assert changed["status"] == "fail" and checks["layers"]["passed"] and not checks["logits"]["passed"]
     assert checks["logits"]["numbers"]["fp32 train"]["relative"] > 1e-2
     assert changed["summary"].startswith("NOT the same model: logits:")
+    # where: the layer whose output parts first, and the setting of it that differs, read from both objects
+    parting = checks["first_parting_layer"]
+    assert parting["evidence"].startswith(
+        "first parts at PyTorch 1 (BatchNorm2d) / TensorFlow batch_normalization (BatchNormalization): output "
+        "differs "), parting["evidence"]
+    assert parting["evidence"].endswith("settings that differ: epsilon 0.001 vs 1e-05"), parting["evidence"]
+    assert parting["numbers"]["precision"] == "fp32" and changed["summary"].endswith(parting["evidence"])
 
 
 def test_a_script_that_trains_two_models_or_none_stops_the_certificate(kit_python, tmp_path, data_dir):

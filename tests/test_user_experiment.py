@@ -9,16 +9,20 @@ import textwrap
 import pytest
 from conftest import TINY
 
+from reprokit.report import settings_table
 from reprokit.results.provenance import REPO
 
 pytestmark = pytest.mark.slow
 
 MODELS = textwrap.dedent('''\
-    """Two hand-written models of the same small CNN: the PyTorch one ends in a softmax by mistake."""
+    """Two hand-written models of the same small CNN: the PyTorch one ends in a softmax by mistake, and its
+    builder asks torch for deterministic algorithms (for reproducible runs), which TensorFlow is not asked."""
 
 
     def torch_model(options, input_size, num_classes):
+        import torch
         from torch import nn
+        torch.use_deterministic_algorithms(True)      # a framework default changed in the user's own code
         width = options["width"]
         return nn.Sequential(
             nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -56,6 +60,10 @@ def _user_experiment(folder):
         ''') + spec[model_end:])
     (folder / "my_case.toml").write_text(spec)
     (folder / "my_case_models.py").write_text(MODELS)
+    # its declared twin: the same experiment, the determinism it changes declared by its settings key
+    (folder / "my_case_declared.toml").write_text(spec.replace('name = "my_case"', 'name = "my_case_declared"') + (
+        '\n[[differences]]\nfield = "deterministic algorithms"\nkey = "determinism.ops"\npytorch = "on"\n'
+        'tensorflow = "off"\nwhy = "the PyTorch builder asks for them"\n'))
 
 
 def test_own_experiment_runs_and_the_report_names_the_undeclared_pitfall(kit_python, tmp_path):
@@ -65,17 +73,29 @@ def test_own_experiment_runs_and_the_report_names_the_undeclared_pitfall(kit_pyt
     _user_experiment(folder)
     proc = subprocess.run(
         [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(folder), "--only", "my_case",
+         "--only", "my_case_declared",
          "--backend", "local", "--state-dir", str(tmp_path / "state"), "--reports-dir", str(tmp_path / "reports"),
          "--data-dir", str(tmp_path / "data"), "--name", "mine"],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = {r["framework"]: r for r in
-               (json.loads(p.read_text()) for p in (tmp_path / "reports" / "mine" / "results").glob("*.json"))}
+    every = [json.loads(p.read_text()) for p in (tmp_path / "reports" / "mine" / "results").glob("*.json")]
+    results = {r["framework"]: r for r in every if r["experiment"] == "my_case"}
     codes = {fw: [f["code"] for f in r["findings"]] for fw, r in results.items()}
     assert codes == {"pytorch": ["probabilities-into-logit-loss"], "tensorflow": []}
     assert "user_code_sha256" in results["pytorch"]["provenance"]
     report = (tmp_path / "reports" / "mine" / "report.md").read_text()
     assert "probabilities-into-logit-loss" in report and "softmax applied twice" in report
+    # The determinism its builder switched on, read back from torch: undeclared, and declared in its twin
+    assert ("- both, `fixed`: **settings-differ** (warning): deterministic algorithms (determinism.ops): PyTorch on, "
+            "TensorFlow off (undeclared: ") in report
+    assert ("- both, `fixed`: **settings-differ** (info): deterministic algorithms (determinism.ops): PyTorch on, "
+            "TensorFlow off (declared: \\[\\[differences\\]\\] deterministic algorithms)") in report
+    for name, mark in (("my_case", "**undeclared**"), ("my_case_declared",
+                                                       r"declared (\[\[differences\]\] deterministic algorithms)")):
+        by_fw = {r["framework"]: [r] for r in every if r["experiment"] == name}
+        table = settings_table.section({"fixed": by_fw})
+        row = next(line for line in table.splitlines() if "(`determinism.ops`)" in line)
+        assert [c.strip() for c in row.strip("|").split("|")][1:] == ["all", "on", "off", mark]
     # The certificate sees it too: same weights, different outputs, and says so in one sentence.
     cert = json.loads((tmp_path / "reports" / "mine" / "certificate-my_case-fixed.json").read_text())
     checks = {c["name"]: c["passed"] for c in cert["checks"]}

@@ -94,9 +94,11 @@ class LoaderPass:
     """One pass over a loader, bounded: it ends after N training steps, or after M batches where no training
     step came (an evaluation pass)."""
 
-    def __init__(self, observer: Observer, loader_id: int, batch_size: int | None, workers: int | None) -> None:
+    def __init__(self, observer: Observer, loader_id: int, batch_size: int | None, workers: int | None,
+                 settings: dict[str, Any] | None = None) -> None:
         self.observer, self.loader_id, self.steps0, self.fetched = observer, loader_id, observer.steps, 0
         self.batch_size, self.workers = batch_size, workers
+        self.settings = settings or {}       # its loader.* settings (kits/common/settings.py), as the framework says
 
     @own_time
     def more(self) -> bool:
@@ -242,14 +244,19 @@ class Observer:
         self.t_step_end = now()
 
     @own_time
-    def loader_pass(self, loader_id: int, batch_size: int | None, workers: int | None) -> LoaderPass:
+    def loader_pass(self, loader_id: int, batch_size: int | None, workers: int | None,
+                    settings: dict[str, Any] | None = None) -> LoaderPass:
         """A pass over a loader begins; a new pass over the training loader, with no evaluation since its
         last training step, is a new epoch."""
         if self.phase != EVAL and self.epoch_steps and loader_id == self.training_loader:
             self._end_epoch()
-        p = LoaderPass(self, loader_id, batch_size, workers)
+        p = LoaderPass(self, loader_id, batch_size, workers, settings)
         self.loaders.append(p)
         return p
+
+    def training_pass(self) -> LoaderPass | None:
+        """The last pass over the loader the training steps took their batches from."""
+        return next((p for p in reversed(self.loaders) if p.loader_id == self.training_loader), None)
 
     @own_time
     def fetched(self, seconds: float) -> None:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from kits.common import custom
 from kits.common import data as datalib
+from kits.common import settings as settings_lib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
 from kits.common.measure import WindowTimer, now, rss_bytes
@@ -16,6 +17,7 @@ from kits.common.pitfalls import Pitfall
 from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 from kits.pytorch_kit import models, posted_input, trace
 from kits.pytorch_kit.canonical import parameter_counts
+from kits.pytorch_kit.read_settings import framework_settings, model_settings
 
 
 class Backend(FeederMixin):
@@ -63,6 +65,8 @@ class Backend(FeederMixin):
                               else "process resident memory (VmRSS)")
         self._seen = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0, "grad_enabled_in_eval": 0,
                       "loss_input_probe": None}
+        # environment.settings: read now; the loader's at build, and what the model runs as at its first step
+        self.settings = framework_settings()
 
     def environment(self) -> dict:
         cuda = self.device.type == "cuda"
@@ -79,8 +83,7 @@ class Backend(FeederMixin):
             "gpus": nvidia_smi() if cuda else [],
             "gpu_count": torch.cuda.device_count() if cuda else 0,
             "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
-            "data_layout": "NCHW",
-            "execution": "eager",
+            "settings": self.settings,
             "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
             # read back apart: torch has one switch for matmuls and one for cuDNN's convolutions
             "tf32_ops": {"matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -118,7 +121,24 @@ class Backend(FeederMixin):
         else:
             self.feeder = NumpyFeeder(arrays, self.spec, self._to_device)
             self.input_reader = NumpyFeeder.READER
+        self.settings.update(self._loader_settings())
         return {"parameters": parameter_counts(self.model)}
+
+    def _loader_settings(self) -> dict:
+        """How the kit's feeder hands batches over: in the training loop, nothing prefetched; its copies to a GPU
+        leave from pinned memory unless the posted blocking copy is reproduced."""
+        if self.input_hook:
+            why = f"the user's input hook {self.input_hook.ref} yields the batches: its loader is not seen"
+            return dict.fromkeys(("loader.workers", "loader.prefetch", "loader.pin_memory"),
+                                 settings_lib.not_reported(why))
+        posted = self.pitfalls.has(Pitfall.PT_CPU_RESIZE_DATALOADER)
+        where = ("the posted DataLoader(num_workers=0)" if posted
+                 else "the kit's feeder slices each batch in the training loop")
+        pinned = self.device.type == "cuda" and not self.pitfalls.has(Pitfall.PT_BLOCKING_COPY)
+        return {"loader.workers": settings_lib.read(0, where),
+                "loader.prefetch": settings_lib.read(0, f"{where}: nothing is prepared ahead"),
+                "loader.pin_memory": settings_lib.read(pinned, "Tensor.pin_memory() before each non-blocking copy"
+                                                       if pinned else "copies leave from pageable memory")}
 
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training (the memory phases
@@ -167,7 +187,10 @@ class Backend(FeederMixin):
         # Free the last step's gradients before the forward pass, as Keras keeps none between steps.
         self.optimizer.zero_grad(set_to_none=True)
         with self._autocast():
-            outputs = self.model(self._inputs(x))
+            inputs = self._inputs(x)
+            if "execution" not in self.settings:       # once: what the first step ran with (a builder may switch)
+                self.settings.update(framework_settings(), **model_settings(self.model, inputs, self.device.type))
+            outputs = self.model(inputs)
         loss = self._loss(outputs, y)
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
             self._seen.update(loss_input_probe=_probe(outputs.detach()), loss_dtype=str(loss.dtype).split(".")[-1])

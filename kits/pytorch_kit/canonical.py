@@ -17,9 +17,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kits.common import arithmetic, custom
+from kits.common import arithmetic, custom, parting
 from kits.common import certificate as cert
-from kits.pytorch_kit import trace
+from kits.pytorch_kit import layer_settings, trace
 
 aten = torch.ops.aten
 
@@ -216,6 +216,42 @@ class Canonical:
         self._mode(True)
         with torch.no_grad():
             return [self.model(inputs).double().cpu().tolist() for _ in range(passes)]
+
+    def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict, np.ndarray]]:
+        """Every leaf module's output in call order, in evaluation or training mode with dropout off (a training
+        pass updates BatchNorm's running statistics: load the weights again after it), in canonical layout
+        (NHWC; a flatten of an NCHW map in (h, w, c) order), with its settings (kits/common/parting.py)."""
+        names = {id(m): n for n, m in self.model.named_modules()}
+        out: list[tuple[dict, np.ndarray]] = []
+
+        def record(module, args, output) -> None:
+            if not isinstance(output, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
+                return
+            y, x_in = output.detach().double().cpu().numpy(), args[0]
+            if y.ndim == 4:
+                y = y.transpose(0, 2, 3, 1)
+            elif y.ndim == 2 and x_in.dim() == 4 and y.shape[1] == x_in[0].numel():
+                n, c, h, w = x_in.shape              # a flatten of a channels-first map: rows in (h, w, c) order
+                y = y.reshape(n, c, h, w).transpose(0, 2, 3, 1).reshape(n, -1)
+            shape = list(x_in.shape)
+            in_shape = [shape[0], *shape[2:], shape[1]] if len(shape) == 4 else shape
+            family, settings = layer_settings.read(module, in_shape)
+            out.append((parting.entry(names.get(id(module), "?"), type(module).__name__, family, settings, y.shape),
+                        y))
+        hooks = [m.register_forward_hook(record) for m in self.model.modules() if not list(m.children())]
+        self._mode(training)
+        try:
+            with torch.no_grad(), NoDropout():
+                self.model(self._inputs(x))
+        finally:
+            for h in hooks:
+                h.remove()
+        return out
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The canonical gradients of the last backward pass (parameters that got one)."""
+        return {p.record["name"]: p.to_canonical(p.tensor.grad.detach().double().cpu().numpy())
+                for p in self.params if p.tensor.grad is not None}
 
 
 class Captured(Canonical):

@@ -105,9 +105,11 @@ class Certifier(Canonical, cert.Side):
                                f"a certificate artefact in fp64, no change in fp32"})
         return out
 
-    def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
+    def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]],
+                     gradients: list[dict[str, np.ndarray]] | None = None) -> list[float]:
         """The kit's step, in the model's dtype: cross-entropy of the logits, zero_grad, backward, step,
-        with the differences of neutralisable() removed step by step."""
+        with the differences of neutralisable() removed step by step; each step's canonical gradients
+        appended to ``gradients`` where given."""
         self._mode(True)
         optimizer = self.backend.optimizer
         losses = []
@@ -119,6 +121,8 @@ class Certifier(Canonical, cert.Side):
                 loss = F.cross_entropy(self.model(self._inputs(x)), yb)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if gradients is not None:
+                    gradients.append(self.gradients())
                 optimizer.step()
                 losses.append(float(loss.detach()))
         return losses

@@ -24,8 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from kits.common import settings as settings_lib
 from kits.common.measure import now
 from kits.common.observe import Bounded, HookClock, Observer, own_time
+from kits.pytorch_kit.read_settings import framework_settings, model_settings
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__")
 
@@ -36,7 +38,7 @@ class TorchProbe:
              "optimizer trains: each pass's batch size, grad mode and module mode",
              "torch.nn.functional.cross_entropy and nll_loss: the probe's own count of loss and correct predictions",
              "Tensor.item, .cpu, .numpy, .tolist, bool() and float() called from the script's own files: counted",
-             "DataLoader.__iter__: each pass, its batch size and workers",
+             "DataLoader.__iter__: each pass, its batch size, workers, prefetch and pinned memory",
              "torch.compile: whether the script compiled",
              "the device synchronised at each timing window's and phase's edges")
 
@@ -55,6 +57,7 @@ class TorchProbe:
         self.first_batch: torch.Tensor | None = None
         self.others: list[str] = []            # models outside the trained one that an optimizer steps
         self.certifying = False                # the certificate's own passes: not the script's
+        self.step_settings: dict | None = None  # what a training pass of the model ran as, read inside it
 
     # -- what the run uses -----------------------------------------------------------------------------
 
@@ -175,14 +178,18 @@ class TorchProbe:
             handle.remove()
         self.models += [_named(self.model), *self.others]
         self._handles.append(self.model.register_forward_pre_hook(self._model_pre))
-        self._model_pre(self.model, args)
+        self._model_pre(self.model, args, at_step=True)
         self._roots.clear()
 
     @own_time
-    def _model_pre(self, module, args) -> None:
+    def _model_pre(self, module, args, at_step: bool = False) -> None:
         if self.certifying:
             return
         batch = next((a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.dim()), 0)
+        if self.step_settings is None and not at_step and torch.is_grad_enabled() and module.training:
+            # inside the script's own forward call: its autocast, its batch's memory format
+            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            self.step_settings = model_settings(module, first, next(module.parameters()).device.type)
         self.observer.forward(int(batch), torch.is_grad_enabled(), module.training)
 
     # -- the loss, the syncs, the loaders --------------------------------------------------------------
@@ -229,7 +236,7 @@ class TorchProbe:
 
         def bounded_iter(loader):
             return Bounded(real_iter(loader), probe.observer.loader_pass(id(loader), loader.batch_size,
-                                                                         loader.num_workers))
+                                                                         loader.num_workers, _loader_settings(loader)))
         DataLoader.__iter__ = bounded_iter
 
     # -- the certificate -------------------------------------------------------------------------------
@@ -268,7 +275,9 @@ class TorchProbe:
             "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if cuda else None,
             "gpus": nvidia_smi() if cuda else [], "gpu_count": torch.cuda.device_count() if cuda else 0,
             "cpu_threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
-            "data_layout": "as the script ran it", "execution": "torch.compile" if self.compiled else "eager",
+            "settings": (settings := self.settings()),
+            "data_layout": settings.get("data_layout", {}).get("value"),
+            "execution": settings.get("execution", {}).get("value"),
             "tf32": torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32,
             "tf32_ops": {"matmul": torch.backends.cuda.matmul.allow_tf32,
                          "convolution": torch.backends.cudnn.allow_tf32},
@@ -276,6 +285,21 @@ class TorchProbe:
             "precision": {"requested": "as the script ran it", "compute_dtype": _dtype(self.model),
                           "how": "the trained model's parameters"},
         }
+
+    def settings(self) -> dict:
+        """environment.settings as the script left torch at its end, its model as a training pass ran it, and
+        the loader its training steps took their batches from."""
+        out = framework_settings()
+        if self.model is not None:
+            out.update(self.step_settings or model_settings(self.model, self.first_batch,
+                                                            next(self.model.parameters()).device.type))
+        if self.compiled:
+            out["execution"] = settings_lib.read("torch.compile", "the script called torch.compile")
+        loader = self.observer.training_pass() if self.observer else None
+        out.update(loader.settings if loader and loader.settings else _no_loader(
+            "the script's own loop (no DataLoader): each batch is made in the loop" if loader is None else
+            "its training loader is not a DataLoader"))
+        return out
 
     def eager_loop(self) -> bool:
         """Eager is PyTorch's own way: only TensorFlow's eager custom loop is a finding."""
@@ -298,6 +322,22 @@ class TorchProbe:
         """As a kit run counts them: BatchNorm's running statistics in the total, as Keras counts them."""
         from kits.pytorch_kit.canonical import parameter_counts
         return parameter_counts(self.model) if self.model is not None else {"total": 0, "trainable": 0}
+
+
+def _loader_settings(loader: DataLoader) -> dict:
+    """A DataLoader's own workers, prefetch (prefetch_factor batches per worker; none without workers) and
+    pinned memory."""
+    read, workers = settings_lib.read, loader.num_workers
+    ahead = (loader.prefetch_factor or 0) * workers
+    return {"loader.workers": read(workers, "DataLoader.num_workers (0: batches are made in the loop's process)"),
+            "loader.prefetch": read(ahead, f"DataLoader.prefetch_factor {loader.prefetch_factor!r} x num_workers "
+                                           f"{workers}"),
+            "loader.pin_memory": read(bool(loader.pin_memory), "DataLoader.pin_memory")}
+
+
+def _no_loader(why: str) -> dict:
+    return {"loader.workers": settings_lib.read(0, why), "loader.prefetch": settings_lib.read(0, why),
+            "loader.pin_memory": settings_lib.not_reported(why)}
 
 
 def _named(module: torch.nn.Module) -> str:

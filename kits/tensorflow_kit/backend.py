@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kits.common import custom  # noqa: E402
+from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
 from kits.common.measure import WindowTimer, now, rss_bytes  # noqa: E402
@@ -19,6 +20,7 @@ from kits.common.pitfalls import Pitfall  # noqa: E402
 from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec  # noqa: E402
 from kits.tensorflow_kit import models, trace  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
+from kits.tensorflow_kit.read_settings import NO_PINNING, framework_settings, model_settings, pipeline_settings  # noqa: E402,E501
 
 
 class Backend(FeederMixin):
@@ -66,6 +68,8 @@ class Backend(FeederMixin):
         self._metrics = None
         self.memory_series = ("tf.config.experimental.get_memory_info('GPU:0')['current']" if self.gpus
                               else "process resident memory (VmRSS)")
+        # environment.settings: read now; the loader's at build, and what the model runs as at its first step
+        self.settings = framework_settings(self.gpus)
 
     def environment(self) -> dict:
         build = tf.sysconfig.get_build_info()
@@ -86,8 +90,7 @@ class Backend(FeederMixin):
             "gpu_count": len(self.gpus),
             "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                             "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
-            "data_layout": "NHWC",
-            "execution": "tf.function",
+            "settings": self.settings,
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             # one switch in TensorFlow for both
             "tf32_ops": dict.fromkeys(("matmul", "convolution"),
@@ -131,7 +134,22 @@ class Backend(FeederMixin):
         else:
             self.feeder = numpy_feeder
             self.input_reader = NumpyFeeder.READER
+        self.settings.update(self._loader_settings())
         return {"parameters": models.parameter_counts(self.model)}
+
+    def _loader_settings(self) -> dict:
+        """How batches reach the step: the posted tf.data pipeline's own stages, or the kit's feeder (in the
+        training loop, nothing prefetched)."""
+        if self.input_hook:
+            why = f"the user's input hook {self.input_hook.ref} yields the batches: its loader is not seen"
+            return dict.fromkeys(("loader.workers", "loader.prefetch", "loader.pin_memory"),
+                                 settings_lib.not_reported(why))
+        if isinstance(self.feeder, PostedFeeder):
+            return pipeline_settings(self.feeder.train_ds)
+        where = "the kit's feeder slices each batch in the training loop"
+        return {"loader.workers": settings_lib.read(0, where),
+                "loader.prefetch": settings_lib.read(0, f"{where}: nothing is prepared ahead"),
+                "loader.pin_memory": NO_PINNING}
 
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training (a traced graph:
@@ -173,6 +191,8 @@ class Backend(FeederMixin):
         self._correct.assign_add(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == y, tf.int64)))
 
     def train_step(self, batch) -> None:
+        if "execution" not in self.settings:       # once: what the first step runs with (a builder may switch)
+            self.settings.update(framework_settings(self.gpus), **model_settings(self.model, self._train))
         if self._probe is None:       # once, in the warmup: an extra forward pass that reads values back
             out = self.model(self._inputs(batch[0]), training=False)
             self._probe = {"expects_logits": bool(self.loss_fn.from_logits), "rows": int(out.shape[0]),

@@ -17,9 +17,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import arithmetic, custom  # noqa: E402
+from kits.common import arithmetic, custom, parting  # noqa: E402
 from kits.common import certificate as cert  # noqa: E402
-from kits.tensorflow_kit import trace  # noqa: E402
+from kits.tensorflow_kit import layer_settings, trace  # noqa: E402
 
 
 def _layers(model: keras.Model):
@@ -70,6 +70,8 @@ class Canonical:
                 raise custom.BadModel(f"the model from {self.who} fails on a batch of shape {tuple(x.shape)}: "
                                       f"{custom.one_line(exc)}{custom.where(exc)}") from None
             self.dense_rows: dict[int, list[int] | None] = {}
+            # The names the user's model has as built: a rebuild in the same process numbers them on.
+            self.layer_names = [layer.name for layer in _layers(self.model)]
         self.params = self._map()
 
     def _training_passes(self):
@@ -143,6 +145,55 @@ class Canonical:
     def train_outputs(self, x: np.ndarray, passes: int) -> list[list[list[float]]]:
         """The outputs of ``passes`` forward passes in training mode, dropout as the kit trains (fp32)."""
         return np.asarray(self._passes(self._inputs(x), tf.constant(passes)), np.float64).tolist()
+
+    def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict, np.ndarray]]:
+        """Every layer's output in call order, in evaluation or training mode (an eager pass; dropout off: its
+        rate set to 0 before), with its settings (kits/common/parting.py). A fused activation is an entry of
+        its own after its layer's product, as PyTorch's separate module is: the product is computed with the
+        activation set to linear for the call."""
+        out: list[tuple[dict, np.ndarray]] = []
+
+        def wrap(layer, call):
+            def recorded(*args, **kwargs):
+                fused = layer_settings.fused_activation(layer)
+                in_shape = [int(d) for d in args[0].shape] if args and hasattr(args[0], "shape") else []
+                if fused is not None:               # the product alone, then the activation on it
+                    object.__setattr__(layer, "activation", keras.activations.linear)
+                    try:
+                        y = call(*args, **kwargs)
+                    finally:
+                        object.__setattr__(layer, "activation", fused)
+                else:
+                    y = call(*args, **kwargs)
+                if not hasattr(y, "shape"):         # a layer of several outputs: not one layer's output
+                    return y
+                family, settings = layer_settings.read(layer, in_shape)
+                name = names.get(id(layer), layer.name)
+                out.append((parting.entry(name, type(layer).__name__, family, settings, y.shape),
+                            np.asarray(y, np.float64)))
+                if fused is not None:
+                    y = fused(y)
+                    out.append((parting.entry(f"{name}.activation", layer_settings.activation_name(fused),
+                                              "activation", layer_settings.activation_settings(fused), y.shape),
+                                np.asarray(y, np.float64)))
+                return y
+            return recorded
+        leaves = list(_layers(self.model))
+        names = dict(zip(map(id, leaves), self.layer_names)) if len(leaves) == len(self.layer_names) else {}
+        for layer in leaves:
+            object.__setattr__(layer, "call", wrap(layer, layer.call))
+        try:
+            self.model(self._inputs(x), training=self.trained_with if training else False)
+        finally:
+            for layer in leaves:
+                object.__delattr__(layer, "call")
+        return out
+
+    def canonical_gradients(self, grads) -> dict[str, np.ndarray]:
+        """Gradients of the model's trainable variables (in their order), by canonical name."""
+        by_var = {id(v): g for v, g in zip(self.model.trainable_variables, grads)}
+        return {rec["name"]: arithmetic.rows_to_canonical(np.asarray(by_var[id(var)], np.float64), rows)
+                for rec, var, rows in self.params if by_var.get(id(var)) is not None}
 
 
 

@@ -42,7 +42,7 @@ class Certifier(Canonical, cert.Side):
                 loss = loss_fn(y, model(x, training=True))
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
+            return loss, grads
         return tf.function(step)
 
     def use_float64(self) -> None:
@@ -101,12 +101,17 @@ class Certifier(Canonical, cert.Side):
         """Declared differences are removed on the PyTorch side; Keras runs as the kit trains."""
         return []
 
-    def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:
-        """The kit's step, in the model's dtype: the kit's loss, gradient tape, the kit's optimizer."""
+    def train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]],
+                     gradients: list[dict[str, np.ndarray]] | None = None) -> list[float]:
+        """The kit's step, in the model's dtype: the kit's loss, gradient tape, the kit's optimizer; each
+        step's canonical gradients appended to ``gradients`` where given."""
         losses = []
         for x, y in batches:
             _, yb = self._batch(x, y)
-            losses.append(float(self._step(self._inputs(x), yb)))
+            loss, grads = self._step(self._inputs(x), yb)
+            losses.append(float(loss))
+            if gradients is not None:
+                gradients.append(self.canonical_gradients(grads))
         return losses
 
     def training_loss(self, x: np.ndarray, y: np.ndarray) -> float:

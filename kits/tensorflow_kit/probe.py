@@ -30,8 +30,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras.src.layers.layer import Layer  # noqa: E402
 
+from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
 from kits.common.observe import Bounded, HookClock, Observer, own_time  # noqa: E402
+from kits.tensorflow_kit.read_settings import framework_settings, model_settings, pipeline_settings  # noqa: E402
 
 STEPS, FORWARDS, BATCH, TRAINING, CORRECT = range(5)       # the packed counters' places
 
@@ -296,7 +298,7 @@ class KerasProbe:
             inner = real_iter(dataset)
             if probe.in_keras:
                 return inner
-            return _TimedBounded(inner, probe.observer.loader_pass(id(dataset), None, None))
+            return _TimedBounded(inner, probe.observer.loader_pass(id(dataset), None, None, pipeline_settings(dataset)))
         tf.data.Dataset.__iter__ = bounded_iter
 
     # -- the graph's counters ------------------------------------------------------------------------
@@ -402,7 +404,8 @@ class KerasProbe:
             "gpus": nvidia_smi() if gpus else [], "gpu_count": len(gpus),
             "cpu_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                             "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
-            "data_layout": "as the script ran it", "execution": self.execution(),
+            "settings": (settings := self.settings()),
+            "data_layout": settings.get("data_layout", {}).get("value"), "execution": self.execution(),
             "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "tf32_ops": dict.fromkeys(("matmul", "convolution"),
                                       tf.config.experimental.tensor_float_32_execution_enabled()),
@@ -411,6 +414,32 @@ class KerasProbe:
                           "compute_dtype": keras.mixed_precision.global_policy().compute_dtype,
                           "how": f"Keras policy {keras.mixed_precision.global_policy().name}"},
         }
+
+    def settings(self) -> dict:
+        """environment.settings as the script left TensorFlow at its end: its model's, how its steps ran (what the
+        probe saw of them), and the pipeline its training steps took their batches from."""
+        out = framework_settings(tf.config.list_physical_devices("GPU"))
+        if self.model is not None:
+            out.update(model_settings(self.model, None))
+        how = ("its steps ran eagerly, outside any tf.function" if self.eager_loop() else
+               "its steps ran in a tf.function (Keras fit's, or the script's own); XLA where its jit_compile or the "
+               "model's asked")
+        run_eagerly = tf.config.functions_run_eagerly()
+        out["execution"] = settings_lib.read("eager" if run_eagerly else self.execution(),
+                                             "tf.config.functions_run_eagerly() is True" if run_eagerly else how)
+        loader = self.observer.training_pass() if self.observer else None
+        if loader is not None and loader.settings:
+            out.update(loader.settings)
+        elif isinstance(self.fit_input, tf.data.Dataset):
+            out.update(pipeline_settings(self.fit_input))
+        else:
+            arrays = self.fit_input is not None
+            why = ("Keras fit's own adapter over the script's arrays" if arrays else
+                   "the script's own loop (no tf.data dataset): each batch is made in the loop")
+            seen = settings_lib.not_reported(why) if arrays else settings_lib.read(0, why)
+            out.update({"loader.workers": seen, "loader.prefetch": seen,
+                        "loader.pin_memory": settings_lib.not_reported(why)})
+        return out
 
     def parameters(self) -> dict:
         if self.model is None:

@@ -27,7 +27,12 @@ wrote (kits/common/certificate.py holds the comparisons):
   cross-framework divergence stays within ``trajectory_factor`` times a same-framework baseline
   (the same steps with the inputs one float32 ulp up, and the framework's own fp32 rounding
   against fp64), step by step;
-- informational: how far the weights drifted apart over the fp64 steps.
+- informational: how far the weights drifted apart over the fp64 steps;
+- where they part, when the logits or a trajectory differ (kits/common/parting.py): ``first_parting_layer``
+  names the first layer whose fp64 output (evaluation mode, dropout off, the same weights, the first
+  samples of the fixed batch) differs beyond ``layer_rtol`` of its scale, with both frameworks' settings of
+  it and those that differ; ``first_parting_gradient`` the first step at which the fp64 losses part, and the
+  first step and tensor, in backward order, whose gradient parts.
 
 Declared optimizer differences that can be removed exactly (Adam's epsilon placement) are removed
 from the trajectories and named. Known semantic differences are listed in ``declared_differences``
@@ -54,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from kits.common import certificate as cert
-from kits.common import custom
+from kits.common import custom, parting
 from kits.common.files import write_json_atomic
 from kits.common.names import REFERENCE, label
 from kits.common.spec import RunSpec
@@ -63,7 +68,7 @@ from reprokit.errors import UserError
 from reprokit.runners.base import KitCall, Runner
 
 SCHEMA = "reprokit.certificate/1"
-DEFAULT_TOLERANCES = {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0}
+DEFAULT_TOLERANCES = {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0, "layer_rtol": 1e-7}
 TOLERANCE_MEANING = {
     "logits_rtol": "max difference of the logits of the same weights on the same batch, relative to the "
                    "largest |logit|",
@@ -71,6 +76,8 @@ TOLERANCE_MEANING = {
     "trajectory_factor": "how many times the same-framework baseline (inputs one float32 ulp up; the "
                          "framework's own fp32 rounding against fp64) the fp32 cross-framework divergence may "
                          "reach, step by step",
+    "layer_rtol": "max difference of a layer's fp64 output (or of a gradient in the fp64 steps) from the same "
+                  "weights, relative to its largest |value|, beyond which the two models part there",
 }
 TIMEOUT_S = 900
 SIDE_NAME, WEIGHTS_NAME, AFTER_NAME = cert.SIDE_NAME, cert.WEIGHTS_NAME, cert.AFTER_NAME
@@ -300,7 +307,7 @@ def _summary(result: dict[str, Any]) -> str:
     if failed:
         return "NOT equivalent: " + "; ".join(
             (c.get("mismatches") or [c["evidence"]])[0] if c["name"] == "layers" else f"{c['name']}: {c['evidence']}"
-            for c in failed)
+            for c in failed) + "".join(f"; {by[n]['evidence']}" for n in ("first_parting_layer",) if n in by)
     n = by["layers"]["numbers"]["parameters"][REFERENCE]
     flops = by["flops"]["numbers"]["per_sample"][REFERENCE]
     logits = max(v["relative"] for v in by["logits"]["numbers"].values())
@@ -415,7 +422,9 @@ def _run_jobs(jobs: list[_Job], runner: Runner, works: list[Path], timeout_s: fl
                 _take_side(job.result, job.sides, fw, side, text)
 
 
-REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights_after_steps")
+REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights_after_steps", "first_parting_layer",
+                  "first_parting_gradient")
+INFORMATIONAL = ("weights_after_steps", "first_parting_layer", "first_parting_gradient")
 
 
 def _add_reduced(result: dict[str, Any], small: dict[str, Any], reason: str, specs: dict[str, dict[str, Any]]) -> None:
@@ -431,7 +440,7 @@ def _add_reduced(result: dict[str, Any], small: dict[str, Any], reason: str, spe
             c = checks[name]
             result["checks"].append({**c, "evidence": f"at width {width:g} (reduced): {c['evidence']}",
                                      "width_multiplier": width})
-        elif name != "weights_after_steps":
+        elif name not in INFORMATIONAL:
             result["checks"].append(skipped(name, f"the reduced-width certificate did not get to it: "
                                                    f"{small['message'] or small['status']}"))
     result["neutralised"] = small.get("neutralised") or result["neutralised"]
@@ -521,4 +530,34 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], specs: di
     after = _weights_after(folders)
     if after:
         checks.append(cert.compare_after_steps(after))
+    checks += where_they_part(sides, folders, checks, tol)
     result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
+
+
+TRAJECTORIES = ("loss_trajectory", "loss_trajectory_fp32")
+
+
+def where_they_part(sides: dict[str, dict[str, Any]], folders: dict[str, Path], checks: list[dict[str, Any]],
+                    tol: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the logits or trajectories that differ part, from the outputs and gradients each side recorded
+    beside its side.json (kits/common/parting.py): informational checks, only where one of those failed."""
+    failed = {c["name"] for c in checks if c["passed"] is False}
+    if not failed & {"logits", *TRAJECTORIES}:
+        return []
+    out = []
+    arrays = {fw: parting.load(folders[fw] / parting.OUTPUTS_NAME) for fw, s in sides.items() if "layer_outputs" in s}
+    missing = [f"{label(fw)}: {s.get('layer_outputs_error') or 'no layer outputs recorded'}"
+               for fw, s in sides.items() if arrays.get(fw) is None]
+    if missing:
+        out.append({"name": "first_parting_layer", "passed": None,
+                    "evidence": f"where they part is not known ({'; '.join(missing)})"})
+    else:
+        rtol = tol["layer_rtol"] if sides[REFERENCE]["layer_outputs"]["precision"] == "fp64" else tol["logits_rtol"]
+        out.append(parting.compare_outputs(sides, {fw: a for fw, a in arrays.items() if a is not None}, rtol))
+    if failed & set(TRAJECTORIES) and all("gradients" in s and "losses" in s for s in sides.values()):
+        grads = {fw: parting.load(folders[fw] / parting.GRADIENTS_NAME) for fw in sides}
+        if all(g is not None for g in grads.values()):
+            out.append(parting.compare_gradients(
+                sides, {fw: g for fw, g in grads.items() if g is not None}, sides[REFERENCE]["layers"],
+                {fw: s["losses"]["fp64"] for fw, s in sides.items()}, tol["loss_rtol"], tol["layer_rtol"]))
+    return out

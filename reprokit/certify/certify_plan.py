@@ -2,10 +2,11 @@
 
 A pair is the spec of the reference framework (the registry's first, PyTorch) and one other framework's
 (TensorFlow), of one variant, at repeat 0: one pair per other framework the experiment runs. A variant that
-only one framework has (an ablation's ``+pitfall``) is paired with the other framework's ``fixed`` spec,
-which is what the report holds it against. A pair that cannot be certified (one framework only, or a kit
-without a certificate side) is recorded as not run, with the reason, so the report names it instead of
-leaving it out.
+only one framework has (an ablation's ``+pitfall`` or ``-pitfall``) is paired with the other framework's spec
+of the same configuration, which is what the report holds it against: ``fixed`` for a ``+pitfall``,
+``as_posted`` for a ``-pitfall`` (reprokit/results/runs.py stand_in). A pair that cannot be certified (one
+framework only, or a kit without a certificate side) is recorded as not run, with the reason, so the report
+names it instead of leaving it out.
 
 Certificates are cached by what they certify: the model, the data and its
 preprocessing, the optimizer and loss, the numerics, the pitfalls that touch
@@ -23,7 +24,7 @@ from typing import Any
 from kits.common.names import REFERENCE, REGISTRY, label, others
 from kits.common.pitfalls import certified
 from reprokit.plan import model_cost
-from reprokit.results import utilisation
+from reprokit.results import runs, utilisation
 
 FIXED = "fixed"
 # Spec fields that do not change what the certificate checks: how long and how it is measured.
@@ -44,12 +45,11 @@ def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             by.setdefault(s["experiment"], {}).setdefault(s["variant"], {})[s["framework"]] = s
     out: dict[str, list[dict[str, Any]]] = {}
     for experiment, variants in by.items():
-        fixed = variants.get(FIXED, {})
         for variant in sorted(variants, key=lambda v: (v != FIXED, v)):
             for fws in _pairs({fw for v in variants.values() for fw in v}):
                 if not any(fw in variants[variant] for fw in fws):
                     continue                    # a variant of a third framework only: not this pair's
-                pair = {fw: variants[variant].get(fw) or fixed.get(fw) for fw in fws}
+                pair = {fw: _stand_in(variants, variant, fw) for fw in fws}
                 missing = [fw for fw in fws if pair[fw] is None]
                 if missing:
                     there = next(s for s in pair.values() if s)
@@ -68,6 +68,12 @@ def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                                experiment, variant, fws)
             out.setdefault(experiment, []).append(pair)
     return out
+
+
+def _stand_in(variants: dict[str, dict[str, dict[str, Any]]], variant: str, fw: str) -> dict[str, Any] | None:
+    """The spec of ``fw`` that runs ``variant``: its own, or the one of the same configuration under another name."""
+    found = runs.stand_in(variant, fw, variants, lambda spec: spec)
+    return variants[found][fw] if found else None
 
 
 def _pairs(present: set[str]) -> list[tuple[str, str]]:
@@ -210,6 +216,8 @@ def _narrower(spec: dict[str, Any], factor: float) -> dict[str, Any]:
 
 
 def file_name(cert: dict[str, Any]) -> str:
-    """certificate-<experiment>-<variant>.json; the variant named after its non-fixed side."""
-    variants = [v for v in cert["variant"].values() if v and v != FIXED] or [FIXED]
-    return f"certificate-{cert['experiment']}-{variants[0]}.json"
+    """certificate-<experiment>-<variant>.json; the variant named after its single change, else its non-fixed
+    side (a "-tf_p" pair holds PyTorch's as_posted: its name is the change's, not as_posted's)."""
+    named = [v for v in cert["variant"].values() if v and v != FIXED] or [FIXED]
+    changes = [v for v in named if v.startswith((runs.ADDED, runs.REMOVED))]
+    return f"certificate-{cert['experiment']}-{(changes or named)[0]}.json"

@@ -16,7 +16,9 @@ own first step, and its model starts from those weights on that batch. Compared:
 - ``outputs``: one row per class of the data, as logits or probabilities as each script's own loss takes;
 - ``logits`` and ``dropout``: the same weights on the same batch, in evaluation mode and over many
   training-mode passes in the mode each script trained in; compared as probabilities where one
-  script's model returns probabilities and the other's logits.
+  script's model returns probabilities and the other's logits;
+- ``first_parting_layer``, where the logits differ: the first layer whose fp32 output parts beyond
+  ``logits_rtol`` of its scale, with both models' settings of it (a captured model is not rebuilt in fp64).
 
 The loss trajectories are not checked here: they need each script's own loss and optimizer replayed
 in fp64, and the certificate says so.
@@ -34,7 +36,7 @@ from kits.common import arithmetic
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
 from kits.common.names import REFERENCE, label
-from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances
+from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances, where_they_part
 from reprokit.runners.base import RESULT_NAME, Outcome, Runner, spec_call
 
 NOT_REPLAYED = ("not checked for scripts: the trajectory replays each script's own loss and optimizer in fp64 from "
@@ -64,7 +66,7 @@ def certify_scripts(pair: dict[str, dict[str, Any]], runner: Runner, work: Path,
         result["frameworks"][fw] = side.get("environment", {})
         result["captured"][fw] = side.get("captured", [])
     if len(sides) == len(pair):
-        _compare(result, sides, tol)
+        _compare(result, sides, folders, tol)
     result["summary"] = _summary(result)
     result["wall_s"] = time.perf_counter() - t0
     write_json_atomic(work / "certificate.json", result)
@@ -124,7 +126,8 @@ def _new(pair: dict[str, dict[str, Any]], tol: dict[str, Any], runner: Runner) -
             "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in fws}}
 
 
-def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], tol: dict[str, Any]) -> None:
+def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], folders: dict[str, Path],
+             tol: dict[str, Any]) -> None:
     ref, other = _frameworks(sides)
     pt, tf = sides[ref], sides[other]
     result["setup"] = pt.get("setup")
@@ -157,6 +160,7 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], tol: dict
         dropout["evidence"] = how + dropout["evidence"]
         checks.append(dropout)
     checks.append(skipped("loss_trajectory", NOT_REPLAYED))
+    checks += where_they_part(sides, folders, checks, tol)      # fp32 layer outputs, within logits_rtol
     result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
 
 
@@ -212,9 +216,10 @@ def _summary(result: dict[str, Any]) -> str:
     if not checks:
         return f"{'not certified' if status == 'fail' else 'no certificate'}: {message}"
     failed = [c for c in checks if c["passed"] is False]
-    if failed:
-        return "NOT the same model: " + "; ".join(f"{c['name']}: {c['evidence']}" for c in failed)
     by = {c["name"]: c for c in checks}
+    if failed:
+        return "NOT the same model: " + "; ".join(f"{c['name']}: {c['evidence']}" for c in failed) + "".join(
+            f"; {by[n]['evidence']}" for n in ("first_parting_layer",) if n in by)
     n = by["layers"]["numbers"]["parameters"][REFERENCE]
     if by["logits"].get("skipped"):
         return (f"the same {n:,} parameters layer by layer and the same arithmetic; the outputs of the same weights "

@@ -5,7 +5,9 @@ variant, memory reading) and a tolerance; this module reads the operands through
 compares, and words the verdict from the numbers. Verdicts:
 
 - ``reproduced`` / ``not reproduced``: the measured metric is inside / outside the tolerance
-  (and, where the claim states a direction, points the published way).
+  (and, where the claim states a direction, points the published way). A reproduced ratio of two frameworks
+  as posted reads "reproduced as posted, explained by <pitfall>" only where the ablation's measured shares
+  say so (reprokit/results/shares.py explaining, RULE).
 - ``not comparable``: the quantity cannot be measured on the profile or hardware used (an
   absolute GPU time on a CPU, a published GPU that no run matches); the reason says which.
 - ``not measured``: the results lack the runs or the fields the claim needs; the reason says which.
@@ -19,9 +21,10 @@ from typing import Any
 
 from kits.common.names import LABELS
 from reprokit.claims.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
-from reprokit.results import metrics, stats
+from reprokit.results import metrics, shares, stats
 from reprokit.results import runs as run_groups
 from reprokit.results.metrics import NotMeasured
+from reprokit.results.runs import POSTED
 from reprokit.results.units import UNITS, fmt
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NOT_MEASURED = (
@@ -111,11 +114,12 @@ class Verdict:
     indicative: bool = False
     run_ids: tuple[str, ...] = ()
     value: float | None = None          # the measured metric, in base units, where one was computed
+    explained_by: str | None = None     # the factor the measured shares say the gap as posted comes from
 
     @property
     def label(self) -> str:
-        return self.status + (" (indicative)" if self.indicative and self.status in (REPRODUCED, NOT_REPRODUCED)
-                               else "")
+        said = self.status + (f" as posted, explained by {self.explained_by}" if self.explained_by else "")
+        return said + (" (indicative)" if self.indicative and self.status in (REPRODUCED, NOT_REPRODUCED) else "")
 
 
 def contexts(claim: Claim, results: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -262,7 +266,40 @@ def _evaluate_one(claim: Claim, results: list[dict[str, Any]], context: tuple[st
     if incomparable:
         return Verdict(claim, NOT_COMPARABLE, f"{ours} ({profile}, {device})", incomparable,
                        run_ids=ids, value=value, **base)
-    return Verdict(claim, status, ours, why, run_ids=ids, value=value, **base)
+    explained = _explained(claim, results, context) if status == REPRODUCED else None
+    if explained:
+        why += f"; {explained[1]}"
+    return Verdict(claim, status, ours, why, run_ids=ids, value=value, explained_by=explained and explained[0],
+                   **base)
+
+
+def posted_gap(claim: Claim) -> tuple[str, str, str, str] | None:
+    """(quantity, reading, numerator framework, denominator framework) of a claim on one framework's figure over
+    another's as posted, whose gap from fixed the ablation decomposes; None for any other claim."""
+    if claim.kind not in ("ratio", "effect_disappears_with_fix"):
+        return None
+    a, b = claim.operands["numerator"], claim.operands["denominator"]
+    if a.variant != POSTED or b.variant != POSTED or a.framework == b.framework or a.quantity != b.quantity:
+        return None
+    return a.quantity, a.reading, a.framework, b.framework
+
+
+def _explained(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> tuple[str, str] | None:
+    """The factor that explains a reproduced gap as posted, and the shares that say so (shares.RULE), or None."""
+    gap = posted_gap(claim)
+    if gap is None:
+        return None
+    profile, device = context
+    mine = [r for r in results if r["profile"] == profile and r["spec"].get("device", "cpu") == device]
+    by_variant = run_groups.group(mine).get(claim.experiment, {})
+    found = shares.decompose(by_variant, claim.experiment, *gap)
+    top = shares.explaining(found) if found else None
+    if found is None or top is None:
+        return None
+    assert found.interaction is not None        # explaining() needs every factor's share
+    return top.factor, (f"explained by {top.factor}: its share {top.share.text()} of the gap {found.gap.text()} "
+                        f"from fixed to as posted is more than half of it (on the log scale) over its interval, and "
+                        f"the interaction {found.interaction.text()} holds 1x")
 
 
 def _value(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Judged:

@@ -177,13 +177,15 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
         exp = experiments[name]
         here = code(what.experiment_dirs)
         if exp.scripts:
-            specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs)
+            specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs,
+                                           differences=exp.doc.get("differences", []))
             continue
         specs += planning.specs_for(exp, o, describe, here)
         for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
             if variant in o.variants:
                 specs += script_plan.specs_for(name, scripts, o, describe, here, epochs=what.epochs,
-                                               variant=variant, setting=exp.resolved(o.profile))
+                                               variant=variant, setting=exp.resolved(o.profile),
+                                               differences=exp.doc.get("differences", []))
     return specs, claims
 
 

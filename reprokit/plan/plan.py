@@ -19,6 +19,7 @@ from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
 from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.plan.experiments import Experiment
+from reprokit.results.runs import ADDED, NUMERICS, POSTED, REMOVED
 
 SPEC_SCHEMA = "reprokit.runspec/1"
 # Seconds a run may take before it is stopped and recorded as a timeout.
@@ -36,7 +37,7 @@ class Options:
     dataset: str | None = None      # override the profile's dataset (e.g. synthetic on an offline GPU box)
     timeout_s: float | None = None
     variants: tuple[str, ...] = ("fixed",)
-    ablation: bool = False          # also each pitfall of the chosen variants alone, as "+<pitfall>"
+    ablation: bool = False          # also each pitfall alone, "+<pitfall>", and as_posted's factors removed alone
     alone: frozenset[str] = frozenset()   # ... or only these of their pitfalls (those the claims name)
     max_steps: int | None = None    # a tighter cap on training steps per epoch (a bounded check)
     prepare_data: bool = True       # run the data step first; False (a dry run): plan with what is prepared
@@ -96,7 +97,10 @@ def _posted_readers(data: dict[str, Any], pitfalls: list[str], opts: Options) ->
 
 def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], dict[str, Any]]]:
     """Variant name -> (its pitfalls, its numerics over the experiment's), for the variants this experiment
-    defines among those asked for; a pitfall run alone keeps the experiment's numerics."""
+    defines among those asked for, each named variant followed by its single changes: each pitfall added alone
+    to fixed ("+p", with the experiment's numerics); with --ablation also as_posted's numerics added alone
+    ("+numerics") and each of as_posted's factors removed alone ("-p", "-numerics"), which the decomposition of
+    its gap needs (reprokit/results/shares.py)."""
     out: dict[str, tuple[list[str], dict[str, Any]]] = {"fixed": ([], {})} if "fixed" in opts.variants else {}
     for name in opts.variants:
         if name == "fixed":
@@ -108,17 +112,30 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], di
                 continue    # asked for every experiment; this one has none
             raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
                             f"it has: fixed, {', '.join([*exp.variants, *exp.script_variants]) or '(no others)'}")
-        out[name] = (exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {}))
-        for pitfall in exp.variants[name]["pitfalls"]:
+        pitfalls, numerics = exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {})
+        out[name] = (pitfalls, numerics)
+        for pitfall in pitfalls:
             if opts.ablation or pitfall in opts.alone:
-                out[f"+{pitfall}"] = ([pitfall], {})
+                out[f"{ADDED}{pitfall}"] = ([pitfall], {})
+        if opts.ablation and name == POSTED:
+            out.update(_removed_alone(pitfalls, numerics))
+    return out
+
+
+def _removed_alone(pitfalls: list[str], numerics: dict[str, Any]) -> dict[str, tuple[list[str], dict[str, Any]]]:
+    """as_posted's numerics added alone to fixed, and each of its factors removed alone from it."""
+    out: dict[str, tuple[list[str], dict[str, Any]]] = {f"{ADDED}{NUMERICS}": ([], numerics)} if numerics else {}
+    for pitfall in pitfalls:
+        out[f"{REMOVED}{pitfall}"] = ([p for p in pitfalls if p != pitfall], numerics)
+    if numerics:
+        out[f"{REMOVED}{NUMERICS}"] = (pitfalls, {})
     return out
 
 
 def _declared_defaults(numerics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The declared difference of each setting left at the frameworks' own defaults (pair_findings matches a
-    setting the frameworks report differently to it by its name)."""
-    return [{"field": DEFAULTABLE[key], "pytorch": "PyTorch's default, read back at run time",
+    """The declared difference of each setting left at the frameworks' own defaults, by its settings key ("tf32"
+    declares tf32.matmul and tf32.convolution: reprokit/report/settings_table.py matches keys, never labels)."""
+    return [{"field": DEFAULTABLE[key], "key": key, "pytorch": "PyTorch's default, read back at run time",
              "tensorflow": "TensorFlow's default, read back at run time",
              "why": "as posted: each framework ran its own default, which the result records"}
             for key, value in numerics.items() if value == FRAMEWORK_DEFAULT]

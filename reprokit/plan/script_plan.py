@@ -97,10 +97,11 @@ def _bounds(opts: Options, epochs: int | None, setting: dict[str, Any] | None) -
 
 def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
               describe: Callable[[str], dict[str, Any]], code: dict[str, Any],
-              epochs: int | None = None, variant: str = VARIANT,
-              setting: dict[str, Any] | None = None) -> list[ScriptSpec]:
+              epochs: int | None = None, variant: str = VARIANT, setting: dict[str, Any] | None = None,
+              differences: list[dict[str, Any]] | None = None) -> list[ScriptSpec]:
     """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each;
-    ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds."""
+    ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds;
+    ``differences``, the experiment's declared ones (docs/settings.md)."""
     data = _data(opts, setting)
     bounds, warmup = _bounds(opts, epochs, setting)
     out = []
@@ -117,7 +118,7 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
                     "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5,
                                 "step_timing": True},
                     "warmup_steps": warmup, "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
-                    "differences": [], "provenance": {**code, **describe(framework)},
+                    "differences": differences or [], "provenance": {**code, **describe(framework)},
                     "pitfalls": [], "pitfall_summaries": {}}
             out.append(identified(ScriptSpec.from_dict(spec)))     # every field explicit, or the plan has a bug
     return out

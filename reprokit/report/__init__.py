@@ -5,7 +5,9 @@ package imports upward):
 
     document          write() and render(): report.md, details.md, summary.csv and the plots of one report
     first_screen      the answers per seed at the top of report.md
+    decomposition     each factor's share of the gap from as posted to fixed: its table, waterfall, first-screen line
     sections          the per-experiment tables, environment, failures and result files
+    explanations      each explanation written once, into details.md, and the links to it from report.md
     claims_section    the claims table, and each claim in full for details.md
     plots             the PNG figures (none where matplotlib is missing: the report says so)
     summary_csv       one flat row per run

@@ -14,11 +14,21 @@ from kits.common.names import LABELS, compared, joined, ratios
 from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate
 from reprokit.plan.experiments import Experiment
-from reprokit.report import claims_section, first_screen, plots, reconstruction, sections, summary_csv
+from reprokit.report import (
+    claims_section,
+    decomposition,
+    explanations,
+    first_screen,
+    plots,
+    reconstruction,
+    sections,
+    settings_table,
+    summary_csv,
+)
 from reprokit.report.markdown import anchor, md
 from reprokit.results import runs, stats
 
-PLOT_SUFFIXES = ("-throughput.png", "-memory.png")
+PLOT_SUFFIXES = ("-throughput.png", "-memory.png", decomposition.SUFFIX)
 
 
 def _banner(name: str, results: list[dict[str, Any]]) -> str:
@@ -82,7 +92,8 @@ def _heading(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any]) 
 
 
 def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any], certs: list[dict[str, Any]],
-                plot_files: list[tuple[str, str]], heading: str, no_plots: str | None = None) -> str:
+                plot_files: list[tuple[str, str]], heading: str, verdicts: list[Verdict],
+                no_plots: str | None = None) -> str:
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     published = exp.resolved("full") if exp else None
     main = runs.main_variant(by_variant)
@@ -109,9 +120,13 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     ablation = sections.ablation(by_variant)
     if ablation:
         out.append("### Ablation: which mistake cost what\n\n" + ablation)
-    for caption, file in plot_files:
-        out.append(f"![{md(caption)}]({file})\n\n*Figure: {md(caption)}. Bars are medians over repeats; whiskers "
-                   f"are the report's bracket (the range of the repeats below 6).*")
+    shares = decomposition.section(decomposition.decompositions(exp_name, by_variant, verdicts))
+    if shares:
+        out.append(f"### {decomposition.heading(exp_name)}\n\n{shares}")
+    for what, file in plot_files:
+        caption = what.rstrip(".") if file.endswith(decomposition.SUFFIX) else f"{heading.replace('`', '')}: {what}"
+        out.append(f"![{md(caption)}]({file})\n\n*Figure: {md(caption)}.* "
+                   f"{explanations.link(explanations.PLOTS, 'How to read it')}.")
     if no_plots:
         out.append(no_plots)
     found = sections.findings(by_variant)
@@ -119,6 +134,9 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
         out.append("### Findings at run time\n\n" + found)
     if fixed:
         out.append("### What differs between the two runs\n\n" + sections.differences(fixed))
+    settings = settings_table.section(by_variant)
+    if settings:
+        out.append("### Every setting side by side\n\n" + settings)
     rebuilt = reconstruction.section(exp_name, exp, by_variant, certs)
     if rebuilt:
         out.append(rebuilt)
@@ -136,17 +154,19 @@ def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Exp
     out = [_banner(name, results)]
     if order:
         out.append("## Answers\n\n" + "\n\n".join(
-            first_screen.answers(e, experiments.get(e), grouped[e], found, certificates.get(e, [])) for e in order) +
-            f"\n\nFigures are medians over repeats; ratios are {ratios(_frameworks(results))}. A bracket is the "
-            "range of the repeats below 6 repeats, an interval with its coverage from 6 on: "
-            "[how the figures are computed](details.md#how-the-figures-are-computed).")
+            first_screen.answers(e, experiments.get(e), grouped[e], found, certificates.get(e, []),
+                                 decomposition.first_screen_line(decomposition.decompositions(e, grouped[e], found)))
+            for e in order) +
+            f"\n\nFigures are medians over repeats; ratios are {ratios(_frameworks(results))}; brackets and "
+            "tests: [how the figures are computed](details.md#how-the-figures-are-computed).")
     if found:
         out.append(claims_section.overview(found))
     for exp_name in order:
         by_variant = grouped[exp_name]
         exp = experiments.get(exp_name)
         out.append(_experiment(exp_name, exp, by_variant, certificates.get(exp_name, []),
-                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant), no_plots))
+                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant), found,
+                               no_plots))
     for exp_name in sorted({r["experiment"] for r in results} - set(grouped)):
         out.append(f"## {md(exp_name)}\n\nNo run of this experiment finished; see *Failed runs*.")
     out.append("## Environment and provenance\n\n" +
@@ -171,14 +191,27 @@ def _frameworks(results: list[dict[str, Any]]) -> set[str]:
     return {r["framework"] for r in results}
 
 
-def details(name: str, found: list[Verdict], certificates: dict[str, list[dict[str, Any]]],
-            frameworks: set[str] | None = None) -> str:
-    """details.md: how the figures are computed, every claim in full, every certificate check. ``frameworks``:
-    those the report's results ran (the ratios it names)."""
+def details(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment], found: list[Verdict],
+            certificates: dict[str, list[dict[str, Any]]]) -> str:
+    """details.md: how the figures are computed, each explanation report.md links to (once), each experiment's
+    facts in full, every claim in full, every certificate check."""
+    grouped = runs.group(results)
     out = [f"# Details of the report {md(name)}", "Back to the report: [report.md](report.md).",
            "## How the figures are computed\n\n" + stats.METHOD + f" Framework ratios are always "
-           f"{ratios(frameworks or ())}; each table row says which way is better. Memory is in MiB below 1 GiB and "
-           f"in GiB above."]
+           f"{ratios(_frameworks(results))}; each table row says which way is better. Memory is in MiB below 1 GiB "
+           f"and in GiB above."]
+    for title, text in explanations.TEXT.items():
+        out.append(f"## {title}\n\n{text}")
+        facts = [(e, fact) for e in _experiment_order(grouped, experiments)
+                 for fact in [_facts(title, grouped[e])] if fact]
+        out += [f"### {title}: {md(e)}\n\n{fact}" for e, fact in facts]
+    if any(decomposition.decompositions(e, grouped[e], found) for e in grouped):
+        out.append(decomposition.DETAILS)
+    rebuilt = [(e, text) for e in _experiment_order(grouped, experiments)
+               for text in [reconstruction.details(experiments.get(e), grouped[e])] if text]
+    if rebuilt:
+        out.append(f"## {reconstruction.HEADING}\n\n{reconstruction.RULES}")
+        out += [f"### {reconstruction.HEADING}: {md(e)}\n\n{text}" for e, text in rebuilt]
     if found:
         out.append(claims_section.details(found))
     if certificates:
@@ -188,6 +221,16 @@ def details(name: str, found: list[Verdict], certificates: dict[str, list[dict[s
             out.append(f"### Equivalence certificates: {md(exp_name)}\n\n" +
                        "\n\n".join(_certificate_details(c, several) for c in certificates[exp_name]))
     return "\n\n".join(out) + "\n"
+
+
+def _facts(title: str, by_variant: dict[str, Any]) -> str | None:
+    """An experiment's own part of one explanation: its memory sources, its ablation's variants in full."""
+    main = by_variant.get(runs.main_variant(by_variant))
+    if title == explanations.MEMORY and main:
+        return sections.memory_sources(main)
+    if title == explanations.ABLATION:
+        return sections.ablation_details(by_variant)
+    return None
 
 
 def _certificate_details(cert: dict[str, Any], named: bool = False) -> str:
@@ -214,11 +257,15 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
             old.unlink()
     certificates = certificates or {}
     grouped = runs.group(results)
-    captions = {e: _heading(e, experiments.get(e), grouped[e]).replace("`", "") for e in grouped}
-    plot_files = plots.write_all(report_dir, grouped, captions)
+    plot_files = plots.write_all(report_dir, grouped)
     found = evaluate(claims, results) if claims else []
+    for exp_name in grouped:
+        waterfall = decomposition.write_plot(report_dir, exp_name, decomposition.decompositions(
+            exp_name, grouped[exp_name], found), first_screen.seed_label(experiments.get(exp_name)) or exp_name)
+        if waterfall:
+            plot_files.setdefault(exp_name, []).append(waterfall)
     summary_csv.write(report_dir / "summary.csv", results)
-    write_text_atomic(report_dir / "details.md", details(name, found, certificates, _frameworks(results)))
+    write_text_atomic(report_dir / "details.md", details(name, results, experiments, found, certificates))
     path = report_dir / "report.md"
     write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, plots.unavailable()))
     return path

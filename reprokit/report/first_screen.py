@@ -125,8 +125,9 @@ def _verdicts(exp_name: str, found: list[Verdict]) -> str | None:
 
 
 def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[str, list[dict[str, Any]]]],
-            found: list[Verdict], certs: list[dict[str, Any]]) -> str:
-    """One block of at most eight lines for one experiment."""
+            found: list[Verdict], certs: list[dict[str, Any]], shares: str | None = None) -> str:
+    """One block of at most eight lines for one experiment; ``shares``: the line of each factor's share of the gap
+    (reprokit/report/decomposition.py)."""
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     label = seed_label(exp)
     head = f"### {label + ': ' if label else ''}{md(meta.get('question') or meta['title'])}"
@@ -148,6 +149,8 @@ def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[st
         line = _ratio(by_variant, quantity, reading)
         if line:
             lines.append(line)
+    if shares:
+        lines.append(shares)
     classes = runs.classes(any_run["spec"])
     lines.append(_learned(by_variant, classes))
     verdict_line = _verdicts(exp_name, found)

@@ -1,47 +1,27 @@
 """Pair findings: what one run of the reference framework and one of another (PyTorch and TensorFlow), about to
 be compared, differ in.
 
-Settings that change speed or numerics must be equal by declaration; anything
-that differs and is not declared in the spec's [[differences]] is a finding,
-and so is a ratio across different hosts, devices or images, or across
-different co-load (runs that went side by side with other runs).
+Settings that change speed or numerics must be equal by declaration; a setting
+the two report differently that no keyed [[differences]] entry or pitfall
+declares is a finding, and so is a ratio across different hosts, devices or
+images, or across different co-load (runs that went side by side with other runs).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from kits.common.names import label
-
-# (environment key, what it is) for settings both kits report; a declared difference names the part
-# before " (" or " / " (reprokit/plan.DEFAULT_SETTINGS names the ones a variant leaves at the defaults)
-SETTINGS = [
-    ("tf32_ops", "TF32 (matmul, convolution)"),
-    ("cudnn_autotune", "cuDNN autotuning"),
-    ("cpu_threads", "CPU threads (intra/inter-op)"),
-    ("data_layout", "data layout"),
-    ("execution", "execution / compilation"),
-]
-
-
-def _precision(env: dict[str, Any]) -> str | None:
-    return (env.get("precision") or {}).get("compute_dtype")
+from reprokit.report import settings_table
 
 
 def findings(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
-    """Compare one result of the reference framework and one of another, of the same experiment and variant."""
-    out = []
+    """Compare one result of the reference framework and one of another, of the same experiment and variant: each
+    setting they reported differently (reprokit/report/settings_table.py: a warning where nothing declares it and
+    it acts on their device), and a ratio across machines."""
     la, lb = label(pt["framework"]), label(tf["framework"])
-    declared = {d["field"].lower() for d in pt["spec"].get("differences", [])}
-    a, b = tf32_apart(pt["environment"]), tf32_apart(tf["environment"])
-    for key, what in SETTINGS:
-        if a.get(key) != b.get(key):
-            known = what.split(" (")[0].lower() in declared or what.split(" / ")[0].lower() in declared
-            out.append({"code": "settings-differ", "severity": "info" if known else "warning",
-                        "message": f"{what}: {la} {a.get(key)!r}, {lb} {b.get(key)!r}"
-                                   + (" (declared in the spec)" if known else " (not declared in the spec)")})
-    if _precision(a) != _precision(b):
-        out.append({"code": "settings-differ", "severity": "warning",
-                    "message": f"compute precision: {la} {_precision(a)}, {lb} {_precision(b)}"})
+    out = [{"code": "settings-differ", "severity": "warning" if not (d.declared_by or d.no_effect) else "info",
+            "message": d.message(la, lb)} for d in settings_table.differences(pt, tf)]
+    a, b = pt["environment"], tf["environment"]
     where_a = (a["host"]["hostname"], a["device_name"], _image(pt))
     where_b = (b["host"]["hostname"], b["device_name"], _image(tf))
     for part, x, y in zip(("host", "device", "image base"), where_a, where_b):
@@ -79,8 +59,8 @@ def scripts(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     out = []
     seen = [(r["effective"]["batch_size"]["mean"], r["effective"]["train_steps_per_epoch"],
-             _kinds(r["model"].get("layers", [])), r["environment"].get("execution")) for r in (pt, tf)]
-    (b_pt, s_pt, k_pt, e_pt), (b_tf, s_tf, k_tf, e_tf) = seen
+             _kinds(r["model"].get("layers", []))) for r in (pt, tf)]
+    (b_pt, s_pt, k_pt), (b_tf, s_tf, k_tf) = seen
     la, lb = label(pt["framework"]), label(tf["framework"])
     if b_pt != b_tf:
         out.append(f"the models received {b_pt:g} samples per training step in {la} and {b_tf:g} in {lb}")

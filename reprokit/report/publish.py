@@ -39,17 +39,30 @@ def earlier(report_dir: Path, experiments: set[str]) -> tuple[list[dict[str, Any
     folder = report_dir / "results"
     if not folder.is_dir():
         return [], {}
-    reader = f"report {report_dir}"
-    found, _ = Store(folder).evidence(reader)
+    found, _ = Store(folder).evidence(f"report {report_dir}")
     kept = [r for r in found if r["experiment"] not in experiments]
+    return kept, {e: certs for e, certs in _certificates(report_dir).items() if e not in experiments}
+
+
+def _certificates(report_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """A report's certificates by experiment; a damaged one is named and left out."""
     certs: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(report_dir.glob("certificate-*.json")):
         cert, why = certify_runs.read(path.read_bytes())
         if cert is None:
-            print(f"{reader}: {path} is not a certificate this kit can read ({why}); skipped it", file=sys.stderr)
-        elif cert["experiment"] not in experiments:
+            print(f"report {report_dir}: {path} is not a certificate this kit can read ({why}); skipped it",
+                  file=sys.stderr)
+        else:
             certs.setdefault(cert["experiment"], []).append(cert)
-    return kept, certs
+    return certs
+
+
+def rerender(report_dir: Path, experiments: dict[str, Any], claims: list[Claim] | None) -> Path:
+    """A published report rendered again from its own result files and certificates, after a change to how
+    reports are written; nothing runs. Swapped in like a new report."""
+    recover(report_dir)
+    results, _ = Store(report_dir / "results").evidence(f"report {report_dir}")
+    return publish(report_dir, report_dir.name, results, experiments, claims, _certificates(report_dir))
 
 
 def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Any],

@@ -26,6 +26,12 @@ RATIO_TOLERANCE = 0.10
 SETTING = ("effective_batch_size", "train_steps_per_epoch", "parameters")
 RATIOS = ("samples_per_s", "peak_memory_bytes")
 HEADING = "The posted code beside its reconstruction"
+RULES = ("Does the `as_posted` variant, the kit's rebuild of the posts' code from the spec, stand in for the posted "
+         "scripts themselves (`verbatim`, run unmodified under the probe)? Each row's rule was fixed before the run: "
+         "a row of the setting (samples per step, steps per epoch, parameters, training FLOPs per sample from each "
+         "pair's certificate) is the same when it is equal in both variants; a framework ratio agrees when the "
+         f"rebuild's is within {RATIO_TOLERANCE:.0%} of the posted code's. The ratios are judged only where the "
+         "setting is the same; a quantity one of the four runs lacks is *not measured*.")
 PHASES = (("warmup", "warmup_peak_memory_bytes"), ("training", "train_peak_memory_bytes"),
           ("evaluation", "eval_peak_memory_bytes"))
 CAUSES = {"warmup": "there already before its first measured step: what the process holds before training (its "
@@ -109,12 +115,13 @@ class Judged:
         fw = max(gaps, key=lambda f: abs(gaps[f]))          # the framework whose peak moved most
         gap = gaps[fw]
         first = next((ph for ph, p, r in phases[fw] if gap and (p - r) / gap >= 0.5), None)  # most of the gap
-        shown = "; ".join(f"{LABELS[f]}: " + ", ".join(f"{ph} {units.memory(p)} vs {units.memory(r)}"
-                                                       for ph, p, r in rows) for f, rows in phases.items())
-        where = ("." if first is None else f", and most of it is {CAUSES[first]}." if first == "warmup"
-                 else f", most of it {CAUSES[first]}.")
-        return (f"Peak memory by phase, median, posted code vs rebuilt: {shown}. The gap is largest in "
-                f"{LABELS[fw]} ({'+' if gap >= 0 else '-'}{units.memory(abs(gap))} in the posted code){where}")
+        shown = "\n".join(f"- {LABELS[f]}: " + ", ".join(f"{ph} {units.memory(p)} vs {units.memory(r)}"
+                                                          for ph, p, r in rows) for f, rows in phases.items())
+        where = ("" if first is None else f", and most of it is {CAUSES[first]}" if first == "warmup"
+                 else f", most of it {CAUSES[first]}")
+        return (f"The peak memory gap is largest in {LABELS[fw]} ({'+' if gap >= 0 else '-'}"
+                f"{units.memory(abs(gap))} in the posted code){where}. Peak memory by phase, median, posted code vs "
+                f"rebuilt:\n\n{shown}")
 
     def _phase_peaks(self, fw: str) -> list[tuple[str, float, float]] | None:
         """(phase, the posted code's median peak, the rebuilt's); None where a phase was not read."""
@@ -181,17 +188,22 @@ def section(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any],
         return None
     judged = Judged(by_variant, certs)
     out = [f"### {md(heading(exp_name))}",
-           "Does the `as_posted` variant, the kit's rebuild of the posts' code from the spec, stand in for the "
-           "posted scripts themselves (`verbatim`, run unmodified under the probe)? Each row's rule was fixed "
-           "before the run; the ratios are judged only where the setting is the same. Training FLOPs per sample "
-           "come from each pair's certificate.",
+           "Does the `as_posted` variant, the kit's rebuild of the posts' code, stand in for the posted scripts "
+           f"themselves (`verbatim`)? The rules, and what the rebuild declares: [details.md](details.md#"
+           f"{anchor(HEADING + ': ' + exp_name)}).",
            table(judged.rows, ["", "posted code (`verbatim`)", "rebuilt (`as_posted`)", "rule", "verdict"]),
            f"**Reconstruction:** {judged.conclusion()}."]
     where = judged.memory_by_phase()
     if where:
         out.append(where)
-    description = ((exp.doc.get("variants") or {}).get(POSTED) or {}).get("description") if exp else None
-    if description:
-        out.append(f"What the reconstruction declares it rebuilt: {md(description)}. The posted scripts ran after "
-                   f"their declared shims, listed under *The scripts, as the probe ran them*.")
     return "\n\n".join(out)
+
+
+def details(exp: Experiment | None, by_variant: dict[str, Any]) -> str | None:
+    """details.md: what the reconstruction declares it rebuilt, for an experiment whose report compares it."""
+    if not _present(by_variant):
+        return None
+    description = ((exp.doc.get("variants") or {}).get(POSTED) or {}).get("description") if exp else None
+    declared = f"What the reconstruction declares it rebuilt: {md(description)}. " if description else ""
+    return declared + "The posted scripts ran after their declared shims, listed under *The scripts, as the probe " \
+                      "ran them* in the report."

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kits.common.feeding import NumpyFeeder
-from kits.common.names import FRAMEWORKS, LABELS, REFERENCE, compared, label
+from kits.common.names import FRAMEWORKS, LABELS, REFERENCE, compared, joined, label
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
 from reprokit.certify import certify_plan
 from reprokit.plan.experiments import Experiment
-from reprokit.report import pair_findings, parameter_counts
+from reprokit.report import explanations, pair_findings, parameter_counts
 from reprokit.report.markdown import fenced, md, short, table
 from reprokit.results import metrics, runs, stats, units
 from reprokit.results.metrics import NotMeasured
@@ -91,16 +91,24 @@ def _batch(rs: list[dict[str, Any]]) -> str:
 
 
 def memory_note(by_fw: dict[str, list[dict[str, Any]]]) -> str:
-    """Which memory figures can be held against each other, from the sources the runs name."""
-    sources = "; ".join(f"{LABELS[fw]}: {md(_source(rs[0]))}" for fw, rs in sorted(by_fw.items()))
-    if next(iter(by_fw.values()))[0]["spec"].get("device", "cpu") == "cpu":
-        advice = ("On a CPU both are the whole process's peak resident memory, framework and Python included: "
-                  "compare them as whole-process footprints.")
-    else:
-        advice = ("Compare the frameworks' own peaks for what the model needs; the NVML device peak adds each "
-                  "framework's context and caches, and is what nvidia-smi shows.")
-    return (f"Peak memory sources: {sources}. {advice} Phase peaks come from counters reset at the start of each "
-            f"training and evaluation phase; results without them say *not measured*.")
+    """Where each framework's peak memory comes from, frameworks that share a source named together; the sources
+    in full and how to compare them are in details.md."""
+    by_source: dict[str, list[str]] = {}
+    for fw in _ran(by_fw):
+        by_source.setdefault(_source(by_fw[fw][0]), []).append(LABELS[fw])
+    # a source's name comes before its parenthesised how-it-was-read, which details.md gives in full
+    shown = "; ".join(f"{joined(fws)}: {md(short(src.split(' (')[0], 80))}" for src, fws in by_source.items())
+    return f"Peak memory sources: {shown} ({explanations.link(explanations.MEMORY, 'in full, and how to compare')})."
+
+
+def memory_sources(by_fw: dict[str, list[dict[str, Any]]]) -> str:
+    """details.md: each framework's peak memory source, in full."""
+    return "\n".join(f"- {LABELS[fw]}: {md(_source(by_fw[fw][0]))}" for fw in _ran(by_fw))
+
+
+def _ran(by: dict[str, Any]) -> list[str]:
+    """The frameworks present in ``by``, the reference first (``compared`` names the reference even where absent)."""
+    return [fw for fw in compared(by) if by.get(fw)]
 
 
 def _source(r: dict[str, Any]) -> str:
@@ -111,11 +119,12 @@ def _source(r: dict[str, Any]) -> str:
 
 
 def ablation(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
-    """Rows: fixed, each pitfall alone, the named variants; columns against fixed of the same framework."""
+    """Rows: fixed, each pitfall alone, the named variants; columns against fixed of the same framework. Under the
+    table, one short line each: a named variant's pitfalls, the inputs other than the kit's own batches."""
     variants = runs.variant_order(by_variant)
     if len(variants) < 2:
         return None
-    rows, named = [], []
+    rows = []
     for fw in FRAMEWORKS:
         base = by_variant.get(runs.main_variant(by_variant), {}).get(fw, [])
         for variant in variants:
@@ -125,11 +134,14 @@ def ablation(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | No
             pitfalls = rs[0]["spec"].get("pitfalls", [])
             if variant == FIXED:
                 what = "nothing: the experiment as declared"
-            elif variant.startswith("+") and len(pitfalls) == 1:
+            elif variant.startswith(runs.ADDED) and len(pitfalls) == 1:
                 what = short(rs[0]["spec"].get("pitfall_summaries", {}).get(pitfalls[0], pitfalls[0]), 100)
-            else:
+            elif variant.startswith(runs.REMOVED):
+                what = f"{runs.POSTED} without {variant[1:]}"
+            elif pitfalls:
                 what = f"its {len(pitfalls)} pitfall(s) together (below)"
-                named.append(f"`{md(variant)}` ({LABELS[fw]}): {md(', '.join(pitfalls))}")
+            else:
+                what = "no pitfall switch of the kit's"
             rows.append([LABELS[fw], md(variant), md(what),
                          _against(rs, base, "samples_per_s", lambda v: f"{v:,.1f}", variant),
                          _against(rs, base, "train_time_per_epoch_s", lambda v: f"{v:.1f}", variant),
@@ -141,25 +153,51 @@ def ablation(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | No
                        "train time per epoch, s (vs fixed)", "peak memory (vs fixed)",
                        "phase peaks: training / evaluation", "memory growth over steps",
                        "final test accuracy (vs fixed)"])
-    notes = ["Each pitfall alone (`+name`) and each named variant against `fixed` of the same framework, so a "
-             "reader sees which mistake cost what. Ratios are against `fixed`; accuracy changes are differences; "
-             "figures are medians over repeats. Memory growth: a line fitted through the memory sampled during "
-             "training, leaving out the first quarter, over the fitted steps, relative to its level."]
-    if named:
-        notes.append("Named variants: " + "; ".join(named) + ".")
+    notes = [f"How to read it: {explanations.link(explanations.ABLATION)}."]
+    notes += [f"- {line}" for line in _named(by_variant, 300)]
+    notes += [f"- Inputs other than the kit's own batches: {short(line, 300)}" for line in _readers(by_variant)]
+    dagger = any(metrics.field(r, "metrics.averaged_over") == "batches"
+                 for fws in by_variant.values() for rs in fws.values() for r in rs[:1])
+    return out + "\n\n" + "\n".join(notes) + (
+        "\n\n† The run reported accuracy per batch, as the posted code did; shown here per sample." if dagger else "")
+
+
+def ablation_details(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    """details.md: each named variant's pitfalls, the phase peaks' sources and the inputs, in full."""
+    lines = [f"- {line}" for line in _named(by_variant)]
     sources = sorted({src for fws in by_variant.values() for rs in fws.values() for r in rs[:1]
                       for src in [_phase_source(r)] if src})
     if sources:
-        notes.append("Phase peaks, the reported reading of each phase (warmup apart): " + "; ".join(sources) + ".")
-    readers = [f"`{md(v)}` ({LABELS[fw]}): {md(rs[0]['effective']['input'])}" for v in variants
-               for fw, rs in sorted(by_variant[v].items())
-               if rs[0].get("effective", {}).get("input", NumpyFeeder.READER) != NumpyFeeder.READER]
-    if readers:
-        notes.append("Inputs other than the kit's own batches: " + "; ".join(readers) + ".")
-    if any(metrics.field(r, "metrics.averaged_over") == "batches"
-           for fws in by_variant.values() for rs in fws.values() for r in rs[:1]):
-        notes.append("† The run reported accuracy per batch, as the posted code did; shown here per sample.")
-    return out + "\n\n" + " ".join(notes)
+        lines.append("- Phase peaks, the reported reading of each phase (warmup apart): " + "; ".join(
+            md(s) for s in sources) + ".")
+    lines += [f"- Inputs other than the kit's own batches: {line}" for line in _readers(by_variant)]
+    return "\n".join(lines) or None
+
+
+def _named(by_variant: dict[str, dict[str, list[dict[str, Any]]]], limit: int | None = None) -> list[str]:
+    """One line per named variant and framework: the pitfalls it runs together."""
+    lines = []
+    for variant in runs.variant_order(by_variant):
+        if variant == FIXED or variant.startswith((runs.ADDED, runs.REMOVED)):    # a single change: its name says it
+            continue
+        for fw in FRAMEWORKS:
+            pitfalls = by_variant[variant].get(fw, [{}])[0].get("spec", {}).get("pitfalls", [])
+            if pitfalls:
+                names = ", ".join(pitfalls)
+                lines.append(f"`{md(variant)}` ({LABELS[fw]}), {len(pitfalls)} pitfall(s) together: "
+                             f"{md(short(names, limit) if limit else names)}.")
+    return lines
+
+
+def _readers(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
+    """The inputs other than the kit's own batches, each once with the variants that read it."""
+    by_input: dict[tuple[str, str], list[str]] = {}
+    for variant in runs.variant_order(by_variant):
+        for fw, rs in sorted(by_variant[variant].items(), key=lambda item: FRAMEWORKS.index(item[0])):
+            read = rs[0].get("effective", {}).get("input", NumpyFeeder.READER)
+            if read != NumpyFeeder.READER:
+                by_input.setdefault((fw, read), []).append(f"`{md(variant)}`")
+    return [f"{joined(vs)} ({LABELS[fw]}): {md(read)}." for (fw, read), vs in by_input.items()]
 
 
 def _phase_source(r: dict[str, Any]) -> str | None:
@@ -231,16 +269,13 @@ def findings(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | No
                 lines.append(f"- {who}, `{md(variant)}`: **{f['code']}** ({f['severity']}): {md(f['message'])}")
     if not lines:
         return None
-    return ("Detectors judge from what each run showed, never from its variant or pitfall switches: the tensors' "
-            "shapes at every step, the modes of every forward pass, memory over steps and by phase, the rows the "
-            "loss received, and the reported metrics against the kit's own count of the outputs "
-            "(`kits/common/detectors.py`; pairs: `reprokit/report/pair_findings.py`). A *declared reproduction* "
-            "is a finding no user code can cause through a hook: only the kit's own reproduction of a post's code "
-            "shows it.\n\n" + "\n".join(lines))
+    return (f"What the detectors look at, and what a declared reproduction is: "
+            f"{explanations.link(explanations.DETECTORS)}.\n\n" + "\n".join(lines))
 
 
 def differences(by_fw: dict[str, list[dict[str, Any]]]) -> str:
-    """Declared differences from the spec, then settings each framework reported differently."""
+    """Declared differences from the spec, then the device where the frameworks ran on different ones (every
+    setting as each framework reported it is the settings table's: reprokit/report/settings_table.py)."""
     rows = []
     fws = compared(by_fw)
     any_run = next(iter(by_fw.values()))[0]
@@ -248,10 +283,9 @@ def differences(by_fw: dict[str, list[dict[str, Any]]]) -> str:
         rows.append([md(d["field"]), *(md(short(str(d.get(fw, "not declared")), 60)) for fw in fws),
                      md(short(d["why"]))])
     if all(by_fw.get(fw) for fw in fws):
-        for key in ("tf32_ops", "cudnn_autotune", "cpu_threads", "device_name"):
-            values = [pair_findings.tf32_apart(by_fw[fw][0]["environment"]).get(key) for fw in fws]
-            if any(v != values[0] for v in values[1:]):
-                rows.append([md(key), *(md(v) for v in values), "as reported by each framework at run time"])
+        values = [by_fw[fw][0]["environment"].get("device_name") for fw in fws]
+        if any(v != values[0] for v in values[1:]):
+            rows.append(["device", *(md(v) for v in values), "as reported by each framework at run time"])
     return table(rows, ["what differs", *(label(fw) for fw in fws), "why / source"])
 
 
@@ -322,8 +356,8 @@ def probed(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None
             hooks = hooks or probe["hooks"]
     if not parts:
         return None
-    return ("\n".join(parts) + "\n\nThe probe's observation hooks, which change nothing the scripts compute: " +
-            "; ".join(md(h) for h in hooks) + ".")
+    return ("\n".join(parts) + "\n\nThe probe's observation hooks, which change nothing the scripts compute:\n" +
+            "\n".join(f"- {md(h)}" for h in hooks))
 
 
 def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIXED) -> str:
@@ -346,12 +380,9 @@ def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIX
             parts.append(f"**Equivalence certificate{who}: not run**: {md(fixed['message'])}.")
             continue
         file = certify_plan.file_name(fixed)
-        mark = {True: "pass", False: "**FAIL**", None: "info"}
-        checks = ", ".join(f"{md(c['name'])} {mark[c['passed']]}" for c in fixed["checks"])
         parts.append(f"**Equivalence certificate{who}: {fixed['status']}**, checked before any timing on the "
-                     f"`{fixed['profile']}` specs: {md(fixed['summary'] or fixed.get('message') or '')}. "
-                     + (f"Checks: {checks}. " if checks else "")
-                     + f"Evidence: [details.md]({details_link}), [`{file}`]({file}).")
+                     f"`{fixed['profile']}` specs; its evidence: [details.md]({details_link}), [`{file}`]({file})."
+                     + "".join(f"\n- {check_line(c)}" for c in fixed["checks"]))
     others = [c for c in certs if not any(c is m for m in mains)]
     if others:
         rows = [[variant_pair(c, several), f"**{c['status']}**",
@@ -360,6 +391,71 @@ def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIX
         parts.append("Other variant pairs (an as-posted pair is expected to fail where the posts' code differs):\n\n"
                      + table(rows, [head, "certificate", "what it found", "file"]))
     return "\n\n".join(parts)
+
+
+CHECK_MARK = {True: "pass", False: "**FAIL**", None: "info"}
+
+
+def check_line(check: dict[str, Any]) -> str:
+    """One certificate check in one short line: its name, pass or fail, and its figure."""
+    return f"{md(check['name'])} {CHECK_MARK[check['passed']]}: {md(check_figure(check))}"
+
+
+def check_figure(check: dict[str, Any]) -> str:
+    """The one figure a check turns on, from its numbers; else the start of its evidence, longer where it failed
+    (what differs is what a reader of a failing check needs first)."""
+    n, read = check.get("numbers"), _FIGURES.get(check["name"])
+    figure = read(n) if read and isinstance(n, dict) else None
+    return figure or short(str(check["evidence"]), 200 if check["passed"] is False else 90)
+
+
+def _per_framework(values: dict[str, Any], unit: str) -> str:
+    """"482,010 parameters" where every framework has the same count, else each framework's, the reference first."""
+    fws = [fw for fw in compared(values) if fw in values]
+    got = [values[fw] for fw in fws]
+    if len(set(got)) == 1:
+        return f"{got[0]:,} {unit}"
+    return " vs ".join(f"{v:,}" for v in got) + f" {unit} ({' / '.join(label(fw) for fw in fws)})"
+
+
+def _worst(values: dict[str, Any], key: str) -> float | None:
+    found = [v[key] for v in values.values() if isinstance(v, dict) and isinstance(v.get(key), (int, float))]
+    return max(found) if found else None
+
+
+def _maybe(template: str, value: float | None) -> str | None:
+    return None if value is None else template.format(value)
+
+
+def _optimizer(n: dict[str, Any]) -> str | None:
+    """"torch.optim.SGD / keras.optimizers.SGD, lr 0.1": the classes read back, and the learning rate where it is
+    one (fp32 rounding apart)."""
+    built = [n[fw] for fw in _ran(n) if isinstance(n[fw], dict) and "class" in n[fw]]
+    if not built:
+        return None
+    rates = [b.get("lr") for b in built]
+    rate = f", lr {rates[0]:.6g}" if None not in rates and len({f"{r:.6g}" for r in rates}) == 1 else ""
+    return " / ".join(b["class"] for b in built) + rate
+
+
+def _fp32_bound(n: dict[str, Any]) -> str | None:
+    """The worst step's divergence as a share of its bound (the same-framework baseline times the factor)."""
+    pairs = [(d, b) for d, b in zip(n.get("relative_difference") or [], n.get("bound") or [], strict=False) if b]
+    if not pairs:
+        return None
+    return f"worst step at {max(d / b for d, b in pairs):.2g} of its bound ({n.get('factor', 0):g}x the baseline)"
+
+
+_FIGURES: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "optimizer": _optimizer,
+    "loss_trajectory_fp32": _fp32_bound,
+    "layers": lambda n: _per_framework(n["parameters"], "parameters") if "parameters" in n else None,
+    "flops": lambda n: _per_framework(n["per_sample"], "training FLOPs per sample") if "per_sample" in n else None,
+    "logits": lambda n: _maybe("worst mode {:.1e} of the largest logit", _worst(n, "relative")),
+    "dropout": lambda n: _maybe("permutation test p = {:.4g}", n.get("p_value")),
+    "loss_trajectory": lambda n: _maybe("max relative difference {:.1e}", n.get("max_relative_difference")),
+    "weights_after_steps": lambda n: _maybe("worst tensor {:.1e} of its largest value", _worst(n, "relative_to_max")),
+}
 
 
 def pair_label(cert: dict[str, Any]) -> str:

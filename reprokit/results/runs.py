@@ -2,29 +2,85 @@
 order, and what each experiment ran against its published setting."""
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from kits.common.pitfalls import PITFALLS
 
 FIXED, POSTED = "fixed", "as_posted"
 SCRIPT, VERBATIM = "script", "verbatim"      # a script experiment's runs; a seed's posted code itself
+# An ablation's single changes: "+<factor>" is fixed with that factor added alone, "-<factor>" as_posted with it
+# removed alone; a factor is a pitfall or, as "numerics", as_posted's numerics (its frameworks' own TF32 and cuDNN).
+ADDED, REMOVED, NUMERICS = "+", "-", "numerics"
 MODELS = {"vgg16": "VGG16", "simplecnn": "SimpleCNN", "custom": "the experiment's own model"}
 DATASETS = {"cifar10": "CIFAR-10", "synthetic": "synthetic random data", "learnable": "generated `learnable` gratings"}
 
 Grouped = dict[str, dict[str, dict[str, list[dict[str, Any]]]]]
+T = TypeVar("T")
+
+
+def _rank(variant: str) -> int:
+    return 0 if variant == FIXED else 1 if variant.startswith(ADDED) else 3 if variant.startswith(REMOVED) else 2
 
 
 def variant_order(variants: Iterable[str]) -> list[str]:
-    """fixed first, then each "+pitfall" (alphabetically), then named variants such as as_posted."""
-    vs = set(variants)
-    return ([FIXED] if FIXED in vs else []) + sorted(v for v in vs if v.startswith("+")) + \
-        sorted(v for v in vs if v != FIXED and not v.startswith("+"))
+    """fixed first, then each "+factor" (alphabetically), the named variants such as as_posted, then each
+    "-factor": the order of a walk from fixed to as_posted and back."""
+    return sorted(set(variants), key=lambda v: (_rank(v), v))
 
 
 def order(r: dict[str, Any]) -> tuple[Any, ...]:
-    """experiment, framework, then fixed, each +pitfall, the named variants, then the repeat."""
-    rank = 0 if r["variant"] == FIXED else 1 if r["variant"].startswith("+") else 2
-    return r["experiment"], r["framework"], rank, r["variant"], r["repeat"]
+    """experiment, framework, then fixed, each +factor, the named variants, each -factor, then the repeat."""
+    return r["experiment"], r["framework"], _rank(r["variant"]), r["variant"], r["repeat"]
+
+
+Configuration = tuple[frozenset[str], str]
+
+
+def configuration(spec: dict[str, Any]) -> Configuration:
+    """What a run changed against the experiment: its pitfalls and its numerics."""
+    return frozenset(spec.get("pitfalls", [])), json.dumps(spec.get("numerics", {}), sort_keys=True)
+
+
+def _meant(variant: str, framework: str, fixed: Configuration, posted: Configuration) -> Configuration:
+    """The configuration ``variant`` stands for in ``framework`` (a pitfall of another framework changes nothing)."""
+    sign, factor = variant[:1], variant[1:]
+    if sign not in (ADDED, REMOVED):
+        return fixed            # a named variant with nothing of this framework's
+    base, other = (fixed, posted) if sign == ADDED else (posted, fixed)
+    if factor == NUMERICS:
+        return base[0], other[1]
+    if factor not in PITFALLS or PITFALLS[factor]["framework"] != framework:
+        return base
+    return (base[0] | {factor} if sign == ADDED else base[0] - {factor}), base[1]
+
+
+def stand_in(variant: str, framework: str, by_variant: Mapping[str, Mapping[str, T]],
+             spec_of: Callable[[T], dict[str, Any]]) -> str | None:
+    """The variant whose runs of ``framework`` are ``variant``'s: itself where it ran, else the one the plan ran
+    the same configuration under (it runs each once, under the first name: fixed for a "+p" of another
+    framework, as_posted for its "-p"), or None. ``spec_of``: a spec from a by_variant entry (a spec, runs)."""
+    def spec(v: str) -> dict[str, Any] | None:
+        got = by_variant.get(v, {}).get(framework)
+        return spec_of(got) if got else None
+    if spec(variant) is not None:
+        return variant
+    fixed = spec(FIXED)
+    if fixed is None:
+        return None
+    posted = spec(POSTED)
+    wanted = _meant(variant, framework, configuration(fixed), configuration(posted or fixed))
+    return next((v for v in variant_order(by_variant) if (s := spec(v)) is not None and configuration(s) == wanted),
+                None)
+
+
+def runs_of(by_variant: Mapping[str, Mapping[str, list[dict[str, Any]]]], variant: str,
+            framework: str) -> list[dict[str, Any]]:
+    """The finished runs of ``framework`` that stand for ``variant`` (stand_in), or none."""
+    found = stand_in(variant, framework, by_variant, lambda rs: rs[0]["spec"])
+    return list(by_variant[found][framework]) if found else []
 
 
 def group(results: list[dict[str, Any]]) -> Grouped:
