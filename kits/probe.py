@@ -285,7 +285,9 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: Phas
                        "own_seconds_per_step": observer.own_s / max(1, len(observer.m.observed_batch_sizes)
                                                                      - spec.warmup_steps),
                        "own_seconds": HookClock.seconds,
-                       "notes": [n for n in (getattr(probe, "pipeline_note", None),) if n]}
+                       "notes": [n for n in (getattr(probe, "pipeline_note", None), *getattr(probe, "notes", ())) if n]}
+    if hasattr(probe, "compilations"):       # a probe that sees each compilation (JAX's jitted functions)
+        result["probe"]["compilations"] = probe.compilations
     footprint = 16 * parameters["total"]      # parameters, gradients and an optimizer's two moments, fp32
     result["findings"] = detectors.script_findings(m, configured, observer.seen, spec.warmup_steps,
                                                    probe.memory_series(), footprint,

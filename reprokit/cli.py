@@ -39,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="EXPERIMENT", help="run only this experiment (repeatable)")
     p.add_argument("--experiments", action="append", type=Path, default=[], metavar="DIR",
                    help="also load experiments from this folder (repeatable)")
-    p.add_argument("--frameworks", default=",".join(FRAMEWORKS),
-                   help="comma-separated subset of the registered frameworks (default: all of them)")
+    p.add_argument("--frameworks", default=None,
+                   help="comma-separated registered frameworks to run (default: each experiment's own "
+                        f"`frameworks`); may add any of {', '.join(FRAMEWORKS)} whose kit can run the experiment")
     p.add_argument("--repeats", type=int,
                    help="runs of each configuration, each in a fresh process (default: 1 on quick, 5 otherwise)")
     p.add_argument("--variants", help="comma-separated: fixed and/or variants the experiments define "
@@ -118,6 +119,8 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
             when = f"~{duration(seconds)} ({how})"
         run_id = s.run_id if s.data.sha256 else "(id once data is prepared)"
         print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
+    for line in m.not_run:
+        print(f"  {line}")
     print()
     return estimates
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kits.common.names import FRAMEWORKS
 from reprokit.environments import envs
 from reprokit.environments.envs import ENVS
 from reprokit.plan.experiments import load
@@ -73,19 +74,23 @@ def host_locks(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Where any test collected needs the kits' environments, start building them now (see _env_builds)."""
-    if any("kit_python" in item.fixturenames for item in items):
+    """Where any test collected needs the kits' environments, start building them now (see _env_builds), and
+    run the modules that need none first, so that a fresh clone's builds overlap them. A module stays whole
+    (its module-scoped fixtures are set up once) and keeps its place within its group (the sort is stable)."""
+    needs_env = {item.nodeid.split("::")[0] for item in items if "kit_python" in item.fixturenames}
+    if needs_env:
         config.stash[_BUILDS] = {fw: _POOL.submit(envs.build, ENVS, envs.lock_name(fw, "cpu"), lambda _line: None)
-                                 for fw in ("pytorch", "tensorflow")}
+                                 for fw in FRAMEWORKS}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] in needs_env)
 
 
 def pytest_unconfigure(config):
     _POOL.shutdown(wait=True)
 
 
-# Both frameworks' environments, built from their lock files once, side by side and from the session's start:
+# Every kit's environment, built from its lock file once, side by side and from the session's start:
 # a fresh clone's pip installs (mostly disk and network) overlap each other and the first tests.
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="env-build")
+_POOL = ThreadPoolExecutor(max_workers=len(FRAMEWORKS), thread_name_prefix="env-build")
 _BUILDS = pytest.StashKey[dict]()
 
 

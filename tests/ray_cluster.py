@@ -28,6 +28,7 @@ LOOPBACK = "127.0.0.1"
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 os.environ.update(RAY_ENV)
 OBJECT_STORE = 100 << 20
+DATA_ROOT_SIZE = "6g"       # a node engine's tmpfs: a cap, not a reservation (the TensorFlow image takes ~2 GB)
 
 
 def free_port() -> int:
@@ -93,6 +94,9 @@ class Dockerd:
     It runs in a network namespace of its own (`unshare --net`): a dockerd started with
     `--bridge none` deletes the host's docker0, which the machine's own engine needs.
     Its containers have no network anyway, and its socket is a file the node reaches.
+    Its data root is a tmpfs of its own: the node's copy of the head's image (about 2 GB for TensorFlow) is
+    really loaded and really run, but written to memory, and removed with one unmount instead of a minute of
+    unlinking on the disk.
     """
 
     def __init__(self, root: Path) -> None:
@@ -102,7 +106,9 @@ class Dockerd:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "data").mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DATA_ROOT_SIZE}", "tmpfs", str(self.root / "data")],
+                       check=True)
         log = open(self.root / "dockerd.log", "w")
         self.proc = subprocess.Popen(
             ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data"),
@@ -130,7 +136,7 @@ class Dockerd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        # its overlay mounts go with it; what is left is plain files
+        # its overlay mounts and its tmpfs go with it; what is left is its log and sockets' folder
         subprocess.run(["umount", "-R", str(self.root / "data")], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 

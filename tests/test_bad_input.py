@@ -464,3 +464,63 @@ def test_a_mutated_claims_file_through_the_cli_is_one_sentence(tmp_path):
                     str(tmp_path / "data"), "--dataset", "learnable", cwd=tmp_path)
         assert str(path) in _refused(proc), what
     assert not (tmp_path / "reports").exists()
+
+
+def _custom_tiny(folder: Path, builders: dict[str, str]) -> None:
+    start, end = TINY.index("[model]"), TINY.index("[data]")
+    lines = "".join(f'{fw} = "my_models:{ref}"\n' for fw, ref in builders.items())
+    (folder / "tiny.toml").write_text(TINY[:start] + '[model]\nname = "custom"\nnum_classes = 10\n'
+                                      'width_multiplier = 1.0\n' + lines + '\n' + TINY[end:])
+
+
+def test_a_framework_asked_for_without_a_builder_is_one_sentence(tmp_path, capsys):
+    """--frameworks may add a framework to an experiment, but not to a custom model that gives it no builder."""
+    folder = tmp_path / "exps"
+    folder.mkdir()
+    _custom_tiny(folder, {"pytorch": "torch_model", "tensorflow": "keras_model"})
+    status, err = _main(["reproduce", "--dry-run", "--backend", "local", "--experiments", str(folder), "--only",
+                         "tiny", "--frameworks", "pytorch,jax", *_folders_args(tmp_path / "state")], capsys)
+    assert status == 2 and err.count("\n") == 1, err
+    assert ("experiment 'tiny' has a custom model with no JAX builder (it gives PyTorch, TensorFlow); add "
+            'model.jax = "module:function" or leave jax out of --frameworks') in err
+    _custom_tiny(folder, {"pytorch": "torch_model"})      # and the experiment's own frameworks need theirs
+    status, err = _main(["reproduce", "--dry-run", "--backend", "local", "--experiments", str(folder),
+                         *_folders_args(tmp_path / "state")], capsys)
+    assert status == 2 and "model.tensorflow: missing; a custom model names a builder" in err, err
+    # one the JAX kit's limits name (kits/jax_kit/limits.py): bf16 compute it cannot impose on a user's module
+    _custom_tiny(folder, {"pytorch": "torch_model", "tensorflow": "keras_model", "jax": "flax_model"})
+    (folder / "tiny.toml").write_text((folder / "tiny.toml").read_text().replace('"fp32"', '"bf16_mixed"'))
+    status, err = _main(["reproduce", "--dry-run", "--backend", "local", "--experiments", str(folder), "--only",
+                         "tiny", "--frameworks", "pytorch,jax", *_folders_args(tmp_path / "state")], capsys)
+    assert status == 2 and err.count("\n") == 1, err
+    assert "numerics.precision: bf16_mixed with model.name custom cannot run in JAX: " in err
+    assert err.endswith("(the JAX kit's limits, variant fixed); change it, or leave jax out of --frameworks\n")
+
+
+LIMITED = '''\
+from kits.common.names import Framework
+
+FRAMEWORK = Framework("limited", "Limited", "limited_kit", "#CC79A7", parts=("backend",))
+'''
+
+
+def test_a_spec_option_a_kit_declares_it_cannot_honour_is_one_sentence(tmp_path):
+    """A kit's limits module (data, no framework import) is read by the host for any registered framework."""
+    (tmp_path / "limited_kit").mkdir()
+    (tmp_path / "limited_kit" / "__init__.py").write_text("")
+    (tmp_path / "limited_kit" / "limits.py").write_text(
+        "def refusals(spec):\n"
+        "    inter = spec['numerics']['cpu_threads']['inter_op']\n"
+        "    return [f'numerics.cpu_threads.inter_op = {inter}: it has no inter-op pool'] if inter == 1 else []\n")
+    (tmp_path / "limited_entry.py").write_text(LIMITED)
+    folder = tmp_path / "exps"
+    folder.mkdir()
+    (folder / "tiny.toml").write_text(TINY)
+    proc = subprocess.run(
+        [sys.executable, "-m", "reprokit", "reproduce", "--dry-run", "--backend", "local", "--experiments",
+         str(folder), "--only", "tiny", "--frameworks", "pytorch,limited", "--python", sys.executable,
+         *_folders_args(tmp_path / "state")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": f"{REPO}:{tmp_path}", "REPROKIT_EXTRA_FRAMEWORKS": "limited_entry:FRAMEWORK"})
+    assert ("tiny.toml: numerics.cpu_threads.inter_op = 1: it has no inter-op pool (the Limited kit's limits, "
+            "variant fixed); change it, or leave limited out of --frameworks") in _refused(proc)

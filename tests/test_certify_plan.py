@@ -122,3 +122,13 @@ def test_the_cache_key_holds_the_budget_the_certificate_ran_under(vgg16_224):
     keys = [certify_plan.by_key([vgg16_224], b) for b in (h100, l4)]
     assert [list(k.values()) for k in keys] == [[[0]], [[0]]] and keys[0].keys() != keys[1].keys()
     assert list(keys[1]) == [certify_plan.cache_key(vgg16_224, l4)]
+
+
+def test_each_pair_of_a_variant_has_its_own_certificate_file():
+    """With three frameworks, PyTorch / TensorFlow and PyTorch / JAX of one variant are two files; the pair the
+    registry's first two make keeps the name it always had."""
+    def cert(other: str, variant: str = "fixed") -> dict:
+        return {"experiment": "tiny", "variant": {"pytorch": variant, other: variant}}
+    assert certify_plan.file_name(cert("tensorflow")) == "certificate-tiny-fixed.json"
+    assert certify_plan.file_name(cert("jax")) == "certificate-tiny-fixed-jax.json"
+    assert certify_plan.file_name(cert("jax", "-pt_val_grad")) == "certificate-tiny--pt_val_grad-jax.json"

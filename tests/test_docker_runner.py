@@ -673,17 +673,21 @@ def test_engine_down_is_one_clear_message(monkeypatch, tmp_path):
 
 
 def _repo_copy(tmp_path: Path, digest: str | None = None) -> Path:
+    """docker/ and empty lock files of every framework docker/bases.toml names (each Dockerfile's base pinned to
+    digest where one is given)."""
     root = tmp_path / "repo"
     (root / "docker").mkdir(parents=True)
     (root / "locks").mkdir()
-    for name in ("bases.toml", "pytorch.Dockerfile", "tensorflow.Dockerfile"):
-        text = (REPO / "docker" / name).read_text()
-        if digest is not None and name.endswith("Dockerfile"):
-            name_part, _ = images.split_ref(images.base_of(REPO / "docker" / name))
+    bases = images.load_bases(REPO)
+    (root / "docker" / "bases.toml").write_text((REPO / "docker" / "bases.toml").read_text())
+    for entry in bases.values():
+        text = (REPO / entry["dockerfile"]).read_text()
+        if digest is not None:
+            name_part, _ = images.split_ref(images.base_of(REPO / entry["dockerfile"]))
             text = images._ARG_RE.sub(f"ARG BASE_IMAGE={name_part}@{digest}", text)
-        (root / "docker" / name).write_text(text)
-    for lock in ("pytorch", "tensorflow-cpu", "tensorflow-cuda"):
-        (root / "locks" / f"{lock}.txt").write_text("")
+        (root / entry["dockerfile"]).write_text(text)
+        for lock in entry["locks"].values():
+            (root / lock).write_text("")
     return root
 
 
@@ -714,9 +718,10 @@ def test_pin_rewrites_the_dockerfiles(tmp_path):
     digest = "sha256:" + "ab" * 32
     asked = []
     done = images.pin(repo_root=root, resolve=lambda name: asked.append(name) or digest, log=lambda line: None)
-    assert asked == ["docker.io/library/python:3.11-slim-bookworm"] * 2
-    for fw in ("pytorch", "tensorflow"):
-        path = root / "docker" / f"{fw}.Dockerfile"
+    bases = images.load_bases(REPO)
+    assert asked == ["docker.io/library/python:3.11-slim-bookworm"] * len(bases)
+    for fw, entry in bases.items():
+        path = root / entry["dockerfile"]
         assert images.base_of(path) == f"docker.io/library/python:3.11-slim-bookworm@{digest}" == done[fw]
         assert "resolved on its registry by `nox -s pin`" in path.read_text()
     r = images.recipe("pytorch", repo_root=root)

@@ -40,7 +40,12 @@ BAD = [
     ("unknown optimizer", 'name = "sgd"', 'name = "rmsprop"', ["train.optimizer.name", "'rmsprop' is not allowed", "adam", "sgd"]),
     ("zero batch size", "batch_size = 32", "batch_size = 0", ["train.batch_size", "must be > 0"]),
     ("negative batch size", "batch_size = 32", "batch_size = -4", ["train.batch_size", "must be > 0"]),
-    ("unknown framework", '"pytorch", "tensorflow"]', '"pytorch", "jax"]', ["experiment.frameworks.1", "'jax' is not allowed"]),
+    ("unknown framework", '"pytorch", "tensorflow"]', '"pytorch", "mxnet"]', ["experiment.frameworks.1", "'mxnet' is not allowed"]),
+    # a builder is keyed by a registered framework's name, and only a custom model takes one
+    ("builder of no framework", 'width_multiplier = 0.125\n', 'width_multiplier = 0.125\nmxnet = "m:f"\n',
+     ["model.mxnet", "unknown key", "jax", "pytorch", "tensorflow"]),
+    ("builder of a built-in model", 'width_multiplier = 0.125\n', 'width_multiplier = 0.125\njax = "m:f"\n',
+     ["model.jax: only a custom model takes builders"]),
 ]
 
 

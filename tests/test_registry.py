@@ -36,8 +36,8 @@ def test_the_hook_registers_an_entry_after_the_built_in_ones():
                      "print(names.FRAMEWORKS, names.REFERENCE, names.kit_module('stub', 'backend'), "
                      "results._schema()['properties']['framework']['enum'])")
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split() == ["('pytorch',", "'tensorflow',", "'stub')", "pytorch", "tests.stub_kit.backend",
-                                  "['pytorch',", "'tensorflow',", "'stub']"]
+    assert got.stdout.split() == ["('pytorch',", "'tensorflow',", "'jax',", "'stub')", "pytorch",
+                                  "tests.stub_kit.backend", "['pytorch',", "'tensorflow',", "'jax',", "'stub']"]
     env = {**os.environ, names.EXTRA_ENV: "tests.stub_kit"}
     bad = subprocess.run([sys.executable, "-c", "import kits.common.names"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=60)

@@ -868,3 +868,31 @@ def test_a_docker_result_whose_image_recorded_no_base_digest_reads_as_unpinned()
     docker["launcher"]["image"]["base_digest"] = None
     row = sections.environment([docker])
     assert "base unpinned, no digest" in row and docker["launcher"]["image"]["ref"] in row
+
+
+def test_a_third_framework_gets_a_column_a_ratio_and_not_run_where_it_has_no_posted_code(matrix, experiments,
+                                                                                            tmp_path):
+    """A JAX fixed run beside the seed's PyTorch and TensorFlow (the real PyTorch result relabelled: the report reads
+    the framework from the result, so this is what it renders for a third one): a column and a ratio each, and
+    as_posted, which JAX has no posted code for, shown as not run, never as a figure."""
+    def relabel(r):
+        r["framework"] = r["spec"]["framework"] = "jax"
+        r["environment"]["framework"] = "jax"
+    three = [*matrix, derive(pick(matrix, SPEED, "pytorch"), "fixed", [], relabel)]
+    text = report.render("t", three, experiments)
+    section = _section(text, "## Seed 000")
+    header = next(line for line in section.splitlines() if line.startswith("|") and "PyTorch / JAX" in line)
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "", "PyTorch", "TensorFlow", "JAX", "PyTorch / TensorFlow", "PyTorch / JAX", "better"]
+    ablation = section[section.index("### Ablation"):]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in ablation[:ablation.index("\n###", 5)]
+            .splitlines() if line.startswith("| JAX")]
+    assert [row[:3] for row in rows] == [["JAX", "fixed", "nothing: the experiment as declared"],
+                                         ["JAX", "as\\_posted", "not run: no posted code in JAX"]]
+    assert set(rows[1][3:]) == {"not run"}
+    declared = section[section.index("### What differs between the runs"):]
+    row = next(line for line in declared.splitlines() if line.startswith("| data layout"))
+    assert [c.strip() for c in row.strip("|").split("|")][1:4] == ["NCHW", "NHWC", "not declared"]   # an older spec
+    report.write(tmp_path / "r", "t", three, experiments)
+    with open(tmp_path / "r" / "summary.csv") as f:
+        assert sorted({row["framework"] for row in csv.DictReader(f)}) == ["jax", "pytorch", "tensorflow"]

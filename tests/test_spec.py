@@ -8,7 +8,7 @@ import pytest
 from kits.common.pitfalls import Pitfall, Pitfalls
 from kits.common.spec import RunSpec, SpecError
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.plan.plan import Options, specs_for
+from reprokit.plan.plan import Options, not_run, specs_for
 from reprokit.results.provenance import code
 
 
@@ -69,3 +69,23 @@ def test_planning_only_reads_the_data_and_the_data_step_prepares_it(tmp_path):
     (after,) = specs_for(exp, opts, describe, code())
     assert after.data.file and (data_dir / after.data.file).is_file() and after.data.sha256
     assert {p.name for p in data_dir.iterdir()} == {after.data.file, f"{after.data.file}.sha256"}
+
+
+def test_a_framework_added_to_the_seeds_runs_what_it_has_code_for(planned, tmp_path_factory):
+    """JAX added to the seeds (the experiments name PyTorch and TensorFlow): it runs fixed, and none of the posted
+    variants or their single changes, which the plan says once per experiment; the others' specs (and so their
+    run ids) are the same as without it."""
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow", "jax"),
+                   data_dir=tmp_path_factory.mktemp("data"), allow_download=False,
+                   variants=("fixed", "as_posted", "verbatim"), ablation=True)     # verbatim: the posted scripts
+    experiments = discover([BUILTIN_DIR]).values()
+    three = [s.to_dict() for e in experiments
+             for s in specs_for(e, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code())]
+    assert [s for s in three if s["framework"] != "jax"] == planned
+    jax = [s for s in three if s["framework"] == "jax"]
+    assert sorted((s["experiment"], s["variant"], s["pitfalls"] == []) for s in jax) == [
+        ("simplecnn_cifar10_memory", "fixed", True), ("vgg16_cifar10_speed", "fixed", True)]
+    assert [s["differences"][0]["jax"] for s in jax] == ["NHWC", "NHWC"]      # the seeds declare JAX's side
+    assert [line for e in experiments for line in not_run(e, opts)] == [
+        "simplecnn_cifar10_memory: JAX runs no as_posted, verbatim (not run: no posted code in JAX)",
+        "vgg16_cifar10_speed: JAX runs no as_posted, verbatim (not run: no posted code in JAX)"]

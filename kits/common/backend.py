@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class Backend(Protocol):
-    name: str                 # "pytorch" | "tensorflow"
+    name: str                 # its registry name (kits/common/names.py)
     input_reader: str         # how the run reads its batches, in words (its input hook, a posted reader, the kit's)
     metrics_source: str       # where the reported figures come from (the user's metrics hook, the posted code, the kit)
     memory_series: str        # what memory_now reads

@@ -36,6 +36,7 @@ class Framework:
 BUILTIN = (
     Framework("pytorch", "PyTorch", "kits.pytorch_kit", "#0072B2"),
     Framework("tensorflow", "TensorFlow", "kits.tensorflow_kit", "#E69F00"),
+    Framework("jax", "JAX", "kits.jax_kit", "#009E73"),
 )
 # A test and extension hook: "module:attr[,module:attr...]", each naming a Framework (or a sequence of them)
 # registered after the built-in ones. Read at import, so it reaches every kit process a host starts (they

@@ -42,6 +42,8 @@ class HookClock:
 
     seconds = 0.0
     _depth = 0
+    _waited = 0.0         # device waits inside the current outer hook, taken off when it ends (so a reading
+                          # between hooks never holds a wait's subtraction without its hook's addition)
 
 
 def own_time(fn: Callable[P, R]) -> Callable[P, R]:
@@ -55,7 +57,8 @@ def own_time(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         finally:
-            HookClock.seconds += now() - t0
+            HookClock.seconds += now() - t0 - HookClock._waited
+            HookClock._waited = 0.0
             HookClock._depth -= 1
     return timed
 
@@ -70,7 +73,7 @@ def unclocked(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         finally:
             if HookClock._depth:
-                HookClock.seconds -= now() - t0
+                HookClock._waited += now() - t0
     return waits
 
 

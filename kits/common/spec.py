@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kits.common.names import REGISTRY
+
 if typing.TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -56,13 +58,12 @@ class Model:
     head: str | None = None
     batchnorm: BatchNorm | None = None       # simplecnn
     init: Init | None = None                 # built-in models; a custom model initialises itself
-    pytorch: str | None = None               # custom: "module:function" builders
-    tensorflow: str | None = None
+    # custom: framework name -> "module:function" builder (the TOML's model.<framework>, for any registered one)
+    builders: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
 
     def builder(self, framework: str) -> str | None:
-        # builders are named for the two built-in frameworks only (docs/frameworks.md)
-        return {"pytorch": self.pytorch, "tensorflow": self.tensorflow}.get(framework)
+        return self.builders.get(framework)
 
 
 @dataclass(frozen=True)
@@ -145,11 +146,8 @@ class Measure:
     step_timing: bool
 
 
-@dataclass(frozen=True)
-class Hook:
-    """One of the user's own functions, "module:function" in the experiment's folder, per framework."""
-    pytorch: str | None = None
-    tensorflow: str | None = None
+# One of the user's own functions per framework: framework name -> "module:function" in the experiment's folder.
+Hook = dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -159,9 +157,8 @@ class Hooks:
     metrics: Hook | None = None              # options -> an object with update(outputs, labels, loss), result()
 
     def of(self, name: str, framework: str) -> str | None:
-        hook = getattr(self, name)
-        builder: str | None = getattr(hook, framework, None) if hook else None
-        return builder
+        hook: Hook | None = getattr(self, name)
+        return hook.get(framework) if hook else None
 
 
 @dataclass(frozen=True)
@@ -299,6 +296,7 @@ def parse(kind: type[D], value: Any, path: str) -> D:
     """A spec dataclass (nested ones too) from a JSON object, refusing missing and unknown fields."""
     if not isinstance(value, dict):
         raise SpecError(f"{path} must be an object, got {value!r}")
+    value = read_older(kind, value)
     hints = _hints(kind)
     fields = {f.name: f for f in dataclasses.fields(kind)}
     unknown = set(value) - set(fields)
@@ -312,6 +310,19 @@ def parse(kind: type[D], value: Any, path: str) -> D:
             continue
         args[name] = _value(hints[name], value[name], f"{path}.{name}")
     return kind(**args)
+
+
+def read_older(kind: type, value: dict[str, Any]) -> dict[str, Any]:
+    """A spec object as this kit writes it, from a result written before builders and hooks were keyed by any
+    framework: a model's one field per framework (null for a built-in model) read into ``builders``, and a hook's
+    null sides dropped. Anything else as it is."""
+    if kind is Model and any(k in REGISTRY for k in value):
+        builders = {k: v for k, v in value.items() if k in REGISTRY and v is not None}
+        return {**{k: v for k, v in value.items() if k not in REGISTRY}, "builders": builders}
+    if kind is Hooks:
+        return {k: {fw: ref for fw, ref in v.items() if ref is not None} if isinstance(v, dict) else v
+                for k, v in value.items()}
+    return value
 
 
 def _hints(kind: type[DataclassInstance]) -> dict[str, Any]:

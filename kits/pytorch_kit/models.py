@@ -76,7 +76,7 @@ def simplecnn(cfg: Model, pitfalls: Pitfalls) -> nn.Module:
 def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> nn.Module:
     if cfg.name == "custom":
         # The user's builder owns its layers and initialisation.
-        return custom.build(cfg.pytorch, cfg.options, input_size, cfg.num_classes, nn.Module,
+        return custom.build(cfg.builder("pytorch"), cfg.options, input_size, cfg.num_classes, nn.Module,
                             "torch.nn.Module", "PyTorch")
     model = vgg16(cfg, input_size, pitfalls) if cfg.name == "vgg16" else simplecnn(cfg, pitfalls)
     _init(model, cfg.init)

@@ -89,7 +89,7 @@ def simplecnn(cfg: Model, input_size: int, pitfalls: Pitfalls) -> keras.Model:
 def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras.Model:
     if cfg.name == "custom":
         # The user's builder owns its layers and initialisation.
-        return custom.build(cfg.tensorflow, cfg.options, input_size, cfg.num_classes, keras.Model,
+        return custom.build(cfg.builder("tensorflow"), cfg.options, input_size, cfg.num_classes, keras.Model,
                             "keras.Model", "TensorFlow")
     if cfg.name == "vgg16":
         return posted_vgg16(cfg, input_size) if pitfalls.has(Pitfall.TF_POSTED_VGG16) else vgg16(cfg, input_size)

@@ -267,7 +267,30 @@ def _initializers(init: dict[str, Any] | None) -> dict[str, Any]:
 KNOWN_PAIR = ("pytorch", "tensorflow")       # the pair _known_differences knows
 
 
-def _declared(specs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _conventions(side: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """What a side declares of its own kit's conventions (kits/<name>_kit/conventions.py), if anything."""
+    return list(((side or {}).get("environment") or {}).get("conventions") or [])
+
+
+def _paired_conventions(spec: dict[str, Any], pair: tuple[str, str],
+                        sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """A pair without a hand-written table: each convention the other side declares, beside the reference's
+    column (the reference's own declaration of that field, else its column of the PyTorch/TensorFlow table)."""
+    ref, other = pair
+    column = ({d["field"].lower(): d[ref] for d in _known_differences(spec, KNOWN_PAIR)}
+              if ref in KNOWN_PAIR else {})
+    column.update({d["field"].lower(): d[ref] for d in _conventions(sides.get(ref)) if ref in d})
+    out = []
+    for d in _conventions(sides.get(other)):
+        entry = {"field": d["field"], ref: column.get(d["field"].lower(), "not declared"), other: d.get(other),
+                 "why": d.get("why"), "handled": d.get("handled")}
+        out.append({**entry, "same_as_reference": True} if d.get("same_as_reference") else entry)
+    return out
+
+
+def _declared(specs: dict[str, dict[str, Any]], sides: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The experiment's own declared differences, then the pair's known ones: the hand-written table of
+    KNOWN_PAIR, or, for another pair, what its sides declare (known once the sides have run)."""
     pair = _pair(specs)
     spec = specs[REFERENCE]
     own: list[dict[str, Any]] = []
@@ -276,9 +299,9 @@ def _declared(specs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             if d not in own:
                 own.append(d)
     fields = {d["field"].lower() for d in own}
-    known = [{**d, "source": "certificate"} for d in _known_differences(spec, pair)
-             if d["field"].lower() not in fields]
-    by_field = {d["field"].lower(): d for d in _known_differences(spec, pair)}
+    table = _known_differences(spec, pair) if pair == KNOWN_PAIR else _paired_conventions(spec, pair, sides or {})
+    known = [{**d, "source": "certificate"} for d in table if d["field"].lower() not in fields]
+    by_field = {d["field"].lower(): d for d in table}
     declared = [{**d, "source": "spec", **({"handled": by_field[d["field"].lower()]["handled"]}
                                           if d["field"].lower() in by_field else {})} for d in own]
     return declared + known
@@ -482,6 +505,8 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], specs: di
              folders: dict[str, Path], tol: dict[str, Any]) -> None:
     ref, other = _pair(specs)
     pt, tf = sides[ref], sides[other]
+    if (ref, other) != KNOWN_PAIR:
+        result["declared_differences"] = _declared(specs, sides)
     result["setup"] = pt.get("setup")
     result["neutralised"] = pt.get("neutralised", []) + tf.get("neutralised", [])
     checks = result["checks"]

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from kits.common.names import REFERENCE, REGISTRY, label, others
+from kits.common.names import FRAMEWORKS, REFERENCE, REGISTRY, label, others
 from kits.common.pitfalls import certified
 from reprokit.plan import model_cost
 from reprokit.results import runs, utilisation
@@ -216,8 +216,11 @@ def _narrower(spec: dict[str, Any], factor: float) -> dict[str, Any]:
 
 
 def file_name(cert: dict[str, Any]) -> str:
-    """certificate-<experiment>-<variant>.json; the variant named after its single change, else its non-fixed
-    side (a "-tf_p" pair holds PyTorch's as_posted: its name is the change's, not as_posted's)."""
+    """certificate-<experiment>-<variant>[-<framework>].json; the variant named after its single change, else its
+    non-fixed side (a "-tf_p" pair holds PyTorch's as_posted: its name is the change's, not as_posted's); the
+    framework paired with the reference named where it is not the registry's second (so those names stay)."""
     named = [v for v in cert["variant"].values() if v and v != FIXED] or [FIXED]
     changes = [v for v in named if v.startswith((runs.ADDED, runs.REMOVED))]
-    return f"certificate-{cert['experiment']}-{(changes or named)[0]}.json"
+    other = next((fw for fw in cert["variant"] if fw != REFERENCE), FRAMEWORKS[1])
+    pair = "" if other == FRAMEWORKS[1] else f"-{other}"
+    return f"certificate-{cert['experiment']}-{(changes or named)[0]}{pair}.json"

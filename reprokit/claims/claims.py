@@ -39,6 +39,7 @@ import jsonschema
 
 from kits.common.names import BUILTIN, FRAMEWORK_ENUM, fill_frameworks, schema_with_registry
 from kits.common.pitfalls import PITFALLS
+from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
 from reprokit.results import metrics
 from reprokit.results.schema_messages import describe
@@ -183,8 +184,10 @@ def schema_text(text: str) -> str:
 
 def framework_schema_text(text: str) -> str:
     """A JSON schema file (indented by 2, as json.dumps writes it) with its framework enums (marked by
-    names.FRAMEWORK_ENUM) written from the registry's built-in entries."""
-    schema = fill_frameworks(json.loads(text), [fw.name for fw in BUILTIN])
+    names.FRAMEWORK_ENUM) and its per-framework properties (marked by framework_schemas.PER_FRAMEWORK) written from the
+    registry's built-in entries."""
+    builtin = [fw.name for fw in BUILTIN]
+    schema = fill_per_framework(fill_frameworks(json.loads(text), builtin), builtin)
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 

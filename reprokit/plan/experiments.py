@@ -12,8 +12,9 @@ from typing import Any
 
 import jsonschema
 
-from kits.common.names import schema_with_registry
+from kits.common.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
 from kits.common.pitfalls import PITFALLS
+from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
 from reprokit.results import safe_names
 from reprokit.results.schema_messages import describe
@@ -76,7 +77,7 @@ def from_scripts(name: str, scripts: dict[str, Path]) -> Experiment:
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
     schema = json.loads(resources.files("reprokit").joinpath("schemas/experiment.schema.json").read_text())
-    return jsonschema.Draft202012Validator(schema_with_registry(schema))
+    return jsonschema.Draft202012Validator(fill_per_framework(schema_with_registry(schema), FRAMEWORKS))
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +114,7 @@ def load(path: Path) -> Experiment:
     experiment = Experiment(path=path, doc=doc)
     for profile in PROFILES:
         _check(experiment.resolved(profile), f"{path} (profile {profile})")
+        _check_builders(experiment.resolved(profile).get("model"), experiment.frameworks, path)
     for where, scripts in [("scripts", experiment.scripts),      # each also refuses a script that is not there
                            *((f"variants.{n}.scripts", s) for n, s in experiment.script_variants.items())]:
         stray = set(scripts) - set(experiment.frameworks)
@@ -130,6 +132,22 @@ def load(path: Path) -> Experiment:
     if path.stem != experiment.name:
         raise UserError(f"{path}: experiment.name {experiment.name!r} must match the file name {path.stem!r}")
     return experiment
+
+
+def _check_builders(model: dict[str, Any] | None, frameworks: list[str], path: Path) -> None:
+    """A custom model names a builder for each framework the experiment runs by default; a built-in one none."""
+    if model is None:
+        return
+    given = [fw for fw in REGISTRY if fw in model]
+    if model["name"] == "custom":
+        missing = [fw for fw in frameworks if fw not in given]
+        if missing:
+            raise UserError(f"{path}: model.{missing[0]}: missing; a custom model names a builder "
+                            f"(\"module:function\") for each of experiment.frameworks, here "
+                            f"{', '.join(label(fw) for fw in frameworks)}")
+    elif given:
+        raise UserError(f"{path}: model.{given[0]}: only a custom model takes builders; the {model['name']} is "
+                        f"the kits' own (drop model.{given[0]}, or set model.name = \"custom\")")
 
 
 def discover(dirs: list[Path]) -> dict[str, Experiment]:

@@ -17,8 +17,8 @@ from reprokit.environments import datasets, host_checks, topology
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
+from reprokit.plan import frameworks, script_plan
 from reprokit.plan import plan as planning
-from reprokit.plan import script_plan
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
 from reprokit.results import safe_names
@@ -43,6 +43,8 @@ class Matrix:
     gpu_name: str | None
     # framework -> the GPU build it runs, and why
     flavors: dict[str, host_checks.Flavor] = dataclasses.field(default_factory=dict)
+    # what the frameworks asked for do not run, and why, one line each (no posted code in that framework)
+    not_run: list[str] = dataclasses.field(default_factory=list)
 
 
 def selected(what: What, known: dict[str, Experiment]) -> dict[str, Experiment]:
@@ -73,14 +75,15 @@ def _options(what: What, profile: str, device: str, claims: list[claimlib.Claim]
              dry_run: bool) -> dict[str, planning.Options]:
     """Per experiment: the variants asked for, and the pitfalls to run alone (those the claims name)."""
     base = planning.Options(profile=profile, device=device, repeats=what.repeats or (1 if profile == "quick" else 5),
-                            frameworks=what.frameworks, data_dir=data_dir,
+                            frameworks=(), data_dir=data_dir,
                             allow_download=allow_download and not dry_run, dataset=what.dataset,
                             timeout_s=what.timeout_s, variants=what.variants, ablation=what.ablation,
                             max_steps=what.max_steps, prepare_data=not dry_run)
     out = {}
-    for name in experiments:
+    for name, exp in experiments.items():
         alone = {v[1:] for c in claims or [] if c.experiment == name for v in c.variants() if v.startswith("+")}
-        out[name] = dataclasses.replace(base, alone=frozenset(alone))
+        out[name] = dataclasses.replace(base, alone=frozenset(alone),
+                                        frameworks=frameworks.chosen(what.frameworks, exp))
     return out
 
 
@@ -209,7 +212,7 @@ def build(request: Request) -> Matrix:
         gpus = where.gpus or ("all" if host_checks.host_has_gpu() else "none")
     device = "cpu" if gpus == "none" else "gpu"
     profile = what.profile or ("standard" if device == "gpu" else "quick")
-    needed = {f for e in experiments.values() for f in e.frameworks if f in what.frameworks}
+    needed = {f for e in experiments.values() for f in frameworks.chosen(what.frameworks, e)}
     if where.executor == "ray":
         runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
         serving, at_once = cluster.check(where.runner, device, address)
@@ -237,8 +240,11 @@ def build(request: Request) -> Matrix:
         experiments = {k: v for k, v in known.items() if k in {s.experiment for s in specs}}
         profile = specs[0].profile
         claims = _claims(what, experiments)
+        not_run: list[str] = []
     else:
         specs, claims = planned(request, experiments, profile, device, runner.describe)
+        options = _options(what, profile, device, claims, experiments, how.data_dir, False, True)
+        not_run = [line for name, o in options.items() for line in planning.not_run(experiments[name], o)]
     if device == "gpu":
         host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
-    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors)
+    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run)

@@ -9,15 +9,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kits.common.names import REGISTRY, label
 from kits.common.pitfalls import PITFALLS, Pitfall, for_framework
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
 from reprokit.environments import datasets
 from reprokit.errors import UserError
+from reprokit.plan import frameworks
 from reprokit.plan.experiments import Experiment
 from reprokit.results.runs import ADDED, NUMERICS, POSTED, REMOVED
 
@@ -31,7 +33,7 @@ class Options:
     profile: str
     device: str                     # "cpu" | "gpu"
     repeats: int
-    frameworks: tuple[str, ...]
+    frameworks: tuple[str, ...]     # those this experiment runs (reprokit/plan/frameworks.py chose them)
     data_dir: Path
     allow_download: bool
     dataset: str | None = None      # override the profile's dataset (e.g. synthetic on an offline GPU box)
@@ -65,8 +67,8 @@ def data_step(exp: Experiment, opts: Options) -> None:
     resolved = exp.resolved(opts.profile)
     request = _request(resolved, opts)
     datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download)
-    readers = {p for pitfalls, _ in variants_of(exp, opts).values() for fw in exp.frameworks
-               if fw in opts.frameworks for p in for_framework(pitfalls, fw)}
+    readers = {p for v in variants_of(exp, opts).values() for fw in opts.frameworks
+               for p in for_framework(v.pitfalls, fw)}
     if request["dataset"] == "cifar10" and Pitfall.PT_CPU_RESIZE_DATALOADER in readers:
         datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)
 
@@ -95,13 +97,23 @@ def _posted_readers(data: dict[str, Any], pitfalls: list[str], opts: Options) ->
     return data
 
 
-def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], dict[str, Any]]]:
-    """Variant name -> (its pitfalls, its numerics over the experiment's), for the variants this experiment
-    defines among those asked for, each named variant followed by its single changes: each pitfall added alone
-    to fixed ("+p", with the experiment's numerics); with --ablation also as_posted's numerics added alone
-    ("+numerics") and each of as_posted's factors removed alone ("-p", "-numerics"), which the decomposition of
-    its gap needs (reprokit/results/shares.py)."""
-    out: dict[str, tuple[list[str], dict[str, Any]]] = {"fixed": ([], {})} if "fixed" in opts.variants else {}
+@dataclass(frozen=True)
+class Variant:
+    """One planned variant: its pitfalls, its numerics over the experiment's, and the frameworks whose posted code
+    it reproduces (those with a pitfall in the named variant it comes from; empty: it is no posted code, and
+    every framework runs it)."""
+    pitfalls: list[str]
+    numerics: dict[str, Any]
+    posted_by: frozenset[str] = frozenset()
+
+
+def variants_of(exp: Experiment, opts: Options) -> dict[str, Variant]:
+    """Variant name -> Variant, for the variants this experiment defines among those asked for, each named
+    variant followed by its single changes: each pitfall added alone to fixed ("+p", with the experiment's
+    numerics); with --ablation also as_posted's numerics added alone ("+numerics") and each of as_posted's
+    factors removed alone ("-p", "-numerics"), which the decomposition of its gap needs
+    (reprokit/results/shares.py)."""
+    out: dict[str, Variant] = {"fixed": Variant([], {})} if "fixed" in opts.variants else {}
     for name in opts.variants:
         if name == "fixed":
             continue
@@ -113,12 +125,13 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, tuple[list[str], di
             raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
                             f"it has: fixed, {', '.join([*exp.variants, *exp.script_variants]) or '(no others)'}")
         pitfalls, numerics = exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {})
-        out[name] = (pitfalls, numerics)
+        posted_by = frozenset(PITFALLS[p]["framework"] for p in pitfalls)
+        out[name] = Variant(pitfalls, numerics, posted_by)
         for pitfall in pitfalls:
             if opts.ablation or pitfall in opts.alone:
-                out[f"{ADDED}{pitfall}"] = ([pitfall], {})
+                out[f"{ADDED}{pitfall}"] = Variant([pitfall], {}, posted_by)
         if opts.ablation and name == POSTED:
-            out.update(_removed_alone(pitfalls, numerics))
+            out.update({k: Variant(p, n, posted_by) for k, (p, n) in _removed_alone(pitfalls, numerics).items()})
     return out
 
 
@@ -132,19 +145,42 @@ def _removed_alone(pitfalls: list[str], numerics: dict[str, Any]) -> dict[str, t
     return out
 
 
-def _declared_defaults(numerics: dict[str, Any]) -> list[dict[str, Any]]:
+def _declared_defaults(numerics: dict[str, Any], frameworks: Iterable[str]) -> list[dict[str, Any]]:
     """The declared difference of each setting left at the frameworks' own defaults, by its settings key ("tf32"
-    declares tf32.matmul and tf32.convolution: reprokit/report/settings_table.py matches keys, never labels)."""
-    return [{"field": DEFAULTABLE[key], "key": key, "pytorch": "PyTorch's default, read back at run time",
-             "tensorflow": "TensorFlow's default, read back at run time",
+    declares tf32.matmul and tf32.convolution: reprokit/report/settings_table.py matches keys, never labels), for
+    the frameworks whose posts ran so (not those a command runs: a run's id does not depend on its company)."""
+    return [{"field": DEFAULTABLE[key], "key": key,
+             **{fw: f"{label(fw)}'s default, read back at run time" for fw in REGISTRY if fw in frameworks},
              "why": "as posted: each framework ran its own default, which the result records"}
             for key, value in numerics.items() if value == FRAMEWORK_DEFAULT]
+
+
+def run_model(model: dict[str, Any]) -> dict[str, Any]:
+    """The RunSpec's model from the experiment's: a custom model's builders (model.<framework> in the TOML) under
+    ``builders``."""
+    builders = {k: v for k, v in model.items() if k in REGISTRY}
+    return {**{k: v for k, v in model.items() if k not in REGISTRY}, **({"builders": builders} if builders else {})}
+
+
+def not_run(exp: Experiment, opts: Options) -> list[str]:
+    """One line per framework asked for that runs none of a posted variant (nor its single changes), or has no
+    script in a variant of posted scripts: it has no posted code to reproduce."""
+    skipped: dict[str, list[str]] = {}
+    for fw in opts.frameworks:
+        for name, v in variants_of(exp, opts).items():
+            if v.posted_by and fw not in v.posted_by and name in exp.variants:
+                skipped.setdefault(fw, []).append(name)
+        skipped[fw] = skipped.get(fw, []) + [name for name, scripts in exp.script_variants.items()
+                                             if name in opts.variants and fw not in scripts]
+    return [f"{exp.name}: {label(fw)} runs no {', '.join(names)} (not run: no posted code in {label(fw)})"
+            for fw, names in skipped.items() if names]
 
 
 def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],
               code: dict[str, Any]) -> list[RunSpec]:
     """The RunSpecs of one experiment, after its data step (unless a dry run); describe(framework) gives the
-    runner's facts (lock, image)."""
+    runner's facts (lock, image). Each of ``opts.frameworks`` runs it, or one sentence says why its kit cannot."""
+    frameworks.check(exp, opts.frameworks, opts.profile)
     if opts.prepare_data:
         data_step(exp, opts)
     resolved = exp.resolved(opts.profile)
@@ -158,7 +194,7 @@ def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str
         "experiment": exp.name,
         "profile": opts.profile,
         "device": opts.device,
-        "model": resolved["model"],
+        "model": run_model(resolved["model"]),
         "data": _data(resolved, opts),
         "train": train,
         "numerics": numerics,
@@ -169,24 +205,26 @@ def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str
         "hooks": resolved.get("hooks", {}),
     }
     out = []
-    for framework in exp.frameworks:
-        if framework not in opts.frameworks:
-            continue
+    for framework in opts.frameworks:
         seen: set[str] = set()
-        for variant, (pitfalls, own_numerics) in variants_of(exp, opts).items():
-            mine = for_framework(pitfalls, framework)
-            key = json.dumps([mine, own_numerics], sort_keys=True)
-            if (pitfalls and not mine and not own_numerics) or key in seen:
+        for variant, v in variants_of(exp, opts).items():
+            mine = for_framework(v.pitfalls, framework)
+            key = json.dumps([mine, v.numerics], sort_keys=True)
+            if v.posted_by and framework not in v.posted_by:
+                continue    # no posted code in this framework (not_run says so)
+            if (v.pitfalls and not mine and not v.numerics) or key in seen:
                 continue    # the other framework's pitfall, or the same runs under another name
             seen.add(key)
             data = _posted_readers(common["data"], mine, opts)
+            declared = common["differences"] + _declared_defaults(v.numerics, v.posted_by or exp.frameworks)
             for repeat in range(opts.repeats):
                 spec = {**copy.deepcopy(common), "data": data, "framework": framework, "variant": variant,
-                        "numerics": {**numerics, **own_numerics},
-                        "differences": common["differences"] + _declared_defaults(own_numerics),
+                        "numerics": {**numerics, **v.numerics},
+                        "differences": declared,
                         "repeat": repeat,
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
                         "provenance": {**code, **describe(framework)}, "run_id": ""}
                 # Through the kits' typed loader: every field explicit, or the plan has a bug.
                 out.append(identified(RunSpec.from_dict(spec)))
+    frameworks.check_specs(out, exp.path)
     return out

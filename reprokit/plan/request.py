@@ -22,7 +22,7 @@ EXECUTORS = ("host", "ray")                 # where the matrix is spread
 @dataclass(frozen=True)
 class What:
     """The experiments, their variants and sizes, and the claims that judge them."""
-    frameworks: tuple[str, ...] = FRAMEWORKS
+    frameworks: tuple[str, ...] = ()                # those --frameworks names; (): each experiment's own
     experiment_dirs: tuple[Path, ...] = ()          # resolved
     only: tuple[str, ...] = ()
     scripts: dict[str, Path] = field(default_factory=dict)   # --script FRAMEWORK=PATH: the only experiment
@@ -71,7 +71,10 @@ class Request:
     how: How
 
 
-def _frameworks(given: str) -> tuple[str, ...]:
+def _frameworks(given: str | None) -> tuple[str, ...]:
+    """--frameworks as given; () where it is not: each experiment's own (reprokit/plan/frameworks.py)."""
+    if given is None:
+        return ()
     chosen = tuple(f.strip() for f in given.split(",") if f.strip())
     unknown = set(chosen) - set(FRAMEWORKS)
     if unknown or not chosen:

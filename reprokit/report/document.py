@@ -133,7 +133,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     if found:
         out.append("### Findings at run time\n\n" + found)
     if fixed:
-        out.append("### What differs between the two runs\n\n" + sections.differences(fixed))
+        out.append("### What differs between the runs\n\n" + sections.differences(fixed))
     settings = settings_table.section(by_variant)
     if settings:
         out.append("### Every setting side by side\n\n" + settings)

@@ -1,5 +1,5 @@
-"""Pair findings: what one run of the reference framework and one of another (PyTorch and TensorFlow), about to
-be compared, differ in.
+"""Pair findings: what one run of the reference framework and one of another (PyTorch and TensorFlow, PyTorch and
+JAX), about to be compared, differ in.
 
 Settings that change speed or numerics must be equal by declaration; a setting
 the two report differently that no keyed [[differences]] entry or pitfall
@@ -39,12 +39,17 @@ def tf32_apart(env: dict[str, Any]) -> dict[str, Any]:
     return {**env, "tf32_ops": dict.fromkeys(("matmul", "convolution"), env["tf32"])}
 
 
-# Layer kinds the two frameworks name differently, by what they are (a script's model as its optimizer stepped it).
-LAYER_KINDS = {"conv": ("conv1d", "conv2d", "conv3d"), "dense": ("linear", "dense"), "dropout": ("dropout", "dropout2d",
-               "spatialdropout2d"), "batch norm": ("batchnorm1d", "batchnorm2d", "batchnormalization"),
+# Layer kinds the frameworks name differently, by what they are (a script's model as its optimizer stepped it;
+# Flax NNX's are Conv, Linear, BatchNorm, Dropout).
+LAYER_KINDS = {"conv": ("conv", "conv1d", "conv2d", "conv3d"), "dense": ("linear", "dense"),
+               "dropout": ("dropout", "dropout2d", "spatialdropout2d"),
+               "batch norm": ("batchnorm", "batchnorm1d", "batchnorm2d", "batchnormalization"),
                "max pool": ("maxpool2d", "maxpooling2d"), "average pool": ("avgpool2d", "averagepooling2d",
                                                                           "adaptiveavgpool2d",
                                                                           "globalaveragepooling2d")}
+
+
+POOLING = ("max pool", "average pool")
 
 
 def _kinds(layers: list[str]) -> dict[str, int]:
@@ -66,8 +71,9 @@ def scripts(pt: dict[str, Any], tf: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(f"the models received {b_pt:g} samples per training step in {la} and {b_tf:g} in {lb}")
     if s_pt != s_tf:
         out.append(f"training steps per epoch: {la} {s_pt}, {lb} {s_tf}")
+    # Pooling may be a function rather than a layer (in Flax it always is): compared only where both models show it.
     layers = [f"{kind} {la} {k_pt[kind]}, {lb} {k_tf[kind]}" for kind in LAYER_KINDS
-              if k_pt[kind] != k_tf[kind]]
+              if k_pt[kind] != k_tf[kind] and (kind not in POOLING or 0 not in (k_pt[kind], k_tf[kind]))]
     if layers:
         out.append("the trained models' layers differ: " + "; ".join(layers))
     return [{"code": "scripts-differ", "severity": "warning", "message": m} for m in out]

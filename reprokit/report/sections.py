@@ -130,6 +130,9 @@ def ablation(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | No
         for variant in variants:
             rs = by_variant[variant].get(fw)
             if not rs:
+                if base and _posted_without(by_variant, variant, fw):
+                    rows.append([LABELS[fw], md(variant), f"not run: no posted code in {LABELS[fw]}",
+                                 *["not run"] * 6])
                 continue
             pitfalls = rs[0]["spec"].get("pitfalls", [])
             if variant == FIXED:
@@ -172,6 +175,14 @@ def ablation_details(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> 
             md(s) for s in sources) + ".")
     lines += [f"- Inputs other than the kit's own batches: {line}" for line in _readers(by_variant)]
     return "\n".join(lines) or None
+
+
+def _posted_without(by_variant: dict[str, dict[str, list[dict[str, Any]]]], variant: str, fw: str) -> bool:
+    """Is ``variant`` a named variant of posted code (its runs have pitfalls) that ``fw`` has none of, so the plan
+    ran none of it there (reprokit/plan/plan.py not_run)? Its single changes follow it unsaid."""
+    named = variant != FIXED and not variant.startswith((runs.ADDED, runs.REMOVED))
+    return named and fw not in by_variant[variant] and any(
+        rs[0]["spec"].get("pitfalls") for rs in by_variant[variant].values() if rs)
 
 
 def _named(by_variant: dict[str, dict[str, list[dict[str, Any]]]], limit: int | None = None) -> list[str]:
@@ -279,7 +290,7 @@ def differences(by_fw: dict[str, list[dict[str, Any]]]) -> str:
     rows = []
     fws = compared(by_fw)
     any_run = next(iter(by_fw.values()))[0]
-    for d in any_run["spec"].get("differences", []):     # declared for the built-in pair (docs/frameworks.md)
+    for d in any_run["spec"].get("differences", []):     # a framework the spec gives no value: "not declared"
         rows.append([md(d["field"]), *(md(short(str(d.get(fw, "not declared")), 60)) for fw in fws),
                      md(short(d["why"]))])
     if all(by_fw.get(fw) for fw in fws):
@@ -300,7 +311,8 @@ def posted_numerics(exp: Experiment | None, by_variant: dict[str, dict[str, list
             continue
         read = "; ".join(f"{LABELS[fw]}: " + ", ".join(f"{DEFAULTABLE[key]} {_setting(rs[0]['environment'], key)}"
                                                         for key in defaults)
-                         for fw, rs in sorted(by_fw.items()) if defaults)
+                         for fw, rs in sorted(by_fw.items(), key=lambda item: FRAMEWORKS.index(item[0]))
+                         if defaults)
         text = [f"`{md(variant)}` ran each framework's own {' and '.join(DEFAULTABLE[d] for d in defaults)}, read "
                 f"back at run time: {md(read)}." if defaults else f"`{md(variant)}`:"]
         text += [f"- {md(line)}" for line in declared.get("era", [])]
@@ -322,7 +334,7 @@ def model_sizes(published: dict[str, Any] | None, by_fw: dict[str, list[dict[str
     spec = next(iter(by_fw.values()))[0]["spec"]
     ran = None if runs.is_script(spec) else parameter_counts.parameter_counts(spec["model"], spec["data"]["input_size"])
     if ran is None:         # a user's own model: its size is what the frameworks counted
-        counted = ", ".join(f"{LABELS[fw]} {_parameters(rs).split(' / ')[0]}" for fw, rs in sorted(by_fw.items()))
+        counted = ", ".join(f"{LABELS[fw]} {_parameters(by_fw[fw]).split(' / ')[0]}" for fw in _ran(by_fw))
         whose = "the scripts' own, as their optimizers stepped them" if runs.is_script(spec) else \
             "the experiment's own builders"
         return f"Model as run: {whose}; parameters as each framework counted them: {counted}."

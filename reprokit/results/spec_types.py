@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 from kits.common.pitfalls import Pitfalls
-from kits.common.spec import RunSpec, ScriptSpec
+from kits.common.spec import RunSpec, ScriptSpec, read_older
 
 # dotted field -> its types, where the result has the field (the schema says which it must have)
 READ: dict[str, tuple[type, ...]] = {
@@ -73,6 +73,7 @@ def spec_problem(kind: type, value: Any, path: str = "spec") -> str | None:
     plan writes every field), unknown, or of another type; None when the kit could read all of it as it is."""
     if not isinstance(value, dict):
         return f"{path} must be an object, got {value!r:.60}"
+    value = read_older(kind, value)            # a result written before builders were keyed by any framework
     hints = _hints(kind)
     unknown = set(value) - set(hints)
     if unknown:

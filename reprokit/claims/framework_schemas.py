@@ -1,0 +1,26 @@
+"""Per-framework properties in a JSON schema: an object marked PER_FRAMEWORK has one property per registered
+framework (a builder, a hook, a declared difference's side, a script), whose schema is the marker's value.
+
+The committed experiment schema lists the built-in frameworks' (claims.write_schema); reprokit/plan/experiments.py
+adds the registry's others when it loads it, as names.schema_with_registry does for the framework enums."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+PER_FRAMEWORK = "x-per-framework"
+
+
+def fill_per_framework(schema: Any, names: Iterable[str]) -> Any:
+    """``schema`` with a property of each of ``names`` in every object marked PER_FRAMEWORK, in place."""
+    names = list(names)
+    if isinstance(schema, dict):
+        if PER_FRAMEWORK in schema:
+            schema["properties"].update({fw: copy.deepcopy(schema[PER_FRAMEWORK]) for fw in names})
+        for value in schema.values():
+            fill_per_framework(value, names)
+    elif isinstance(schema, list):
+        for value in schema:
+            fill_per_framework(value, names)
+    return schema
