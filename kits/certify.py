@@ -316,6 +316,8 @@ def guarded(out: dict, work) -> int:
         return 0
     except cert.UnmappableModel as exc:
         out.update(status="unmappable", message=str(exc))
+    except cert.NotCaptured as exc:
+        out.update(status="not-run", message=str(exc))
     except custom.BadModel as exc:
         out.update(status="bad-model", message=str(exc))
     except cert.WeightsMismatch as exc:

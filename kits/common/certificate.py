@@ -57,6 +57,11 @@ class UnmappableModel(Exception):
     """The model has a layer with weights that has no canonical form: it cannot be compared layer by layer."""
 
 
+class NotCaptured(Exception):
+    """The kit cannot capture this framework's model from a script (a limit of the kit, not of the user's model):
+    the certificate is not run, with why."""
+
+
 class WeightsMismatch(Exception):
     """A weights file that does not fit the model (its message is one sentence)."""
 

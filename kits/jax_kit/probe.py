@@ -195,9 +195,9 @@ class JaxProbe:
         self.observer.at_first_step.append(call)
 
     def captured(self, _other_input=None):
-        from kits.common.certificate import UnmappableModel
-        raise UnmappableModel("the certificate does not capture a JAX script's model yet (kits/jax_kit has no "
-                              "Captured form of a script's nnx.Module or parameter pytree): not run for this pair")
+        from kits.common.certificate import NotCaptured
+        raise NotCaptured("the certificate does not capture a JAX script's model yet (kits/jax_kit has no "
+                          "Captured form of a script's nnx.Module or parameter pytree)")
 
     # -- what it saw -------------------------------------------------------------------------------------
 

@@ -60,7 +60,9 @@ def certify_scripts(pair: dict[str, dict[str, Any]], runner: Runner, work: Path,
         folders[fw], side, why = _side(fw, pair[fw], runner, work, folders.get(REFERENCE))
         if side is None or side.get("status") != "ok":
             result["message"] = why if side is None else f"the {label(fw)} side: {side.get('message')}"
-            result["status"] = "fail" if side and side.get("status") in ("unmappable", "bad-model") else "error"
+            status = side.get("status") if side else None
+            result["status"] = ("fail" if status in ("unmappable", "bad-model") else
+                                "not-run" if status == "not-run" else "error")
             break
         sides[fw] = side
         result["frameworks"][fw] = side.get("environment", {})
@@ -214,7 +216,7 @@ def _logits(sides: dict[str, dict[str, Any]], as_p: dict[str, bool], how: str, r
 def _summary(result: dict[str, Any]) -> str:
     status, checks, message = result["status"], result["checks"], result["message"]
     if not checks:
-        return f"{'not certified' if status == 'fail' else 'no certificate'}: {message}"
+        return f"{ {'fail': 'not certified', 'not-run': 'not run'}.get(status, 'no certificate')}: {message}"
     failed = [c for c in checks if c["passed"] is False]
     by = {c["name"]: c for c in checks}
     if failed:

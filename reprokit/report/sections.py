@@ -291,6 +291,8 @@ def differences(by_fw: dict[str, list[dict[str, Any]]]) -> str:
     fws = compared(by_fw)
     any_run = next(iter(by_fw.values()))[0]
     for d in any_run["spec"].get("differences", []):     # a framework the spec gives no value: "not declared"
+        if len({str(d.get(fw)) for fw in fws}) == 1:       # it sets apart a framework these runs do not hold
+            continue
         rows.append([md(d["field"]), *(md(short(str(d.get(fw, "not declared")), 60)) for fw in fws),
                      md(short(d["why"]))])
     if all(by_fw.get(fw) for fw in fws):
