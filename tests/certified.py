@@ -108,7 +108,37 @@ GRADIENT_PARTING = {
 }
 
 
-def _control_toml(name: str, pytorch: str, tensorflow: str) -> str:
+# The control pairs again, PyTorch against JAX (tests/cert_controls_jax.py): name -> the JAX builder; class, status
+# and failing checks as in CONTROLS. A subset that fits the suite's time (one JAX process for all of them):
+# every class of twin at least once, every failing class of a layer without parameters, the momentum and
+# one parting pair (a setting of BatchNorm), and one bad input.
+JAX_CONTROLS = {
+    "base": "jax_base",
+    "explicit_padding": "jax_explicit_pad",
+    "functional_activations": "jax_functional",
+    "bias_outside_its_layer": "jax_base",
+    "flatten_chw_in_keras": "jax_flatten_chw",      # here: a (c, h, w) flatten in JAX
+    "dropout_same": "jax_dropout",
+    "dropout_present": "jax_base",
+    "dropout_rate": "jax_dropout_rate",
+    "dropout_kind_same": "jax_channel_dropout",
+    "dropout_kind": "jax_element_dropout_conv1",
+    "dropout_place": "jax_dropout",
+    "pooling_kind": "jax_avg_pool",
+    "pooling_size_same": "jax_global",
+    "pooling_size": "jax_global_pool3",
+    "activation": "jax_elu",
+    "padding_same": "jax_stride2",
+    "normalisation_axis_same": "jax_batchnorm",
+    "normalisation_axis": "jax_batchnorm_axis1",
+    "batchnorm_epsilon": "jax_batchnorm_epsilon",
+    "offset_same": "jax_offset",
+    "momentum": "jax_base",
+    "cannot_take_the_weights": "jax_dense_12",
+}
+
+
+def _control_toml(name: str, pytorch: str, tensorflow: str, jax: str | None = None) -> str:
     spec = TINY.replace('name = "tiny"', f'name = "{name}"').replace("batch_size = 32", "batch_size = 16")
     start, end = spec.index("[model]"), spec.index("[data]")
     return spec[:start] + textwrap.dedent(f'''\
@@ -118,6 +148,7 @@ def _control_toml(name: str, pytorch: str, tensorflow: str) -> str:
         width_multiplier = 1.0
         pytorch = "cert_controls:{pytorch}"
         tensorflow = "cert_controls:{tensorflow}"
+        {f'jax = "cert_controls_jax:{jax}"' if jax else ""}
         options = {{ width = 8 }}
 
         ''') + spec[end:]
@@ -177,3 +208,28 @@ def certify_all(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str,
     sides = {name: {fw: json.loads(p.read_text()) for fw in FRAMEWORKS
                     if (p := batch / fw / str(i) / certificate.SIDE_NAME).exists()} for i, name in enumerate(pairs)}
     return dict(zip(pairs, results)), works, cost, sides
+
+
+def certify_jax(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str, dict], dict]:
+    """The JAX_CONTROLS pairs, PyTorch against JAX, in one call (one process per framework): results by name,
+    and the wall and CPU seconds of the call."""
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "jax"), data_dir=data_dir,
+                   allow_download=False)
+    folder = tmp_path_factory.mktemp("my-jax-controls")
+    for module in ("cert_controls.py", "cert_controls_jax.py"):
+        shutil.copy(Path(__file__).with_name(module), folder / module)
+    pairs = {}
+    for name, jax in JAX_CONTROLS.items():
+        pt, tf, *_ = CONTROLS[name]
+        (folder / f"{name}.toml").write_text(_control_toml(name, pt, tf, jax))
+        pairs[name] = _planned(folder / f"{name}.toml", opts)
+    pairs["momentum"]["jax"]["train"]["optimizer"]["momentum"] = 0.95
+    work = tmp_path_factory.mktemp("jax-certificates")
+    for fw in opts.frameworks:
+        kit_python(fw)
+    runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder,))
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    results = certificate.certify_many(list(pairs.values()), runner, [work / name for name in pairs])
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cost = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime}
+    return dict(zip(pairs, results)), cost

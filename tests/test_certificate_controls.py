@@ -10,7 +10,7 @@ that differ, or none.
 from __future__ import annotations
 
 import pytest
-from certified import CONTROLS, GRADIENT_PARTING, PARTING
+from certified import CONTROLS, GRADIENT_PARTING, JAX_CONTROLS, PARTING
 
 pytestmark = pytest.mark.slow
 
@@ -105,3 +105,57 @@ def test_a_pair_that_agrees_names_no_parting(certified):
     assert "offset_same" in passing and "normalisation_axis_same" in passing
     for name in passing:
         assert not {"first_parting_layer", "first_parting_gradient"} & set(_checks(results[name])), name
+
+
+# -- the same control pairs, PyTorch against JAX ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def certified_jax(kit_python, tmp_path_factory, data_dir):
+    """The JAX_CONTROLS pairs, certified once for this module, one PyTorch and one JAX process for all."""
+    import certified as batch
+    return batch.certify_jax(kit_python, tmp_path_factory, data_dir)
+
+
+@pytest.mark.parametrize("name", list(JAX_CONTROLS))
+def test_control_pair_pytorch_jax(certified_jax, name):
+    result = certified_jax[0][name]
+    _, _, kind, status, failing = CONTROLS[name]
+    failed = {c["name"] for c in result["checks"] if c["passed"] is False}
+    assert result["status"] == status, f"{kind}: {result['summary']}"
+    assert set(failing) <= failed, f"{kind}: {failed} failed, expected {failing}: {result['summary']}"
+    if status == "pass":
+        assert not failed and result["message"] is None
+        assert not {"first_parting_layer", "first_parting_gradient"} & set(_checks(result)), name
+
+
+def test_the_jax_controls_by_class(certified_jax):
+    """Every failing class of a layer without parameters fails against JAX too, every twin passes: counted."""
+    results, cost = certified_jax
+    by_class: dict[str, list[str]] = {}
+    for name in JAX_CONTROLS:
+        by_class.setdefault(CONTROLS[name][2], []).append(results[name]["status"])
+    print(f"\n{len(results)} PyTorch/JAX control pairs in {cost['wall_s']:.1f} s ({cost['cpu_s']:.1f} CPU s):")
+    for kind, statuses in by_class.items():
+        print(f"  {kind}: {', '.join(statuses)}")
+    fails = [k for k, v in by_class.items() if not k.startswith("twin") and "fail" in v]
+    assert {"dropout present", "dropout rate", "dropout kind", "dropout place", "pooling kind", "pooling size",
+            "activation", "padding semantics", "normalisation axis", "optimizer"} <= set(fails)
+    twins = {kind for _, _, kind, _, _ in CONTROLS.values() if kind.startswith("twin")}
+    assert twins <= set(by_class)
+    assert all(s == "pass" for k in twins for s in by_class[k])
+
+
+@pytest.mark.parametrize("name", ["activation", "padding_same", "normalisation_axis", "batchnorm_epsilon"])
+def test_the_jax_side_parts_where_tensorflow_does(certified_jax, name):
+    """The same layer, the same difference of its output and the same settings as the PyTorch/TensorFlow pair's."""
+    message = _checks(certified_jax[0][name])["first_parting_layer"]["evidence"]
+    pytorch, tensorflow = PARTING[name].split(" / TensorFlow ")
+    assert message.startswith(f"{pytorch} / JAX layers/"), message
+    assert message.endswith(tensorflow.split("): ", 1)[1]), message
+
+
+def test_the_jax_momentum_parts_in_the_gradients(certified_jax):
+    checks = _checks(certified_jax[0]["momentum"])
+    assert "no layer parts" in checks["first_parting_layer"]["evidence"]
+    assert ("the gradients first part at step 3, first in backward order at dense2.bias (PyTorch 9.bias / JAX "
+            "layers/9.bias)") in checks["first_parting_gradient"]["evidence"]

@@ -139,4 +139,4 @@ def test_a_pytorch_and_jax_pair_runs_end_to_end(kit_python, tmp_path, data_dir):
     assert jax_run["effective"]["train_steps_per_epoch"] == runs["pytorch"]["effective"]["train_steps_per_epoch"] == [3]
     assert jax_run["effective"]["batch_size"]["configured"] == 32 and jax_run["probe"]["bounded"] == ["steps"]
     report = (tmp_path / "reports" / "jax_pair" / "report.md").read_text()
-    assert "JAX" in report and "not run: the certificate does not capture a JAX script's model yet" in report
+    assert "JAX" in report and "certificate: not run**: the JAX side: the certificate does not capture a JAX script" in report

@@ -82,7 +82,7 @@ def test_a_stub_framework_runs_through_one_registry_entry(kit_python, tiny_dir, 
     assert "tiny / pytorch / fixed r0 · ok" in out and "tiny / stub / fixed r0 · ok" in out
     folder = tmp_path / "reports" / "t"
     # the certificate pairing: the stub against the reference, not run with its reason
-    cert = json.loads((folder / "certificate-tiny-fixed.json").read_text())
+    cert = json.loads((folder / "certificate-tiny-fixed-stub.json").read_text())
     assert cert["variant"] == {"pytorch": "fixed", "stub": "fixed"} and cert["status"] == "not-run"
     assert "the Stub kit has no certificate side" in cert["message"]
     text = (folder / "report.md").read_text()

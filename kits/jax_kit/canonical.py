@@ -8,7 +8,6 @@ so that two frameworks' random masks cannot differ.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -233,9 +232,9 @@ class Canonical:
         return out
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _apply(graphdef: Any, state: Any, x: jax.Array) -> tuple[jax.Array, Any]:
-    """One forward pass; compiled once per graph (modes included), shape and dtype, across rebuilds."""
+    """One forward pass, op by op: not jitted, because a reference pass runs a few times per certificate and
+    a compiled graph costs seconds per model, where each primitive compiles once per shape for every pair."""
     model = nnx.merge(graphdef, state)
     out = model(x)
     return out, nnx.state(model)

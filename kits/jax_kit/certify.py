@@ -9,7 +9,6 @@ state); the certified fp64 trajectory is the same model, loss and optax transfor
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 import platform
@@ -63,16 +62,16 @@ def _cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-@functools.partial(jax.jit, static_argnums=0)
+# The reference passes run op by op (not jitted): a few steps per certificate, where a compiled graph costs
+# seconds per model and each primitive is compiled once per shape for every pair; the kit's own step is jitted.
 def _reference_step(graphdef: Any, state: Any, x: jax.Array, y: jax.Array) -> Any:
-    """One step of (model, optimizer); compiled once per graph, shape and dtype, across rebuilds."""
+    """One step of (model, optimizer) in the model's dtype."""
     model, opt = nnx.merge(graphdef, state)
     loss, grads = nnx.value_and_grad(lambda m: _cross_entropy(m(x), y))(model)
     opt.update(model, grads)
     return loss, grads, nnx.state((model, opt))
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _loss(graphdef: Any, state: Any, x: jax.Array, y: jax.Array) -> jax.Array:
     return _cross_entropy(nnx.merge(graphdef, state)(x), y)
 
@@ -149,6 +148,7 @@ class Certifier(Canonical, cert.Side):
             _KIT_STEPS[key] = steps.Compiled(steps.train_step(*key[:3], outputs=key[3]), "train",
                                              backend.compilation, backend._phase)
         backend._train = _KIT_STEPS[key]
+        backend._train_sizes = []           # compiled for the certificate's batches as they come, not the run's
 
     def kit_train_losses(self, batches: list[tuple[np.ndarray, np.ndarray]], perturb: bool = False) -> list[float]:
         """The kit's own train_step (fp32) on each batch, from the weights loaded now; with ``perturb``, the

@@ -267,6 +267,11 @@ def _initializers(init: dict[str, Any] | None) -> dict[str, Any]:
 KNOWN_PAIR = ("pytorch", "tensorflow")       # the pair _known_differences knows
 
 
+# A declared run-time setting (a [[differences]] key) the certificate's table has no entry for.
+SETTING_HANDLED = ("a run-time setting: each run reads it back and the report's settings table compares it; the "
+                   "certificate does not change it")
+
+
 def _conventions(side: dict[str, Any] | None) -> list[dict[str, Any]]:
     """What a side declares of its own kit's conventions (kits/<name>_kit/conventions.py), if anything."""
     return list(((side or {}).get("environment") or {}).get("conventions") or [])
@@ -295,15 +300,16 @@ def _declared(specs: dict[str, dict[str, Any]], sides: dict[str, dict[str, Any]]
     spec = specs[REFERENCE]
     own: list[dict[str, Any]] = []
     for s in (specs[fw] for fw in pair):
-        for d in s.get("differences", []):
-            if d not in own:
+        for d in s.get("differences", []):        # one that sets apart only a framework outside the pair is not its
+            if d not in own and str(d.get(pair[0])) != str(d.get(pair[1])):
                 own.append(d)
     fields = {d["field"].lower() for d in own}
     table = _known_differences(spec, pair) if pair == KNOWN_PAIR else _paired_conventions(spec, pair, sides or {})
     known = [{**d, "source": "certificate"} for d in table if d["field"].lower() not in fields]
     by_field = {d["field"].lower(): d for d in table}
     declared = [{**d, "source": "spec", **({"handled": by_field[d["field"].lower()]["handled"]}
-                                          if d["field"].lower() in by_field else {})} for d in own]
+                                          if d["field"].lower() in by_field else
+                                          {"handled": SETTING_HANDLED} if d.get("key") else {})} for d in own]
     return declared + known
 
 
