@@ -21,7 +21,7 @@ from reprokit.environments import datasets, script_requirements
 from reprokit.environments.envs import STATE
 from reprokit.errors import UserError
 from reprokit.execute import data_step, disk_full, locks, stopping
-from reprokit.plan import estimate, matrix, request
+from reprokit.plan import cost, estimate, matrix, request
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
 from reprokit.results.provenance import REPO
@@ -93,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true", help="ignore finished results and run everything again")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan with time estimates and exit; starts nothing, downloads nothing")
+    p.add_argument("--gpu-model", metavar="NAME",
+                   help="with --dry-run: the plan's GPU time on this GPU model (e.g. H100-SXM, A100-40GB, L4), from "
+                        "finished runs on it and the plan's FLOPs at a share of the datasheet peak")
+    p.add_argument("--price-per-hour", type=float, metavar="PRICE",
+                   help="with --gpu-model: also the plan's cost at this price per GPU-hour")
     p.add_argument("--no-certify", dest="certify", action="store_false",
                    help="skip the equivalence certificates (the report then says they were skipped)")
     return p
@@ -138,11 +143,24 @@ def parse(argv: list[str] | None) -> request.Request:
 
 def reproduce(argv: list[str] | None = None) -> int:
     req = parse(argv)
+    if req.how.gpu_model is not None:
+        return _cost(req)
     m = matrix.build(req)                    # a bad spec is refused before the state folder is touched
     if req.how.dry_run:                      # starts nothing, so it waits for no one
         return _reproduce(req, m)
     with locks.state_folder(req.how.state_dir, req.how.wait):
         return _reproduce(req, m)
+
+
+def _cost(req: request.Request) -> int:
+    """A dry run priced on a GPU model this host need not have: the plan, its GPU time and, with a price, its cost."""
+    model = cost.gpu_model(req.how.gpu_model or "")
+    specs, profile = matrix.on_gpu_elsewhere(req)
+    history = Store(req.how.state_dir / "results").all()
+    print(f"plan: {len(specs)} runs, profile {profile} on a GPU, {len({s.experiment for s in specs})} experiment(s)")
+    print("\n".join(cost.lines(cost.of_plan(specs, history, model), model, req.how.price_per_hour)))
+    print("dry run: nothing was started.")
+    return 0
 
 
 def _reproduce(req: request.Request, m: matrix.Matrix) -> int:

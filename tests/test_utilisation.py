@@ -52,7 +52,7 @@ NAMES = [
 
 @pytest.mark.parametrize("name, key, bf16", NAMES)
 def test_whole_names_find_their_own_row(result, name, key, bf16):
-    assert utilisation.model(name) is utilisation._table()[key]
+    assert utilisation.model(name) is utilisation.table()[key]
     top, source = utilisation.peak(_on(result, name, dtype="bfloat16"))
     assert top == bf16
     assert ("datasheet" in source or "product brief" in source) if bf16 else source == f"no bf16 peak known for {name}"
@@ -94,7 +94,7 @@ def test_the_peak_of_the_precision_the_run_applied(result, name, tf32, dtype, ex
 
 
 def test_every_row_cites_a_source_and_has_an_fp32_peak():
-    for key, row in utilisation._table().items():
+    for key, row in utilisation.table().items():
         assert row["source"].startswith("NVIDIA ") and row["fp32"] > 1e12 and row["names"], key
         assert all(row[p] >= row["fp32"] for p in ("tf32", "bf16", "fp16") if p in row), key
 
@@ -105,12 +105,12 @@ DERIVED_FP64 = {"t4": 32, "a10": 64, "l4": 64, "l40": 64, "l40s": 64}
 
 
 def test_every_gpu_row_has_an_fp64_peak_and_its_source():
-    for key, row in utilisation._table().items():
+    for key, row in utilisation.table().items():
         assert "FP64" in row["source"] and 0 < row["fp64"] < row["fp32"], key
         if key in DERIVED_FP64:
             assert row["fp64"] == row["fp32"] / DERIVED_FP64[key], key
             assert f"FP64 not on the datasheet: 1/{DERIVED_FP64[key]} of FP32" in row["source"], key
-    assert utilisation._table()["h100-sxm"]["fp64"] == 34e12          # not the FP64 Tensor Core 67
+    assert utilisation.table()["h100-sxm"]["fp64"] == 34e12          # not the FP64 Tensor Core 67
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -124,7 +124,7 @@ def test_the_fp64_peak_is_a_precision_like_the_others(name, expected):
 
 def test_an_unknown_gpu_has_no_fp64_peak_and_the_t4_is_the_slowest():
     assert utilisation.device_peak("NVIDIA B200", "fp64") == (None, "no peak known for NVIDIA B200")
-    assert utilisation.slowest("fp64") is utilisation._table()["t4"]
+    assert utilisation.slowest("fp64") is utilisation.table()["t4"]
 
 
 def test_tf32_on_for_convolutions_only_blends_the_two_peaks_by_the_flops_of_each(result):

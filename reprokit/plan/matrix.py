@@ -192,14 +192,29 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
     return specs, claims
 
 
+def _known(what: What) -> dict[str, Experiment]:
+    if what.scripts:                           # a quick look at two scripts: they are the only experiment
+        name = re.sub(r"[^a-z0-9_]+", "_", (what.name or "scripts").lower()).strip("_") or "scripts"
+        return {name: from_scripts(name, what.scripts)}
+    return discover([BUILTIN_DIR, *what.experiment_dirs])
+
+
+def on_gpu_elsewhere(request: Request) -> tuple[list[Spec], str]:
+    """(specs, profile) the command would plan on a GPU this host does not have, for a dry run's cost: it asks
+    nothing of this host, and the runner's facts (image, lock) are left out of the specs."""
+    what = request.what
+    if what.from_report:
+        raise UserError("--gpu-model estimates the experiments a command plans; it cannot price --from REPORT, "
+                        "whose runs have a device already: leave --from out")
+    profile = what.profile or "standard"
+    specs, _ = planned(request, selected(what, _known(what)), profile, "gpu", lambda framework: {})
+    return specs, profile
+
+
 def build(request: Request) -> Matrix:
     """The matrix a `reprokit reproduce` command asks for, checked: bad input ends here, before any run."""
     what, where, how = request.what, request.where, request.how
-    if what.scripts:                           # a quick look at two scripts: they are the only experiment
-        name = re.sub(r"[^a-z0-9_]+", "_", (what.name or "scripts").lower()).strip("_") or "scripts"
-        known = {name: from_scripts(name, what.scripts)}
-    else:
-        known = discover([BUILTIN_DIR, *what.experiment_dirs])
+    known = _known(what)
     experiments = selected(what, known)
     flavors: dict[str, host_checks.Flavor] = {}
     executor: Executor

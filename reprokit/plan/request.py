@@ -62,6 +62,8 @@ class How:
     dry_run: bool = False
     certify: bool = True
     wait: bool = False                              # queue behind another command on the same state folder
+    gpu_model: str | None = None                    # a dry run's cost on this GPU model (reprokit/plan/cost.py)
+    price_per_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,12 @@ def from_args(ns: argparse.Namespace) -> Request:
     for flag, value in (("--repeats", ns.repeats), ("--max-steps", ns.max_steps), ("--epochs", ns.epochs)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
+    if ns.gpu_model is not None and not ns.dry_run:
+        raise UserError(f"--gpu-model {ns.gpu_model} estimates what the plan would cost on that GPU and starts "
+                        f"nothing; add --dry-run")
+    if ns.price_per_hour is not None and (ns.gpu_model is None or ns.price_per_hour <= 0):
+        raise UserError(f"--price-per-hour {ns.price_per_hour} prices a --gpu-model estimate; give a positive "
+                        f"price with --gpu-model NAME --dry-run")
     if ns.name is not None and (why := safe_names.report_problem(ns.name)):
         raise UserError(f"--name {safe_names.shown(ns.name)} {why}; give a name such as my_run or runs/my_run")
     variants = tuple(v.strip() for v in ns.variants.split(",") if v.strip()) if ns.variants else DEFAULT_VARIANTS
@@ -131,5 +139,6 @@ def from_args(ns: argparse.Namespace) -> Request:
                 repeats=ns.repeats, dataset=ns.dataset, max_steps=ns.max_steps, epochs=ns.epochs,
                 timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None)
     how = How(data_dir=ns.data_dir.resolve(), state_dir=ns.state_dir.resolve(), reports_dir=ns.reports_dir.resolve(),
-              offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify, wait=ns.wait)
+              offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify, wait=ns.wait,
+              gpu_model=ns.gpu_model, price_per_hour=ns.price_per_hour)
     return Request(what, _where(ns), how)

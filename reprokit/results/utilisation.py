@@ -17,7 +17,7 @@ PREFIXES = ("nvidia ", "tesla ")
 
 
 @lru_cache(maxsize=1)
-def _table() -> dict[str, Any]:
+def table() -> dict[str, Any]:
     return tomllib.loads((Path(__file__).with_name("peak_flops.toml")).read_text())
 
 
@@ -33,7 +33,7 @@ def model_key(device_name: str) -> str:
 def model(device_name: str) -> dict[str, Any] | None:
     """The peak table's row for this exact GPU model, or None."""
     key = model_key(device_name)
-    return next((row for row in _table().values() if key in (n.lower() for n in row["names"])), None)
+    return next((row for row in table().values() if key in (n.lower() for n in row["names"])), None)
 
 
 def applied_precision(env: dict[str, Any]) -> str:
@@ -91,7 +91,7 @@ def device_peak(name: str, precision: str) -> tuple[float | None, str]:
 
 def slowest(precision: str) -> dict[str, Any]:
     """The table's row with the lowest peak of this precision, of the rows that have one."""
-    return min((row for row in _table().values() if precision in row), key=lambda row: row[precision])
+    return min((row for row in table().values() if precision in row), key=lambda row: row[precision])
 
 
 def mfu(result: dict[str, Any], flops_per_sample: float | None) -> float | None:
