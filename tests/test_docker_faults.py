@@ -453,6 +453,8 @@ class Inspected:
         import docker.errors
         try:
             for event in self._events:
+                if dr.LABEL_RUN not in event.get("Actor", {}).get("Attributes", {}):
+                    continue        # a step of an image build that ran meanwhile: its image carries the label
                 try:
                     self.attrs[event["id"]] = self.client.api.inspect_container(event["id"])
                 except docker.errors.NotFound:
