@@ -17,8 +17,6 @@ from reprokit.plan import estimate
 from reprokit.results import utilisation
 from reprokit.runners.base import Spec
 
-MEASURED = "median of"              # how estimate.seconds names an estimate from finished runs
-
 
 @dataclass(frozen=True)
 class Model:
@@ -47,8 +45,8 @@ def gpu_model(asked: str) -> Model:
 
 def on_model(result: dict[str, Any], model: Model) -> bool:
     env = result.get("environment") or {}
-    row = utilisation.model(env.get("device_name") or "") if env.get("device") == "gpu" else None
-    return row is not None and row["names"][0] == model.name
+    return env.get("device") == "gpu" and \
+        utilisation.model(env.get("device_name") or "") is utilisation.table()[model.key]
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ def of_plan(specs: list[Spec], history: list[dict[str, Any]], model: Model) -> C
         seconds, how = estimate.seconds(spec, mine, model.name)
         if seconds is None:
             unknown.append(f"{spec.experiment}/{spec.framework}/{spec.variant} ({how})")
-        elif how.startswith(MEASURED):
+        elif how.startswith(estimate.MEASURED):
             measured += seconds
         else:
             flops += seconds

@@ -20,6 +20,7 @@ FIRST_GUESS_S = {"quick": 30.0}   # a quick CPU run, start-up included, before a
 ENV_BUILD_S = 60.0                # building a framework environment or image, once
 GPU_SHARE = 0.35                  # of the datasheet peak a first GPU run is assumed to reach
 START_S = 20.0                    # framework import, data load, model build, warmup on a GPU
+MEASURED = "median of"            # how an estimate from finished runs begins (reprokit/plan/cost.py counts them)
 
 
 def precision(spec: RunSpec) -> str:
@@ -44,7 +45,7 @@ def seconds(spec: Spec, history: list[dict[str, Any]], gpu_name: str | None) -> 
                 and all(r[k] == getattr(spec, k) for k in keys)]
     same = walls(("experiment", "framework", "variant", "profile")) or walls(("experiment", "framework", "profile"))
     if same:
-        return statistics.median(same), f"median of {len(same)} finished run(s) like it here"
+        return statistics.median(same), f"{MEASURED} {len(same)} finished run(s) like it here"
     if isinstance(spec, ScriptSpec):
         return (None, "unknown: a script's cost is known once it ran") if spec.profile != "quick" else \
             (FIRST_GUESS_S["quick"], "first-run guess")
