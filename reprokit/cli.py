@@ -16,12 +16,13 @@ from kits.common import data as kitdata
 from kits.common.names import FRAMEWORKS
 from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
+from reprokit.claims import sequential
 from reprokit.console import RunProgress, duration
 from reprokit.environments import datasets, script_requirements
 from reprokit.environments.envs import STATE
 from reprokit.errors import UserError
 from reprokit.execute import data_step, disk_full, locks, stopping
-from reprokit.plan import cost, estimate, matrix, request
+from reprokit.plan import auto_repeats, cost, estimate, matrix, request
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
 from reprokit.results.provenance import REPO
@@ -42,8 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--frameworks", default=None,
                    help="comma-separated registered frameworks to run (default: each experiment's own "
                         f"`frameworks`); may add any of {', '.join(FRAMEWORKS)} whose kit can run the experiment")
-    p.add_argument("--repeats", type=int,
-                   help="runs of each configuration, each in a fresh process (default: 1 on quick, 5 otherwise)")
+    p.add_argument("--repeats", metavar="N|auto",
+                   help="runs of each configuration, each in a fresh process; auto: at least 3, more until each "
+                        "claim's ratio is decided (docs/claims.md) (default: auto on a GPU, 1 on quick, else 5)")
+    p.add_argument("--repeats-cap", type=int, metavar="N",
+                   help=f"with --repeats auto: at most N repeats of a configuration (default {sequential.DEFAULT_CAP})")
     p.add_argument("--variants", help="comma-separated: fixed and/or variants the experiments define "
                                       "(default: fixed,as_posted; plain runs: --variants fixed)")
     p.add_argument("--ablation", action="store_true",
@@ -126,6 +130,8 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
         print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
     for line in m.not_run:
         print(f"  {line}")
+    if more := auto_repeats.plan_line(m):
+        print(more)
     print()
     return estimates
 
@@ -155,10 +161,16 @@ def reproduce(argv: list[str] | None = None) -> int:
 def _cost(req: request.Request) -> int:
     """A dry run priced on a GPU model this host need not have: the plan, its GPU time and, with a price, its cost."""
     model = cost.gpu_model(req.how.gpu_model or "")
-    specs, profile = matrix.on_gpu_elsewhere(req)
+    specs, profile, rule, claims = matrix.on_gpu_elsewhere(req)
     history = Store(req.how.state_dir / "results").all()
-    print(f"plan: {len(specs)} runs, profile {profile} on a GPU, {len({s.experiment for s in specs})} experiment(s)")
+    print(f"plan: {len(specs)} runs, profile {profile} on a GPU, {len({s.experiment for s in specs})} experiment(s)"
+          + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})" if rule else ""))
     print("\n".join(cost.lines(cost.of_plan(specs, history, model), model, req.how.price_per_hour)))
+    if rule:
+        more = auto_repeats.to_the_cap(specs, claims, rule)
+        print(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
+              f"({len(more)} more runs):")
+        print("\n".join(cost.lines(cost.of_plan(specs + more, history, model), model, req.how.price_per_hour)))
     print("dry run: nothing was started.")
     return 0
 
@@ -189,6 +201,9 @@ def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
                            None if after is None else after / m.executor.at_once)
 
     failures, interrupted = m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
+    if m.rule is not None and not interrupted:
+        more_failed, interrupted = auto_repeats.run_until_decided(m, store)
+        failures += more_failed
     if interrupted:
         stored = sum(store.get(s.run_id) is not None for s in m.specs)
         print("\n" + stopping.resume_line(f" in {store.root} ({stored} of {len(m.specs)} runs)"))
@@ -206,7 +221,7 @@ def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
     finished = [r for s in m.specs if (r := store.get(s.run_id)) is not None]     # every run's, by now
     try:
         path = publish.publish(report_dir, name, [*kept, *finished], m.experiments, m.claims,
-                               {**kept_certs, **certificates})
+                               {**kept_certs, **certificates}, m.rule)
     except OSError as exc:
         if not disk_full.is_full(exc):
             raise

@@ -120,3 +120,16 @@ def test_the_cuda_12_build_is_an_image_of_its_own_made_on_demand():
     chosen = host_checks.gpu_flavors({"pytorch"}, "all", host_gpus=[dict(H100, driver="570.133.20")])
     runner = DockerRunner(REPO, REPO / ".reprokit" / "data", "all", flavors=chosen)
     assert runner.flavor_of("pytorch") == "cuda12" and runner.flavor_of("tensorflow") == "cuda"
+
+
+def test_on_a_gpu_host_repeats_are_auto_by_default_and_a_number_overrides_it(stand_in_gpu_host, tmp_path, capsys):
+    """The seed matrix on a GPU host: 3 repeats of each configuration and the rule's cap, unless --repeats N."""
+    stand_in_gpu_host("580.95.05")
+    argv = ["--backend", "local", "--dry-run", "--state-dir", str(tmp_path / "state"), "--data-dir",
+            str(tmp_path / "data")]
+    auto = matrix.build(cli.parse(argv))
+    assert auto.rule is not None and auto.rule.cap == 8 and {s.repeat for s in auto.specs} == {0, 1, 2}
+    assert cli.main(["reproduce", *argv]) == 0
+    assert "repeats auto: 3 of each configuration, then one more at a time" in capsys.readouterr().out
+    fixed = matrix.build(cli.parse([*argv, "--repeats", "4"]))
+    assert fixed.rule is None and {s.repeat for s in fixed.specs} == {0, 1, 2, 3}

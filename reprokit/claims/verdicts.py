@@ -168,7 +168,7 @@ def _reference_unit(claim: Claim) -> str | None:
     return figs[0]["unit"] if len(figs) == 1 else None
 
 
-def _band(claim: Claim) -> tuple[float, float, str]:
+def band(claim: Claim) -> tuple[float, float, str]:
     """The accepted interval of the metric (base units) and how to say it."""
     dim = claim.dimension
     t = claim.tolerance
@@ -196,13 +196,13 @@ def _band(claim: Claim) -> tuple[float, float, str]:
     return ref_lo - a, ref_hi + a, f"{ref} ± {fmt(a, dim, unit or ref_unit)}"
 
 
-def _judged(claim: Claim, shown: str, inside: bool, band: str) -> str:
-    """'<value> is inside <band>', or the threshold wording for at_least / at_most."""
+def _judged(claim: Claim, shown: str, inside: bool, shown_band: str) -> str:
+    """'<value> is inside <shown_band>', or the threshold wording for at_least / at_most."""
     if "at_least" in claim.tolerance:
-        return f"{shown} {'reaches' if inside else 'is below'} the threshold of {band}"
+        return f"{shown} {'reaches' if inside else 'is below'} the threshold of {shown_band}"
     if "at_most" in claim.tolerance:
-        return f"{shown} {'is within' if inside else 'exceeds'} the limit of {band}"
-    return f"{shown} is {'inside' if inside else 'outside'} {band}"
+        return f"{shown} {'is within' if inside else 'exceeds'} the limit of {shown_band}"
+    return f"{shown} is {'inside' if inside else 'outside'} {shown_band}"
 
 
 def _inside(value: float, lo: float, hi: float) -> bool:
@@ -247,11 +247,11 @@ def evaluate(claims: list[Claim], results: list[dict[str, Any]]) -> list[Verdict
                                f"no finished run of {claim.experiment} in these results"))
             continue
         for context in found:
-            out.append(_evaluate_one(claim, results, context))
+            out.append(evaluate_in(claim, results, context))
     return out
 
 
-def _evaluate_one(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Verdict:
+def evaluate_in(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Verdict:
     profile, device = context
     base: dict[str, Any] = {"profile": profile, "device": device, "indicative": profile == "quick"}
     incomparable = _incomparable(claim, context, _device_names(results, claim, context))
@@ -305,12 +305,12 @@ def _explained(claim: Claim, results: list[dict[str, Any]], context: tuple[str, 
 def _value(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Judged:
     op = claim.operands["value"]
     m = measure(results, claim.experiment, op, context)
-    lo, hi, band = _band(claim)
+    lo, hi, accepted = band(claim)
     unit = claim.tolerance.get("unit") or _reference_unit(claim)
     shown = _fmt_metric(claim, m.value, unit)
     ours = metrics.show(op.quantity, m.value) if op.quantity != "memory_growth" else m.detail
     inside = _inside(m.value, lo, hi)
-    why = _judged(claim, shown, inside, band)
+    why = _judged(claim, shown, inside, accepted)
     if op.quantity == "memory_growth":
         why = f"memory {'grows' if inside else 'does not grow that much'} over the measured steps: {why}"
     elif m.detail:
@@ -329,11 +329,11 @@ def _ratio(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]
     if not den.value:
         raise NotMeasured("the denominator measured zero")
     value = num.value / den.value
-    lo, hi, band = _band(claim)
+    lo, hi, accepted = band(claim)
     inside = _inside(value, lo, hi)
     ours = f"{value:.2f}x{_bracket(num, den)} ({_ratio_text(claim, num, den)})"
     source = next((m.detail for m in (num, den) if m.detail), "")
-    why = _judged(claim, f"{value:.2f}x", inside, band) + (f" ({source})" if source else "")
+    why = _judged(claim, f"{value:.2f}x", inside, accepted) + (f" ({source})" if source else "")
     if claim.direction and _wrong_way(claim, value):
         inside = False
         why = (f"{value:.2f}x points the other way: the post has the ratio {claim.direction} than 1. " + why)
@@ -366,21 +366,21 @@ def _effect(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str
     if not posted[1].value or not fixed[1].value:
         raise NotMeasured("a denominator measured zero")
     r_posted, r_fixed = posted[0].value / posted[1].value, fixed[0].value / fixed[1].value
-    lo, hi, band = _band(claim)
+    lo, hi, accepted = band(claim)
     side = "above" if claim.direction == "greater" else "below"
     present = r_posted > hi + 1e-12 if claim.direction == "greater" else r_posted < lo - 1e-12
     gone = _inside(r_fixed, lo, hi)
     ours = f"{r_posted:.2f}x {a.variant}, {r_fixed:.2f}x {claim.fixed_variant}"
     if present and gone:
-        why = (f"{a.variant} {r_posted:.2f}x is {side} the similar band {band}, as posted; {claim.fixed_variant} "
+        why = (f"{a.variant} {r_posted:.2f}x is {side} the similar band {accepted}, as posted; {claim.fixed_variant} "
                f"{r_fixed:.2f}x is inside it: the gap comes from what the fix removes")
     elif _inside(r_posted, lo, hi):
-        why = f"{a.variant} {r_posted:.2f}x is already inside the similar band {band}: no gap to remove here"
+        why = f"{a.variant} {r_posted:.2f}x is already inside the similar band {accepted}: no gap to remove here"
     elif not present:
-        why = (f"{a.variant} {r_posted:.2f}x is outside the similar band {band} but on the other side: the post's "
+        why = (f"{a.variant} {r_posted:.2f}x is outside the similar band {accepted} but on the other side: the post's "
                f"gap is {side} it, so this is not the published effect")
     else:
-        why = (f"{claim.fixed_variant} {r_fixed:.2f}x stays outside the similar band {band}: the fix does not "
+        why = (f"{claim.fixed_variant} {r_fixed:.2f}x stays outside the similar band {accepted}: the fix does not "
                f"close the gap here ({a.variant} {r_posted:.2f}x)")
     what = f"{LABELS[a.framework]} / {LABELS[b.framework]}, {metrics.QUANTITIES[a.quantity].short}: "
     ids = tuple(i for m in (*posted, *fixed) for i in m.run_ids)

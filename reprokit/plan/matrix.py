@@ -13,6 +13,7 @@ from typing import Any
 
 from kits.common.spec import RunSpec, ScriptSpec, SpecError
 from reprokit.claims import claims as claimlib
+from reprokit.claims import sequential
 from reprokit.environments import datasets, host_checks, topology
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
@@ -45,6 +46,22 @@ class Matrix:
     flavors: dict[str, host_checks.Flavor] = dataclasses.field(default_factory=dict)
     # what the frameworks asked for do not run, and why, one line each (no posted code in that framework)
     not_run: list[str] = dataclasses.field(default_factory=list)
+    rule: sequential.Rule | None = None         # --repeats auto: repeats until each claim's ratio is decided
+
+
+def repeats_rule(what: What, device: str, claims: list[claimlib.Claim] | None) -> sequential.Rule | None:
+    """--repeats auto's rule where it was asked for, or by default on a GPU where claims judge the runs."""
+    auto = what.auto_repeats
+    if auto is None:
+        auto = what.repeats is None and device == "gpu" and bool(claims) and sequential.needs_scipy() is None
+    if not auto:
+        return None
+    if why := sequential.needs_scipy():
+        raise UserError(f"--repeats auto: {why}; pip install scipy, or give --repeats N")
+    if not claims:
+        raise UserError("--repeats auto adds repeats until each claim's ratio is decided, and no claim is about "
+                        "the experiments that run; give --repeats N")
+    return sequential.Rule(what.repeats_cap or sequential.DEFAULT_CAP)
 
 
 def selected(what: What, known: dict[str, Experiment]) -> dict[str, Experiment]:
@@ -74,7 +91,8 @@ def _options(what: What, profile: str, device: str, claims: list[claimlib.Claim]
              experiments: dict[str, Experiment], data_dir: Path, allow_download: bool,
              dry_run: bool) -> dict[str, planning.Options]:
     """Per experiment: the variants asked for, and the pitfalls to run alone (those the claims name)."""
-    base = planning.Options(profile=profile, device=device, repeats=what.repeats or (1 if profile == "quick" else 5),
+    default = sequential.MIN_REPEATS if repeats_rule(what, device, claims) else 1 if profile == "quick" else 5
+    base = planning.Options(profile=profile, device=device, repeats=what.repeats or default,
                             frameworks=(), data_dir=data_dir,
                             allow_download=allow_download and not dry_run, dataset=what.dataset,
                             timeout_s=what.timeout_s, variants=what.variants, ablation=what.ablation,
@@ -199,16 +217,16 @@ def _known(what: What) -> dict[str, Experiment]:
     return discover([BUILTIN_DIR, *what.experiment_dirs])
 
 
-def on_gpu_elsewhere(request: Request) -> tuple[list[Spec], str]:
-    """(specs, profile) the command would plan on a GPU this host does not have, for a dry run's cost: it asks
-    nothing of this host, and the runner's facts (image, lock) are left out of the specs."""
+def on_gpu_elsewhere(request: Request) -> tuple[list[Spec], str, sequential.Rule | None, list[claimlib.Claim]]:
+    """(specs, profile, repeats rule, claims) the command would plan on a GPU this host does not have, for a dry
+    run's cost: it asks nothing of this host, and the runner's facts (image, lock) are left out of the specs."""
     what = request.what
     if what.from_report:
         raise UserError("--gpu-model estimates the experiments a command plans; it cannot price --from REPORT, "
                         "whose runs have a device already: leave --from out")
     profile = what.profile or "standard"
-    specs, _ = planned(request, selected(what, _known(what)), profile, "gpu", lambda framework: {})
-    return specs, profile
+    specs, claims = planned(request, selected(what, _known(what)), profile, "gpu", lambda framework: {})
+    return specs, profile, repeats_rule(what, "gpu", claims), claims or []
 
 
 def build(request: Request) -> Matrix:
@@ -262,4 +280,5 @@ def build(request: Request) -> Matrix:
         not_run = [line for name, o in options.items() for line in planning.not_run(experiments[name], o)]
     if device == "gpu":
         host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
-    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run)
+    rule = None if what.from_report else repeats_rule(what, device, claims)
+    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run, rule)

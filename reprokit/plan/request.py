@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kits.common.names import FRAMEWORKS
+from reprokit.claims import sequential
 from reprokit.errors import UserError
 from reprokit.results import safe_names
 
@@ -31,7 +32,9 @@ class What:
     ablation: bool = False
     claims: str = DEFAULT_CLAIMS                    # a name, a file, or "none"
     profile: str | None = None                      # None: the hardware's default
-    repeats: int | None = None                      # None: the profile's default
+    repeats: int | None = None                      # None: the profile's default, or --repeats auto's minimum
+    auto_repeats: bool | None = None                # --repeats auto; None: the hardware's default (auto on a GPU)
+    repeats_cap: int | None = None                  # --repeats-cap (with auto); None: the rule's default
     dataset: str | None = None
     max_steps: int | None = None
     epochs: int | None = None
@@ -119,9 +122,35 @@ def _where(ns: argparse.Namespace) -> Where:
                  python=ns.python, memory_limit=ns.memory_limit)
 
 
+def _repeats(given: str | None, cap: int | None, claims: str) -> tuple[int | None, bool | None]:
+    """--repeats N or auto, as (repeats, auto); (None, None) where it is not given."""
+    if given is None or given == "auto":
+        auto = None if given is None else True
+        if auto and claims == "none":
+            raise UserError("--repeats auto adds repeats until each claim's ratio is decided, and --claims none "
+                            "gives it no claim; give --repeats N, or claims")
+        if cap is not None and not auto:
+            raise UserError(f"--repeats-cap {cap} bounds --repeats auto; add --repeats auto or leave the cap out")
+        if cap is not None:
+            sequential.Rule(cap)                    # refuses a cap below the rule's minimum
+        return None, auto
+    try:
+        repeats = int(given)
+    except ValueError:
+        raise UserError(f"--repeats {given!r} is not a number of repeats; give N (1 or more) or auto") from None
+    if repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {repeats}")
+    if cap is not None:
+        raise UserError(f"--repeats-cap {cap} bounds --repeats auto, not --repeats {repeats}; leave one out")
+    return repeats, False
+
+
 def from_args(ns: argparse.Namespace) -> Request:
     """The command's request, with what can be refused without the host refused here, in one sentence."""
-    for flag, value in (("--repeats", ns.repeats), ("--max-steps", ns.max_steps), ("--epochs", ns.epochs)):
+    repeats, auto = _repeats(ns.repeats, ns.repeats_cap, ns.claims)
+    if auto and ns.from_report is not None:
+        raise UserError("--from REPORT runs that report's own runs again, repeats included; leave --repeats auto out")
+    for flag, value in (("--max-steps", ns.max_steps), ("--epochs", ns.epochs)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
     if ns.gpu_model is not None and not ns.dry_run:
@@ -136,7 +165,8 @@ def from_args(ns: argparse.Namespace) -> Request:
     what = What(frameworks=_frameworks(ns.frameworks), experiment_dirs=tuple(d.resolve() for d in ns.experiments),
                 only=tuple(ns.only or ()), scripts=_scripts(ns.script), name=ns.name, variants=variants,
                 ablation=ns.ablation, claims=ns.claims, profile="full" if ns.full else ns.profile,
-                repeats=ns.repeats, dataset=ns.dataset, max_steps=ns.max_steps, epochs=ns.epochs,
+                repeats=repeats, auto_repeats=auto, repeats_cap=ns.repeats_cap, dataset=ns.dataset,
+                max_steps=ns.max_steps, epochs=ns.epochs,
                 timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None)
     how = How(data_dir=ns.data_dir.resolve(), state_dir=ns.state_dir.resolve(), reports_dir=ns.reports_dir.resolve(),
               offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify, wait=ns.wait,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kits.common.names import LABELS
+from reprokit.claims import sequential
 from reprokit.claims.claims import Claim, Operand
 from reprokit.claims.verdicts import STATUSES, Verdict, fmt_figure, posted_text
 from reprokit.report.markdown import anchor, md, short, table
@@ -37,6 +38,20 @@ def overview(found: list[Verdict]) -> str:
                "fields the claim needs. Why each verdict, the published words, the metric, the tolerance and the "
                "result files: [details.md](details.md#claims).")
     return "\n\n".join(out)
+
+
+def repeats(stops: list[sequential.Stop], rule: sequential.Rule) -> str:
+    """report.md's word on --repeats auto: per ratio claim, the repeats it needed and why the rule stopped."""
+    rows = [[f"[{md(s.claim.id)}](details.md#{anchor(s.claim.id)})", str(s.repeats),
+             md(sequential.line(s, rule))] for s in stops]
+    head = (f"## Repeats: until each claim is decided\n\n`--repeats auto`: {sequential.MIN_REPEATS} repeats of each "
+            f"configuration, then one more at a time of an undecided claim's, up to {rule.cap}. A claim is decided "
+            f"when the interval of each ratio it reads lies inside or outside its band; each look's interval is at "
+            f"level 1 - {sequential.ALPHA:g} / (looks x ratios), so over all looks a decision is wrong with "
+            f"probability at most {sequential.ALPHA:g} (docs/report.md, *Repeats that stop when the answer is clear*).")
+    if not rows:
+        return head + "\n\nNo claim here is judged by a ratio that more repeats could decide."
+    return head + "\n\n" + table(rows, ["claim", "repeats", "why it stopped"])
 
 
 def details(found: list[Verdict]) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kits.common.files import write_text_atomic
 from kits.common.names import LABELS, compared, joined, ratios
+from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate
 from reprokit.plan.experiments import Experiment
@@ -148,7 +149,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
 
 def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment], found: list[Verdict],
             plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict[str, Any]]],
-            no_plots: str | None = None) -> str:
+            no_plots: str | None = None, stopped: str | None = None) -> str:
     grouped = runs.group(results)
     order = _experiment_order(grouped, experiments)
     out = [_banner(name, results)]
@@ -161,6 +162,8 @@ def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Exp
             "tests: [how the figures are computed](details.md#how-the-figures-are-computed).")
     if found:
         out.append(claims_section.overview(found))
+    if stopped:
+        out.append(stopped)
     for exp_name in order:
         by_variant = grouped[exp_name]
         exp = experiments.get(exp_name)
@@ -248,9 +251,10 @@ def _certificate_details(cert: dict[str, Any], named: bool = False) -> str:
 
 
 def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment],
-          claims: list[Claim] | None = None, certificates: dict[str, list[dict[str, Any]]] | None = None) -> Path:
+          claims: list[Claim] | None = None, certificates: dict[str, list[dict[str, Any]]] | None = None,
+          rule: sequential.Rule | None = None) -> Path:
     """report.md, details.md, summary.csv and the PNG plots in report_dir; plots from an earlier report
-    there are replaced. Returns the path of report.md."""
+    there are replaced; ``rule``, where the repeats followed --repeats auto. Returns the path of report.md."""
     report_dir.mkdir(parents=True, exist_ok=True)
     for old in report_dir.iterdir():
         if old.name.endswith(PLOT_SUFFIXES):
@@ -267,5 +271,7 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
     summary_csv.write(report_dir / "summary.csv", results)
     write_text_atomic(report_dir / "details.md", details(name, results, experiments, found, certificates))
     path = report_dir / "report.md"
-    write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, plots.unavailable()))
+    stopped = claims_section.repeats(sequential.stops(claims or [], results, rule), rule) if rule else None
+    write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, plots.unavailable(),
+                                    stopped))
     return path

@@ -22,6 +22,7 @@ from typing import Any
 from kits.common.files import alive, fsync_dir, write_json_atomic
 from reprokit import report
 from reprokit.certify import certify_plan, certify_runs
+from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.results.store import Store
 
@@ -62,12 +63,15 @@ def rerender(report_dir: Path, experiments: dict[str, Any], claims: list[Claim] 
     reports are written; nothing runs. Swapped in like a new report."""
     recover(report_dir)
     results, _ = Store(report_dir / "results").evidence(f"report {report_dir}")
-    return publish(report_dir, report_dir.name, results, experiments, claims, _certificates(report_dir))
+    return publish(report_dir, report_dir.name, results, experiments, claims, _certificates(report_dir),
+                   sequential.read(report_dir / sequential.FILE))
 
 
 def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Any],
-            claims: list[Claim] | None, certificates: dict[str, list[dict[str, Any]]]) -> Path:
-    """The report, a copy of every result and certificate it is computed from; swapped in at the end."""
+            claims: list[Claim] | None, certificates: dict[str, list[dict[str, Any]]],
+            rule: sequential.Rule | None = None) -> Path:
+    """The report, a copy of every result and certificate it is computed from, and the rule its repeats
+    followed (--repeats auto); swapped in at the end."""
     report_dir.parent.mkdir(parents=True, exist_ok=True)
     recover(report_dir)
     new = report_dir.with_name(f".{report_dir.name}.new-{os.getpid()}")
@@ -79,7 +83,9 @@ def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experime
         for certs in certificates.values():
             for cert in certs:
                 write_json_atomic(new / certify_plan.file_name(cert), cert)
-        report.write(new, name, results, experiments, claims=claims, certificates=certificates)
+        if rule is not None:
+            write_json_atomic(new / sequential.FILE, rule.to_dict())
+        report.write(new, name, results, experiments, claims=claims, certificates=certificates, rule=rule)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)      # the old report stays as it was
         raise

@@ -8,3 +8,5 @@ and every kit process it starts by REPROKIT_EXTRA_FRAMEWORKS=tests.stub_kit:FRAM
 from kits.common.names import Framework
 
 FRAMEWORK = Framework("stub", "Stub", "tests.stub_kit", "#009E73", parts=("backend",))
+# The same stub under a second name, for a ratio of two frameworks that do the same work (tests/test_sequential.py).
+TWIN = Framework("stub2", "Stub twin", "tests.stub_kit", "#56B4E9", parts=("backend",))
