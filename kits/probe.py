@@ -31,6 +31,7 @@ from kits.certify import certify_captured, guarded
 from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common import detectors, environment, report
+from kits.common.energy import Energy
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
 from kits.common.names import kit_module
@@ -124,7 +125,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     sampler = DeviceSampler() if spec.device == "gpu" else None
     counters = [*probe.gpu_counters(), sampler] if sampler else [ResidentPeak()]
     phases = PhaseMemory(counters)
-    observer = Observer(spec, probe.sync, phases, probe.memory_now, Progress())
+    observer = Observer(spec, probe.sync, phases, probe.memory_now, Progress(), Energy(sampler))
     observer.at_first_step.append(lambda: _on_its_device(spec, probe, sampler))
     probe.install(observer)
     if certify:

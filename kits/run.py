@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kits.common import cpu_peak, detectors, environment, nvidia_smi, report
 from kits.common import data as datalib
+from kits.common.energy import Energy
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
 from kits.common.names import kit_module, label
@@ -73,7 +74,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     except Exception as exc:      # noqa: BLE001 - any failure of the count is recorded, not fatal
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     phases = PhaseMemory(counters)
-    m = train(backend, spec, len(arrays.x_train), Progress(), phases)
+    m = train(backend, spec, len(arrays.x_train), Progress(), phases, Energy(sampler))
     result = report.header(raw, "ok", None)
     result.update(report.sections(spec, m, time.perf_counter() - t0, backend.input_reader, backend.metrics_source))
     result["memory"] = report.memory_section(phases, m, backend.memory_series, sampler.stop() if sampler else None)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,7 @@ from reprokit.environments import datasets
 from reprokit.environments.envs import ENVS
 from reprokit.plan import model_cost
 from reprokit.report.parameter_counts import parameter_counts
-from reprokit.results import results
+from reprokit.results import metrics, results
 from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
@@ -105,6 +106,19 @@ def test_timing_excludes_warmup_and_metrics_are_per_sample(tiny_results, fw):
     for reported, counted in zip(result["metrics"]["epochs"], result["metrics"]["counted"]):
         assert reported["train_accuracy"] == counted["train_correct"] / counted["train_samples"]
         assert (counted["train_samples"], counted["train_steps"], counted["test_samples"]) == (256, 8, 64)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_a_real_run_here_records_why_it_has_no_energy_reading(tiny_results, fw):
+    """This machine's kernel shows no powercap folder: each framework's run says so instead of a figure; a
+    host that has one is read by the same code as the folder above."""
+    reading = tiny_results[fw][0]["timing"]["energy"]
+    if Path("/sys/class/powercap").is_dir() and any(Path("/sys/class/powercap").glob("intel-rapl:*")):
+        assert reading["joules"] is None or reading["joules_per_sample"] > 0
+        return
+    assert reading["joules"] is None and "shows no RAPL energy counter" in reading["why_not"]
+    with pytest.raises(metrics.NotMeasured, match="no energy reading: this host shows no RAPL"):
+        metrics.read(tiny_results[fw][0], "energy_per_sample_j")
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

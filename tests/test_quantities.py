@@ -38,7 +38,7 @@ def test_summary_csv_columns_and_their_order_are_the_files_contract():
         "total_time_s", "data_wait_fraction", "mfu", "time_to_target_s", "peak_memory_bytes",
         "train_peak_memory_bytes", "eval_peak_memory_bytes", "memory_growth", "effective_batch_size",
         "train_samples_per_epoch", "final_train_accuracy", "final_test_accuracy", "final_train_loss",
-        "final_test_loss", "parameters"]
+        "final_test_loss", "energy_per_sample_j", "parameters"]
     assert summary_csv.SOURCES == ("peak_memory_source",)
     columns = [c for c, _ in summary_csv.IDENTITY] + [c for c, _ in summary_csv.QUANTITIES] + list(summary_csv.SOURCES)
     assert len(columns) == len(set(columns))

@@ -272,6 +272,14 @@ class DeviceSampler:
         return {"device_peak_bytes": self.peak - self.baseline, "device_baseline_bytes": self.baseline,
                 "device_source": self.SOURCE}
 
+    def energy_mj(self) -> int:
+        """The watched GPU's energy counter, millijoules since the driver loaded (kits/common/energy.py)."""
+        if self._thread is None or self.unavailable is not None:
+            raise NvmlError(self.unavailable or "NVML watches no device")
+        energy = ctypes.c_ulonglong()
+        self._call("nvmlDeviceGetTotalEnergyConsumption", self._device, ctypes.byref(energy))
+        return int(energy.value)
+
     def report(self) -> dict[str, Any]:
         """Which device was watched and how, and the clock-event reasons seen while training, by group."""
         return {"uuid": self.uuid, "name": self.name, "found_by": self.found_by, "unavailable": self.unavailable,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from kits.common.co_load import CoLoad
+from kits.common.energy import Energy
 from kits.common.measure import WindowTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -140,12 +141,13 @@ class Bounded:
 
 class Observer:
     def __init__(self, spec: ScriptSpec, sync: Callable[[], object], phases: PhaseMemory,
-                 memory_now: Callable[[], int], progress: Progress) -> None:
+                 memory_now: Callable[[], int], progress: Progress, energy: Energy) -> None:
         self.spec, self.phases, self.memory_now, self.progress = spec, phases, memory_now, progress
         self.sync = unclocked(sync)
         self.m = Measurements(window_steps=spec.measure.window_steps)
         self.timer = WindowTimer(spec.measure.window_steps, self.sync)
         self.beside = CoLoad()
+        self.energy = energy
         self.m.step_timing = self.timer.method
         self.phase, self.epoch, self.steps, self.in_phase = WARMUP, 1, 0, 0
         self.pending: Forward | None = None          # the last forward pass, not yet known to be training or not
@@ -292,6 +294,7 @@ class Observer:
         self.t_measured = now()
         self.timer.start()
         self.beside.start()
+        self.energy.start()
 
     def _stop_clock(self) -> float:
         """Sync; the measured training time after warmup ends here."""
@@ -300,6 +303,7 @@ class Observer:
         if self.t_measured is not None:
             self.m.measured_train_s += t - self.t_measured
             self.beside.stop()
+            self.energy.stop()
             self.t_measured = None
         return t
 
@@ -360,6 +364,7 @@ class Observer:
             self._end_epoch()
         self.m.step_s = self.timer.report()
         self.m.co_load = self.beside.report()
+        self.m.energy = self.energy.report(self.m.measured_samples)
         for i, sums in enumerate(self.epoch_sums, 1):
             counted: dict[str, Any] = {"epoch": i}
             figures: dict[str, Any] = {"epoch": i}

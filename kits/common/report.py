@@ -71,6 +71,7 @@ def _sections(configured: int, warmup: int, m: Measurements, wall_s: float, inpu
             "samples_per_s": m.measured_samples / train_s if train_s > 0 else 0.0,
             "data_wait_fraction": min(1.0, m.data_wait_s / train_s) if train_s > 0 else 0.0,
             **({"co_load": m.co_load} if m.co_load else {}),
+            **({"energy": m.energy} if m.energy else {}),
         },
         # The reported figures, and the kit's own count from the outputs it observed, which judges them.
         "metrics": {"averaged_over": m.averaged_over, "reported_by": metrics_source, "epochs": m.epoch_metrics,

@@ -13,6 +13,7 @@ from typing import Any
 
 from kits.common.backend import Backend
 from kits.common.co_load import CoLoad
+from kits.common.energy import Energy
 from kits.common.measure import NoStepTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
@@ -40,6 +41,7 @@ class Measurements:
     window_steps: int = 1
     step_timing: str = ""              # how step times were taken
     co_load: dict[str, Any] = field(default_factory=dict)       # what else kept the CPUs busy while timed
+    energy: dict[str, Any] = field(default_factory=dict)        # joules over the timed window, or why not
 
 
 def steps_per_epoch(spec: RunSpec, n_train: int) -> int:
@@ -50,7 +52,8 @@ def steps_per_epoch(spec: RunSpec, n_train: int) -> int:
     return min(steps, cap) if cap else steps
 
 
-def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, phases: PhaseMemory) -> Measurements:
+def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, phases: PhaseMemory,
+          energy: Energy) -> Measurements:
     warmup = spec.train.warmup_steps
     memory_every = spec.measure.memory_every_steps
     epochs = spec.train.epochs
@@ -73,6 +76,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         if t_measured is not None:
             timer.start()
             beside.start()
+            energy.start()
         while steps < planned:
             t_fetch = now()
             batch = next(batches, None)
@@ -98,6 +102,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
                 t_measured = now()
                 timer.start()
                 beside.start()
+                energy.start()
             if global_step % memory_every == 0:
                 m.memory_over_steps.append((global_step, backend.memory_now()))
             progress.emit(phase="train", epoch=epoch, epochs=epochs, step=steps, steps=planned)
@@ -106,6 +111,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         if t_measured is not None:
             timer.stop()
             beside.stop()
+            energy.stop()
             m.measured_train_s += t_end - t_measured
         if in_phase:
             phases.end(TRAIN if t_measured is not None else WARMUP, epoch, in_phase, then=EVAL)
@@ -123,6 +129,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
                       test_accuracy=m.epoch_metrics[-1]["test_accuracy"])
     m.step_s = timer.report()
     m.co_load = beside.report()
+    m.energy = energy.report(m.measured_samples)
     m.averaged_over = averaged_over(m.epoch_metrics, m.counted)
     return m
 

@@ -112,7 +112,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     if fixed:
         if len(by_variant) > 1:
             out.append(f"### {joined(LABELS[fw] for fw in compared(fixed))}, `{main}` variant")
-        out += [sections.side_by_side(fixed), sections.memory_note(fixed)]
+        out += [sections.side_by_side(fixed), sections.memory_note(fixed), sections.energy_note(fixed)]
     else:
         out.append(f"No finished `{main}` pair in these results, so there is no like-for-like comparison here.")
     probed = sections.probed(by_variant)

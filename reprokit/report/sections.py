@@ -23,7 +23,7 @@ from reprokit.results.runs import FIXED
 
 # The side-by-side table's rows in the report's order (summary.csv's is another); each reads as its quantity's
 # ``row`` says (metrics.Quantity).
-SIDE_BY_SIDE = ("samples_per_s", "step_time_p50_s", "step_time_p95_s", "train_time_per_epoch_s",
+SIDE_BY_SIDE = ("samples_per_s", "energy_per_sample_j", "step_time_p50_s", "step_time_p95_s", "train_time_per_epoch_s",
                 "eval_time_per_epoch_s", "peak_memory_bytes", "train_peak_memory_bytes", "eval_peak_memory_bytes",
                 "final_train_accuracy", "final_test_accuracy", "final_train_loss", "final_test_loss",
                 "data_wait_fraction", "mfu", "time_to_target_s")
@@ -99,6 +99,18 @@ def memory_note(by_fw: dict[str, list[dict[str, Any]]]) -> str:
     # a source's name comes before its parenthesised how-it-was-read, which details.md gives in full
     shown = "; ".join(f"{joined(fws)}: {md(short(src.split(' (')[0], 80))}" for src, fws in by_source.items())
     return f"Peak memory sources: {shown} ({explanations.link(explanations.MEMORY, 'in full, and how to compare')})."
+
+
+def energy_note(by_fw: dict[str, list[dict[str, Any]]]) -> str:
+    """How each framework's energy was read, or why it was not; frameworks read alike named together."""
+    by_how: dict[str, list[str]] = {}
+    for fw in _ran(by_fw):
+        try:
+            how = metrics.read(by_fw[fw][0], "energy_per_sample_j").source
+        except NotMeasured as exc:
+            how = exc.reason
+        by_how.setdefault(how, []).append(LABELS[fw])
+    return "Energy: " + "; ".join(f"{joined(fws)}: {md(how)}" for how, fws in by_how.items()) + "."
 
 
 def memory_sources(by_fw: dict[str, list[dict[str, Any]]]) -> str:

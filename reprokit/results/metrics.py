@@ -268,6 +268,14 @@ def _throughput(r: dict[str, Any]) -> Reading:
     return Reading(rate)
 
 
+def _energy(r: dict[str, Any], _: str) -> Reading:
+    """Joules per training sample over the timed window, or the kit's reason it has none."""
+    energy = field(r, "timing.energy")
+    if energy.get("joules_per_sample") is None:
+        raise NotMeasured(f"no energy reading: {energy.get('why_not') or 'not recorded'}")
+    return Reading(energy["joules_per_sample"], f"{energy['method']}; {energy['scope']}")
+
+
 def _time_to_target(r: dict[str, Any], _: str) -> Reading:
     target = field(r, "timing.target_accuracy")
     if r["timing"].get("time_to_target_s") is None:
@@ -349,6 +357,9 @@ _ALL = (
              _loss("train"), column="final_train_loss", row=Row("final train loss", "{:.3f}".format, ratio=False)),
     Quantity("final_test_loss", "loss", "final test loss", "test loss after the last epoch", "lower", _loss("test"),
              column="final_test_loss", row=Row("final test loss", "{:.3f}".format, ratio=False)),
+    Quantity("energy_per_sample_j", "energy_per_sample", "energy per sample",
+             "energy per training sample over the timed window (NVML on a GPU, RAPL on a CPU)", "lower", _energy,
+             column="energy_per_sample_j", row=Row("energy per training sample (J, timed window)", "{:.3g}".format)),
     Quantity("parameters", "count", "parameters", "parameters, total (BatchNorm statistics included, as Keras "
              "counts them)", None, lambda r, _: Reading(field(r, "model.parameters.total")), column="parameters"),
 )

@@ -17,13 +17,14 @@ UNITS: dict[str, tuple[str, float]] = {
     "MiB/step": ("bytes_per_step", 2.0**20),
     "samples/step": ("batch", 1.0), "samples": ("samples", 1.0),
     "x": ("ratio", 1.0), "fraction": ("fraction", 1.0), "%": ("fraction", 0.01),
+    "J/sample": ("energy_per_sample", 1.0),
     "correct/batch": ("per_batch", 1.0),     # a sum of correct predictions divided by the number of batches
     "qualitative": ("qualitative", 1.0),     # words only; the figure carries `text`
 }
 # Dimensions whose values cannot be negative (a claim that states one below zero is refused), as said in words.
 NON_NEGATIVE = {"time": "a time", "step_rate": "a step rate", "sample_rate": "a throughput", "bytes": "memory",
                 "batch": "a batch size", "samples": "a count of samples", "ratio": "a ratio of them",
-                "per_batch": "a count per batch"}
+                "per_batch": "a count per batch", "energy_per_sample": "an energy per sample"}
 
 
 def sig(x: float) -> str:
