@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kits.common.energy import Energy
 from kits.common.nvml import DeviceSampler
 
 SOURCE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
@@ -158,3 +159,27 @@ def test_a_phase_peak_is_read_at_its_end_and_says_why_when_nvml_cannot(nvml, mon
     unwatched.reset()
     assert unwatched.read()["device"]["peak_bytes"] is None
     assert unwatched.read()["device"]["source"].startswith("NVML unavailable (")
+
+
+def test_the_energy_of_the_timed_window_is_the_watched_gpus_counter_and_a_mig_device_says_it_has_none(nvml):
+    """Two timed windows on device 2, each 1.5 J by the stand-in's counter, over 300 samples; a MIG device has no
+    counter of its own, which the reading says instead of a figure."""
+    sampler = DeviceSampler(interval_s=0.005, library=nvml())
+    sampler.watch("44444444-4444-4444-4444-444444444444")
+    energy = Energy(sampler)
+    for _ in range(2):
+        energy.start()
+        time.sleep(0.01)
+        energy.stop()
+    got = energy.report(samples=300)
+    sampler.stop()
+    assert got["joules"] == 3.0 and got["joules_per_sample"] == pytest.approx(0.01) and got["mean_watts"] > 0
+    assert "nvmlDeviceGetTotalEnergyConsumption" in got["method"] and "whole GPU" in got["scope"]
+    mig = DeviceSampler(interval_s=0.005, library=nvml())
+    mig.watch("MIG-33333333-3333-3333-3333-333333333333", mig=True)
+    on_mig = Energy(mig)
+    on_mig.start()
+    on_mig.stop()
+    mig.stop()
+    assert on_mig.report(samples=300) == {"method": got["method"], "joules": None,
+                                          "why_not": "nvmlDeviceGetTotalEnergyConsumption: Not Supported"}
