@@ -1,8 +1,8 @@
 """reprokit reproduce: plan the matrix, run what is not finished, write the report.
 
-By default it reproduces the seed cases: for each experiment, the `fixed` and
-`as_posted` variants in both frameworks, each pitfall that a claim names run
-alone, and the claims' verdicts (claims/seeds.toml), on the profile the
+By default it reproduces the seed cases: for each experiment, the `fixed`,
+`as_posted` and `tuned` variants in both frameworks (tuned's settings each also
+alone), each pitfall that a claim names run alone, and the claims' verdicts (claims/seeds.toml), on the profile the
 hardware allows (standard on a GPU, quick on a CPU).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from reprokit.environments import datasets, script_requirements
 from reprokit.environments.envs import STATE
 from reprokit.errors import UserError
 from reprokit.execute import data_step, disk_full, locks, stopping
-from reprokit.plan import auto_repeats, cost, estimate, matrix, request
+from reprokit.plan import cost, estimate, matrix, request, rounds
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
 from reprokit.results.provenance import REPO
@@ -48,8 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                         "claim's ratio is decided (docs/claims.md) (default: auto on a GPU, 1 on quick, else 5)")
     p.add_argument("--repeats-cap", type=int, metavar="N",
                    help=f"with --repeats auto: at most N repeats of a configuration (default {sequential.DEFAULT_CAP})")
-    p.add_argument("--variants", help="comma-separated: fixed and/or variants the experiments define "
-                                      "(default: fixed,as_posted; plain runs: --variants fixed)")
+    p.add_argument("--variants", help="comma-separated: fixed, tuned (each framework's fast path) and/or variants "
+                                      "the experiments define (default: fixed,as_posted,tuned; plain runs: "
+                                      "--variants fixed)")
     p.add_argument("--ablation", action="store_true",
                    help="also run every pitfall of the chosen variants alone (by default only those a claim names), "
                         "and each of as_posted's factors removed alone, for each factor's share of the gap")
@@ -130,7 +131,7 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
         print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
     for line in m.not_run:
         print(f"  {line}")
-    if more := auto_repeats.plan_line(m):
+    if more := rounds.plan_line(m):
         print(more)
     print()
     return estimates
@@ -167,7 +168,7 @@ def _cost(req: request.Request) -> int:
           + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})" if rule else ""))
     print("\n".join(cost.lines(cost.of_plan(specs, history, model), model, req.how.price_per_hour)))
     if rule:
-        more = auto_repeats.to_the_cap(specs, claims, rule)
+        more = rounds.to_the_cap(specs, claims, rule)
         print(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
               f"({len(more)} more runs):")
         print("\n".join(cost.lines(cost.of_plan(specs + more, history, model), model, req.how.price_per_hour)))
@@ -200,9 +201,13 @@ def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
                            f"{spec.variant} r{spec.repeat}", estimates[i][0],
                            None if after is None else after / m.executor.at_once)
 
-    failures, interrupted = m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
+    now = rounds.first(m, todo)
+    failures, interrupted = m.executor.run(m.runner, now, store, progress_for) if now else (0, False)
+    if not interrupted:
+        tuned_failed, interrupted = rounds.tuned(m, store)
+        failures += tuned_failed
     if m.rule is not None and not interrupted:
-        more_failed, interrupted = auto_repeats.run_until_decided(m, store)
+        more_failed, interrupted = rounds.run_until_decided(m, store)
         failures += more_failed
     if interrupted:
         stored = sum(store.get(s.run_id) is not None for s in m.specs)

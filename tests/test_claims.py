@@ -97,7 +97,7 @@ def test_the_published_numbers_are_data_with_units_and_their_references_are_deri
 def test_needs_names_the_variants_and_the_ablation_each_experiment_needs():
     seeds = claims.load("seeds")
     needed = claims.needs(seeds)
-    assert needed["vgg16_cifar10_speed"] == {"variants": {"fixed", "as_posted"}, "ablation": False}
+    assert needed["vgg16_cifar10_speed"] == {"variants": {"fixed", "as_posted", "tuned"}, "ablation": False}
     assert needed["simplecnn_cifar10_memory"]["ablation"] is True
     # only what a claim uses: a claims list without "+pitfall" operands needs no ablation
     only_speed = [c for c in seeds if c.experiment == "vgg16_cifar10_speed"]

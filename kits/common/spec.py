@@ -123,7 +123,7 @@ class Train:
 @dataclass(frozen=True)
 class Threads:
     intra_op: int | str                      # a count, or "auto": every CPU this process may run on
-    inter_op: int
+    inter_op: int | str                      # a count, or FRAMEWORK_DEFAULT: the framework's own pool
 
     def intra(self) -> int:
         """The intra-op threads, "auto" resolved here, in the kit, after the runner pinned its CPUs."""
@@ -135,8 +135,9 @@ class Numerics:
     precision: str                           # fp32 | bf16_mixed
     tf32: bool | str                         # or FRAMEWORK_DEFAULT: the framework's own, read back
     cudnn_autotune: bool | str               # or FRAMEWORK_DEFAULT
-    compile: bool
+    compile: bool                            # torch.compile, tf.function(jit_compile=True); JAX always compiles
     cpu_threads: Threads
+    channels_last: bool = False              # PyTorch's convolutions in NHWC (TensorFlow's layout already)
 
 
 @dataclass(frozen=True)

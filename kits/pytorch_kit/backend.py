@@ -29,8 +29,9 @@ class Backend(FeederMixin):
         numerics = spec.numerics
         threads = numerics.cpu_threads
         torch.set_num_threads(threads.intra())
-        if torch.get_num_interop_threads() != threads.inter_op:    # settable once per process
-            torch.set_num_interop_threads(threads.inter_op)
+        # settable once per process; FRAMEWORK_DEFAULT keeps torch's own pool (one thread per core)
+        if threads.inter_op != FRAMEWORK_DEFAULT and torch.get_num_interop_threads() != threads.inter_op:
+            torch.set_num_interop_threads(int(threads.inter_op))
         torch.manual_seed(spec.train.seed)
         self.device = torch.device("cuda" if spec.device == "gpu" and torch.cuda.is_available() else "cpu")
         # FRAMEWORK_DEFAULT leaves torch's own (since 1.12: matmul TF32 off, cuDNN TF32 on, no autotuning).
@@ -43,6 +44,7 @@ class Backend(FeederMixin):
         self.resize = data.input_size if data.resize == "bilinear" else None
         self.scale = 1.0 / 255.0 if data.scale == "unit" else 1.0
         self.bf16 = numerics.precision == "bf16_mixed"
+        self.memory_format = torch.channels_last if numerics.channels_last else torch.contiguous_format
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
         self.scheduler = None
@@ -96,9 +98,14 @@ class Backend(FeederMixin):
 
     def build(self, arrays: datalib.Arrays) -> dict:
         cfg, train = self.spec.model, self.spec.train
-        self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls).to(self.device)
+        self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls).to(self.device,
+                                                                                    memory_format=self.memory_format)
         # Every forward pass of the model, the user's own evaluation included, shows its grad and module mode.
         self.model.register_forward_pre_hook(self._observe_forward)
+        self.eager = self.model           # what the FLOP count traces; the compiled module wraps it and its parameters
+        if self.spec.numerics.compile:
+            # compiled at the first step of each shape, in the warmup (kits/common/training.py warms every shape)
+            self.model = torch.compile(self.model)
         opt = train.optimizer
         if opt.name == "adam":
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=opt.lr,
@@ -143,7 +150,7 @@ class Backend(FeederMixin):
     def training_flops(self) -> dict:
         """Training FLOPs per sample of the model built, counted once before training (the memory phases
         start after it, so its tensors are in no phase's peak)."""
-        return trace.training_flops(self.model, self.spec.data.input_size, self.device)
+        return trace.training_flops(self.eager, self.spec.data.input_size, self.device)
 
     def _to_device(self, x, y):
         x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
@@ -160,8 +167,8 @@ class Backend(FeederMixin):
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.uint8:
             return x          # already scaled and resized on the CPU by the as-posted loader
-        # uint8 NHWC -> float NCHW, scaled, resized on the device
-        x = x.permute(0, 3, 1, 2).float().mul_(self.scale).contiguous()
+        # uint8 NHWC -> float NCHW (in memory NHWC with channels_last), scaled, resized on the device
+        x = x.permute(0, 3, 1, 2).float().mul_(self.scale).contiguous(memory_format=self.memory_format)
         if self.resize:
             x = F.interpolate(x, size=(self.resize, self.resize), mode="bilinear",
                               align_corners=False, antialias=False)

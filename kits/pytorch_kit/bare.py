@@ -5,7 +5,7 @@ import time
 
 from kits.common import bare
 from kits.common import data as datalib
-from kits.common.spec import RunSpec
+from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 
 
 def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
@@ -64,7 +64,8 @@ def process_setup(spec: RunSpec) -> None:
 
     threads = spec.numerics.cpu_threads
     torch.set_num_threads(threads.intra())
-    torch.set_num_interop_threads(threads.inter_op)
+    if threads.inter_op != FRAMEWORK_DEFAULT:
+        torch.set_num_interop_threads(int(threads.inter_op))
     original = torch.set_num_interop_threads
 
     def same_or_fail(n: int) -> None:

@@ -29,7 +29,9 @@ class Certifier(Canonical, cert.Side):
         builder, freshly initialised) reuse what the trace found, by module name and layer number."""
         self.backend.build(self.arrays)
         self._steps = 0                   # optimizer steps taken since the build (for the per-step settings)
-        self.model = self.backend.model
+        # the eager module (torch.compile's wrapper runs the same parameters through generated kernels): the
+        # certificate traces and steps it op by op, as it does every run's model
+        self.model = self.backend.eager
         self._canonical()
 
     def use_float64(self) -> None:

@@ -35,8 +35,10 @@ class Backend(FeederMixin):
         # (A second Backend in one process, as the certificate makes, finds them set: unchanged settings pass.)
         if tf.config.threading.get_intra_op_parallelism_threads() != threads.intra():
             tf.config.threading.set_intra_op_parallelism_threads(threads.intra())
-        if tf.config.threading.get_inter_op_parallelism_threads() != threads.inter_op:
-            tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
+        # FRAMEWORK_DEFAULT keeps TensorFlow's own inter-op pool (0: one thread per core)
+        if threads.inter_op != FRAMEWORK_DEFAULT and tf.config.threading.get_inter_op_parallelism_threads() != \
+                threads.inter_op:
+            tf.config.threading.set_inter_op_parallelism_threads(int(threads.inter_op))
         self.gpus = tf.config.list_physical_devices("GPU") if spec.device == "gpu" else []
         if spec.device != "gpu" and tf.config.get_visible_devices("GPU"):
             tf.config.set_visible_devices([], "GPU")
@@ -118,8 +120,10 @@ class Backend(FeederMixin):
         posted = self.pitfalls.has(Pitfall.TF_POSTED_MODEL) or self.pitfalls.has(Pitfall.TF_POSTED_VGG16)
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not posted)
         # One trace per input dtype and shape: uint8 batches here, float batches of one from the posted pipeline.
-        self._train = tf.function(self._train_step, reduce_retracing=True)
-        self._eval = tf.function(self._eval_step, reduce_retracing=True)
+        # With numerics.compile, XLA compiles each trace (jit_compile), in the warmup where every shape is met first.
+        jit = True if self.spec.numerics.compile else None
+        self._train = tf.function(self._train_step, reduce_retracing=True, jit_compile=jit)
+        self._eval = tf.function(self._eval_step, reduce_retracing=True, jit_compile=jit)
         shuffle = self.spec.data.shuffle and not self.pitfalls.has(Pitfall.TF_SHUFFLE_IGNORED)
         resume = self.pitfalls.has(Pitfall.TF_EPOCHS_RESUME)
         single = self.pitfalls.has(Pitfall.TF_VALIDATION_SINGLE_EXAMPLES)

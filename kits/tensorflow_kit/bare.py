@@ -6,7 +6,7 @@ import time
 
 from kits.common import bare
 from kits.common import data as datalib
-from kits.common.spec import RunSpec
+from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 
 
 def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
@@ -61,6 +61,7 @@ def process_setup(spec: RunSpec) -> None:
 
     threads = spec.numerics.cpu_threads
     tf.config.threading.set_intra_op_parallelism_threads(threads.intra())
-    tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
+    if threads.inter_op != FRAMEWORK_DEFAULT:
+        tf.config.threading.set_inter_op_parallelism_threads(int(threads.inter_op))
     if spec.device != "gpu":
         tf.config.set_visible_devices([], "GPU")

@@ -45,7 +45,9 @@ def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             by.setdefault(s["experiment"], {}).setdefault(s["variant"], {})[s["framework"]] = s
     out: dict[str, list[dict[str, Any]]] = {}
     for experiment, variants in by.items():
-        for variant in sorted(variants, key=lambda v: (v != FIXED, v)):
+        # a tuned setting alone is one part of tuned, whose pair is certified
+        certified_here = [v for v in variants if not v.startswith(runs.TUNED_ALONE)]
+        for variant in sorted(certified_here, key=lambda v: (v != FIXED, v)):
             for fws in _pairs({fw for v in variants.values() for fw in v}):
                 if not any(fw in variants[variant] for fw in fws):
                     continue                    # a variant of a third framework only: not this pair's

@@ -42,6 +42,7 @@ from kits.common.pitfalls import PITFALLS
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
 from reprokit.results import metrics
+from reprokit.results.runs import TUNED
 from reprokit.results.schema_messages import describe
 from reprokit.results.units import NON_NEGATIVE, UNITS
 
@@ -482,7 +483,7 @@ def check_against(claims: list[Claim], experiments: dict[str, Any]) -> None:
                             f"{exp.name!r}, which carries " + (f"{carried!r}" if carried else
                             "none (set seed_case in its [experiment] table)"))
         for variant in sorted(claim.variants()):
-            if variant == "fixed":
+            if variant in ("fixed", TUNED):          # every experiment has both (tuned: reprokit/plan/tuning.py)
                 continue
             if variant.startswith("+"):
                 if not any(variant[1:] in d["pitfalls"] for d in exp.variants.values()):

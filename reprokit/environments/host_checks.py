@@ -283,16 +283,18 @@ BF16_MIN_CC = (8, 0)
 
 
 def check_precision(precisions: Iterable[str], gpus: str | list[str] = "all", *,
-                    host_gpus: list[dict[str, Any]] | None = None) -> None:
-    """Refuse bf16_mixed on a GPU below compute capability 8.0, in one sentence, before any run."""
+                    host_gpus: list[dict[str, Any]] | None = None, asked_by: str = "precision bf16_mixed",
+                    way_out: str = "set numerics.precision = \"fp32\" for this GPU, or choose a newer one with "
+                                   "--gpus") -> None:
+    """Refuse bf16_mixed on a GPU below compute capability 8.0, in one sentence, before any run; ``asked_by``
+    names what asks for it, ``way_out`` what to do instead."""
     if "bf16_mixed" not in set(precisions) or parse_gpus(gpus) == "none":
         return
     old = [r for r in resolve_gpus(gpus, host_gpus)
            if r.get("compute_capability") and version(r["compute_capability"]) < BF16_MIN_CC]
     if old:
         names = ", ".join(f"GPU {r['index']} ({r['name']}, compute capability {r['compute_capability']})" for r in old)
-        raise UserError(f"precision bf16_mixed needs compute capability 8.0 or newer, and {names} is older; "
-                        f"set numerics.precision = \"fp32\" for this GPU, or choose a newer one with --gpus.")
+        raise UserError(f"{asked_by} needs compute capability 8.0 or newer, and {names} is older; {way_out}.")
 
 
 def host_has_gpu() -> bool:

@@ -18,7 +18,7 @@ from reprokit.environments import datasets, host_checks, topology
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
-from reprokit.plan import frameworks, script_plan
+from reprokit.plan import frameworks, script_plan, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
@@ -92,10 +92,13 @@ def _options(what: What, profile: str, device: str, claims: list[claimlib.Claim]
              dry_run: bool) -> dict[str, planning.Options]:
     """Per experiment: the variants asked for, and the pitfalls to run alone (those the claims name)."""
     default = sequential.MIN_REPEATS if repeats_rule(what, device, claims) else 1 if profile == "quick" else 5
+    # tuned is measured against fixed, so it brings fixed along
+    variants = (*what.variants, "fixed") if planning.TUNED in what.variants and "fixed" not in what.variants \
+        else what.variants
     base = planning.Options(profile=profile, device=device, repeats=what.repeats or default,
                             frameworks=(), data_dir=data_dir,
                             allow_download=allow_download and not dry_run, dataset=what.dataset,
-                            timeout_s=what.timeout_s, variants=what.variants, ablation=what.ablation,
+                            timeout_s=what.timeout_s, variants=variants, ablation=what.ablation,
                             max_steps=what.max_steps, prepare_data=not dry_run)
     out = {}
     for name, exp in experiments.items():
@@ -194,6 +197,7 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
     claims = _claims(what, experiments)
     per_experiment = _options(what, profile, device, claims, experiments, how.data_dir, not how.offline, how.dry_run)
     specs: list[Spec] = []
+    last: list[Spec] = []           # tuned's runs, planned last: they wait for its settings alone (plan/rounds.py)
     for name, o in per_experiment.items():
         exp = experiments[name]
         here = code(what.experiment_dirs)
@@ -201,13 +205,18 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
             specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs,
                                            differences=exp.doc.get("differences", []))
             continue
-        specs += planning.specs_for(exp, o, describe, here)
+        mine: list[Spec] = list(planning.specs_for(exp, o, describe, here))
+        specs += mine
+        if planning.TUNED in what.variants:
+            tuned = tuning.planned(mine)
+            frameworks.check_specs(tuned, exp.path)         # what a kit cannot honour (JAX's limits), refused
+            last += tuned
         for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
             if variant in o.variants:
                 specs += script_plan.specs_for(name, scripts, o, describe, here, epochs=what.epochs,
                                                variant=variant, setting=exp.resolved(o.profile),
                                                differences=exp.doc.get("differences", []))
-    return specs, claims
+    return specs + sorted(last, key=lambda s: s.variant == planning.TUNED), claims
 
 
 def _known(what: What) -> dict[str, Experiment]:
@@ -279,6 +288,10 @@ def build(request: Request) -> Matrix:
         options = _options(what, profile, device, claims, experiments, how.data_dir, False, True)
         not_run = [line for name, o in options.items() for line in planning.not_run(experiments[name], o)]
     if device == "gpu":
+        if any(s.variant == planning.TUNED for s in specs):
+            host_checks.check_precision({"bf16_mixed"}, gpus, asked_by="--variants tuned (its bf16 mixed precision; "
+                                        "fp16 with loss scaling is not built)", way_out="leave tuned out with "
+                                        "--variants fixed,as_posted, or choose a newer GPU with --gpus")
         host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
     rule = None if what.from_report else repeats_rule(what, device, claims)
     return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run, rule)

@@ -21,9 +21,11 @@ from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.plan import frameworks
 from reprokit.plan.experiments import Experiment
+from reprokit.results import runs
 from reprokit.results.runs import ADDED, NUMERICS, POSTED, REMOVED
 
 SPEC_SCHEMA = "reprokit.runspec/1"
+TUNED = runs.TUNED      # every experiment's fast path, planned by reprokit/plan/tuning.py from its fixed specs
 # Seconds a run may take before it is stopped and recorded as a timeout.
 TIMEOUT_S = {"quick": 900, "standard": 3 * 3600, "full": 48 * 3600}
 
@@ -117,13 +119,13 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, Variant]:
     for name in opts.variants:
         if name == "fixed":
             continue
-        if name in exp.script_variants:
-            continue        # the posted scripts themselves: reprokit/plan/script_plan.py plans them
+        if name in exp.script_variants or name == TUNED:
+            continue        # the posted scripts themselves (reprokit/plan/script_plan.py), tuned (tuning.py)
         if name not in exp.variants:
             if name in ("as_posted",):
                 continue    # asked for every experiment; this one has none
-            raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; "
-                            f"it has: fixed, {', '.join([*exp.variants, *exp.script_variants]) or '(no others)'}")
+            raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; it has: fixed, "
+                            f"{', '.join([*exp.variants, *exp.script_variants, TUNED])}")
         pitfalls, numerics = exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {})
         posted_by = frozenset(PITFALLS[p]["framework"] for p in pitfalls)
         out[name] = Variant(pitfalls, numerics, posted_by)

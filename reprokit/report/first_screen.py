@@ -8,16 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 from kits.common.names import FRAMEWORKS, LABELS, REFERENCE
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
+from reprokit.plan import tuning
 from reprokit.report import reconstruction
 from reprokit.report.markdown import md
 from reprokit.results import metrics, runs, stats
 from reprokit.results.metrics import NotMeasured
-from reprokit.results.runs import FIXED, POSTED, SCRIPT, VERBATIM
+from reprokit.results.runs import FIXED, POSTED, SCRIPT, TUNED, VERBATIM
 
 if TYPE_CHECKING:
     from reprokit.plan.experiments import Experiment
 
 DEFAULT_HEADLINES = (("epoch_time_s", "reported"), ("peak_memory_bytes", "reported"))
+SPEED = ("time", "sample_rate", "step_rate")      # a ratio of these gets tuned's MFU beside it
 
 
 def seed_label(exp: Experiment | None) -> str | None:
@@ -68,33 +70,59 @@ def _ratio(by_variant: dict[str, dict[str, list[dict[str, Any]]]], quantity: str
 
 def _ratio_of(by_variant: dict[str, dict[str, list[dict[str, Any]]]], quantity: str, reading: str,
               other: str) -> str:
+    """The ratio's head, then one line per variant that ran in both: as posted, (verbatim,) fixed, tuned (with its
+    MFU and what it applied), each with its test."""
     q = metrics.QUANTITIES[quantity]
-    parts, tests = [], []
-    for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
+    lines = []
+    for variant in (POSTED, VERBATIM, FIXED, TUNED, SCRIPT):
         fws = by_variant.get(variant, {})
         if REFERENCE not in fws or other not in fws:
             continue
+        name = variant.replace("_", " ")
         a, b = (metrics.collect(fws[fw], quantity, reading).values for fw in (REFERENCE, other))
         if not a or not b:
-            parts.append(f"{variant.replace('_', ' ')} not measured")
+            lines.append(f"  - {name}: not measured")
             continue
-        parts.append(f"{variant.replace('_', ' ')} {stats.ratio(a, b).text()}")
-        tests.append((variant.replace('_', ' '), stats.difference(a, b).text()))
-    if not parts:
+        test = stats.difference(a, b).text()
+        extra = _tuned(by_variant, (REFERENCE, other)) if variant == TUNED and q.dimension in SPEED else ""
+        lines.append(f"  - {name} {stats.ratio(a, b).text()}{extra}. {test[0].upper()}{test[1:]}.")
+    if not lines:
         return ""
     ahead = "below" if q.better == "lower" else "above"
     ref = LABELS[REFERENCE]
-    head = f"**{ref} / {LABELS[other]}, {q.short}**" + (f" ({q.better} is better: {ahead} 1 favours {ref})"
-                                                        if q.better else "")
-    # one sentence where every variant's test says the same (a single repeat), else each named
-    texts = list(dict.fromkeys(t for _, t in tests))
-    tested = texts[0] if len(texts) == 1 else "; ".join(f"{v}: {t}" for v, t in tests)
-    return f"- {head}: {', '.join(parts)}" + (f". {tested[0].upper()}{tested[1:]}." if tested else ".")
+    head = f"- **{ref} / {LABELS[other]}, {q.short}**" + (f" ({q.better} is better: {ahead} 1 favours {ref})"
+                                                          if q.better else "")
+    return head + ":\n" + "\n".join(lines)
+
+
+def _tuned(by_variant: dict[str, dict[str, list[dict[str, Any]]]], pair: tuple[str, str]) -> str:
+    """Beside tuned's ratio: each framework's model FLOPs utilisation, and what its spec changed against fixed's."""
+    tuned, fixed = by_variant[TUNED], by_variant.get(FIXED, {})
+    mfu = []
+    for fw in pair:
+        got = metrics.collect(tuned[fw], "mfu")
+        mfu.append(f"{LABELS[fw]} {got.median():.1%}" if got.values else f"{LABELS[fw]} not measured")
+    results = [r for by_fw in by_variant.values() for rs in by_fw.values() for r in rs]
+    applied = []
+    for fw in pair:
+        said = changed(tuned[fw][0], fixed[fw][0]) if fw in fixed else "unknown"
+        choice = tuning.choose(results, tuned[fw][0]["experiment"], fw, tuned[fw][0]["spec"].get("device", "cpu"))
+        said += "".join(f"; left out {s.name}: {why}" for s, why in choice.dropped)
+        applied.append(f"{LABELS[fw]} {said}")
+    return f" (MFU {', '.join(mfu)}; against fixed: {'; '.join(applied)})"
+
+
+def changed(run: dict[str, Any], base: dict[str, Any]) -> str:
+    """The numerics a run's spec sets otherwise than ``base``'s, named: what tuned applied."""
+    a, b = run["spec"].get("numerics", {}), base["spec"].get("numerics", {})
+    keys = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+    return ", ".join(f"{k} {a.get(k)}" if k != "cpu_threads" else f"inter_op {a[k].get('inter_op')}"
+                     for k in keys) or "nothing"
 
 
 def _learned(by_variant: dict[str, dict[str, list[dict[str, Any]]]], classes: int) -> str:
     parts = []
-    for variant in (POSTED, VERBATIM, FIXED, SCRIPT):
+    for variant in (POSTED, VERBATIM, FIXED, TUNED, SCRIPT):
         fws = by_variant.get(variant, {})
         shown = []
         for fw in FRAMEWORKS:

@@ -14,6 +14,9 @@ SCRIPT, VERBATIM = "script", "verbatim"      # a script experiment's runs; a see
 # An ablation's single changes: "+<factor>" is fixed with that factor added alone, "-<factor>" as_posted with it
 # removed alone; a factor is a pitfall or, as "numerics", as_posted's numerics (its frameworks' own TF32 and cuDNN).
 ADDED, REMOVED, NUMERICS = "+", "-", "numerics"
+# Each framework's fast path (reprokit/plan/tuning.py), and one of its settings alone on fixed: "+tuned_<setting>".
+TUNED = "tuned"
+TUNED_ALONE = f"{ADDED}{TUNED}_"
 MODELS = {"vgg16": "VGG16", "simplecnn": "SimpleCNN", "custom": "the experiment's own model"}
 DATASETS = {"cifar10": "CIFAR-10", "synthetic": "synthetic random data", "learnable": "generated `learnable` gratings"}
 

@@ -1,5 +1,6 @@
-"""--repeats auto at run time: after the first round, one more repeat of each undecided claim's configurations
-per round, until every claim is decided or its configurations reach the cap (reprokit/claims/sequential.py)."""
+"""The rounds a matrix runs after its first: tuned, composed from what its settings alone showed
+(reprokit/plan/tuning.py); then, with --repeats auto, one more repeat of each undecided claim's configurations per
+round, until every claim is decided or its configurations reach the cap (reprokit/claims/sequential.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,6 +9,7 @@ from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.console import RunProgress
 from reprokit.plan import plan as planning
+from reprokit.plan import tuning
 from reprokit.plan.matrix import Matrix
 from reprokit.results.store import Store
 from reprokit.runners.base import Spec
@@ -16,6 +18,29 @@ from reprokit.runners.base import Spec
 def _configuration(spec: Spec) -> str:
     """What a spec runs, whichever repeat: the id of its first repeat."""
     return planning.identified(dataclasses.replace(spec, repeat=0, run_id="")).run_id
+
+
+def first(m: Matrix, todo: list[Spec]) -> list[Spec]:
+    """What the first round runs: everything but tuned, which waits for its settings alone."""
+    return [s for s in todo if s.variant != tuning.TUNED]
+
+
+def tuned(m: Matrix, store: Store) -> tuple[int, bool]:
+    """Tuned composed from the finished runs of its settings alone, replacing the dry run's tuned in ``m.specs``,
+    and run; (failed runs, interrupted)."""
+    if not any(s.variant == tuning.TUNED for s in m.specs):
+        return 0, False
+    results = [r for s in m.specs if (r := store.get(s.run_id)) is not None]
+    composed = tuning.compose(m.specs, results)
+    m.specs = [s for s in m.specs if s.variant != tuning.TUNED] + list(composed)
+    for line in tuning.choices_said(m.specs, results):
+        print(f"tuned: {line}", flush=True)
+    todo = [s for s in composed if not ((r := store.get(s.run_id)) and r["status"] == "ok")]
+
+    def progress_for(i: int, spec: Spec) -> RunProgress:
+        return RunProgress(f"[tuned run {i + 1}/{len(todo)}] {spec.experiment} / {spec.framework} r{spec.repeat}")
+
+    return m.executor.run(m.runner, todo, store, progress_for) if todo else (0, False)
 
 
 def plan_line(m: Matrix) -> str | None:

@@ -1,0 +1,100 @@
+"""The tuned variant (reprokit/plan/tuning.py): what each framework gets on each device, every setting declared;
+a real run of each setting alone and of tuned, whose settings the frameworks read back; the rule that leaves out a
+setting that slowed the device alone; the first screen's tuned line; tuned refused on a GPU without bf16."""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import pytest
+
+from reprokit import cli
+from reprokit.errors import UserError
+from reprokit.plan import matrix, tuning
+from reprokit.results.provenance import REPO
+
+
+def _argv(tiny_dir, tmp_path, *extra: str) -> list[str]:
+    return ["--experiments", str(tiny_dir), "--only", "tiny", "--backend", "local", "--claims", "none",
+            "--variants", "fixed,tuned", "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
+            "--reports-dir", str(tmp_path / "reports"), "--name", "t", *extra]
+
+
+def _by(specs):
+    return {(s.framework, s.variant): s for s in specs}
+
+
+def test_on_a_cpu_each_framework_gets_its_own_settings_alone_and_together(tiny_dir, tmp_path):
+    m = matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"]))
+    by = _by(m.specs)
+    assert sorted(v for fw, v in by if fw == "pytorch") == ["+tuned_channels_last", "+tuned_inter_op", "fixed",
+                                                            "tuned"]
+    assert sorted(v for fw, v in by if fw == "tensorflow") == ["+tuned_compile", "+tuned_inter_op", "fixed", "tuned"]
+    pt, tf = by["pytorch", "tuned"].numerics, by["tensorflow", "tuned"].numerics
+    assert (pt.channels_last, pt.compile, pt.cpu_threads.inter_op, pt.precision) == (True, False,
+                                                                                      "framework_default", "fp32")
+    assert (tf.channels_last, tf.compile, tf.cpu_threads.inter_op) == (False, True, "framework_default")
+    assert [s.variant for s in m.specs][-2:] == ["tuned", "tuned"]           # planned last: it waits for the others
+    declared = {d["field"]: d for d in by["pytorch", "tuned"].differences if d["field"].startswith("tuned: ")}
+    assert declared["tuned: compile"]["pytorch"].startswith("torch.compile on a CPU needs a C++ compiler")
+    assert declared["tuned: compile"]["key"] == "execution" and "XLA" in declared["tuned: compile"]["tensorflow"]
+    assert declared["tuned: channels_last"]["tensorflow"] == "Keras convolutions run channels_last already"
+    assert by["pytorch", "tuned"].differences == by["tensorflow", "tuned"].differences   # one list, both sides
+
+
+def test_on_a_gpu_tuned_adds_bf16_autotuning_and_compile_and_refuses_a_gpu_without_bf16(stand_in_gpu_host, tiny_dir,
+                                                                                          tmp_path, capsys):
+    stand_in_gpu_host()
+    by = _by(matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
+    pt = by["pytorch", "tuned"].numerics
+    assert (pt.precision, pt.cudnn_autotune, pt.compile, pt.channels_last) == ("bf16_mixed", True, True, True)
+    assert pt.cpu_threads == by["pytorch", "fixed"].numerics.cpu_threads        # threads are a CPU's setting
+    query = tmp_path / "gpu-host" / "query.txt"                                  # the same host with a T4
+    query.write_text(query.read_text().replace("NVIDIA H200, 580.95.05, 9.0", "Tesla T4, 580.95.05, 7.5"))
+    assert cli.main(["reproduce", *_argv(tiny_dir, tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --variants tuned (its bf16 mixed precision; fp16 with "
+                                                   "loss scaling is not built) needs compute capability 8.0")
+    assert "leave tuned out with --variants fixed,as_posted" in err
+    with pytest.raises(UserError):      # and nothing else of the plan asks for bf16: fixed alone plans
+        matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"]))
+    assert matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--variants", "fixed"])).specs
+
+
+def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_python, tiny_dir, tmp_path):
+    """Both frameworks, each setting alone once, then tuned: each run's own readback shows its setting applied;
+    tuned keeps what did not slow the device alone; the first screen has its line with each MFU."""
+    import subprocess
+    cmd = [sys.executable, "-m", "reprokit", "reproduce", *_argv(tiny_dir, tmp_path, "--no-certify", "--max-steps",
+                                                                  "6")]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
+    by = {(r["framework"], r["variant"]): r for r in results}
+    seen = {k: r["environment"]["settings"] for k, r in by.items()}
+    assert seen["pytorch", "+tuned_channels_last"]["data_layout"]["value"] == "NHWC"
+    assert seen["pytorch", "fixed"]["data_layout"]["value"] == "NCHW"
+    assert seen["tensorflow", "+tuned_compile"]["execution"]["value"] == "tf.function graph with XLA"
+    assert seen["tensorflow", "+tuned_inter_op"]["threads.inter_op"]["value"] == 0       # TensorFlow's own pool
+    assert seen["tensorflow", "fixed"]["threads.inter_op"]["value"] == 1
+    for fw in ("pytorch", "tensorflow"):
+        choice = tuning.choose(results, "tiny", fw, "cpu")
+        assert f"tuned: tiny / {'PyTorch' if fw == 'pytorch' else 'TensorFlow'}: " in proc.stdout
+        applied = by[fw, "tuned"]["spec"]["numerics"]
+        assert applied["channels_last"] == any(s.name == "channels_last" for s in choice.kept)
+        assert (applied["cpu_threads"]["inter_op"] == "framework_default") == any(s.name == "inter_op"
+                                                                                 for s in choice.kept)
+    report = (tmp_path / "reports" / "t" / "report.md").read_text()
+    line = next(x for x in report.splitlines() if x.startswith("  - tuned "))
+    assert "(MFU PyTorch " in line and ", TensorFlow " in line and "against fixed: PyTorch " in line
+
+    # the rule: the same results with TensorFlow's compiled run made 10% slower than fixed leave compile out
+    slower = copy.deepcopy(results)
+    fixed_rate = by["tensorflow", "fixed"]["timing"]["samples_per_s"]
+    for r in slower:
+        if (r["framework"], r["variant"]) == ("tensorflow", "+tuned_compile"):
+            r["timing"]["samples_per_s"] = 0.9 * fixed_rate
+    choice = tuning.choose(slower, "tiny", "tensorflow", "cpu")
+    assert [s.name for s, _ in choice.dropped] == ["compile"]
+    assert choice.dropped[0][1] == "alone it slowed TensorFlow here: 0.90x fixed's throughput"
