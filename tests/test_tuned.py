@@ -12,6 +12,8 @@ import pytest
 from reprokit import cli
 from reprokit.errors import UserError
 from reprokit.plan import matrix, tuning
+from reprokit.report import tuned_section
+from reprokit.results import runs
 from reprokit.results.provenance import REPO
 
 
@@ -88,6 +90,14 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
     report = (tmp_path / "reports" / "t" / "report.md").read_text()
     line = next(x for x in report.splitlines() if x.startswith("  - tuned "))
     assert "(MFU PyTorch " in line and ", TensorFlow " in line and "against fixed: PyTorch " in line
+
+    checked = report.split("### Tuned against fixed")[1].split("###")[0]
+    assert "| PyTorch " in checked and "| TensorFlow " in checked and "121,778 both" in checked
+    grouped = runs.group(results)["tiny"]
+    other = copy.deepcopy(grouped)                  # a tuned run of another model would fail the check
+    other["tuned"]["pytorch"][0]["model"]["parameters"]["total"] += 1
+    (pt_row, _) = tuned_section.rows(other)
+    assert pt_row[1] == "**FAIL**" and pt_row[2].startswith("**121,779 against 121,778")
 
     # the rule: the same results with TensorFlow's compiled run made 10% slower than fixed leave compile out
     slower = copy.deepcopy(results)

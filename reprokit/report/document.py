@@ -25,6 +25,7 @@ from reprokit.report import (
     sections,
     settings_table,
     summary_csv,
+    tuned_section,
 )
 from reprokit.report.markdown import anchor, md
 from reprokit.results import runs, stats
@@ -118,6 +119,9 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     probed = sections.probed(by_variant)
     if probed:
         out.append("### The scripts, as the probe ran them\n\n" + probed)
+    tuned = tuned_section.section(by_variant)
+    if tuned:
+        out.append("### Tuned against fixed\n\n" + tuned)
     ablation = sections.ablation(by_variant)
     if ablation:
         out.append("### Ablation: which mistake cost what\n\n" + ablation)

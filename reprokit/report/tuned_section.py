@@ -1,0 +1,70 @@
+"""Tuned against fixed, per framework, from the result files: the same model and arithmetic, the same work, and the
+training loss within a tolerance declared for the precision tuned ran in.
+
+The op-by-op certificate compares frameworks; this compares one framework's two variants as they ran: the
+parameters (counted as Keras counts them) and training FLOPs per sample (the certificate's arithmetic, counted
+once before training) must be equal, the samples per epoch too, and the first epoch's mean training loss, which
+bf16 rounding and a compiled kernel's other reduction order move a little, within LOSS_TOLERANCE of fixed's.
+The first epoch, not the last: two runs whose steps differ in rounding drift apart as they train on.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kits.common.names import LABELS, compared
+from reprokit.report.markdown import md, table
+from reprokit.results import metrics
+from reprokit.results.metrics import NotMeasured
+from reprokit.results.runs import FIXED, TUNED
+
+# Relative difference of the first epoch's mean training loss allowed against fixed, by the precision tuned used.
+LOSS_TOLERANCE = {"fp32": 0.05, "bf16_mixed": 0.15}
+
+
+def _first_loss(r: dict[str, Any]) -> float:
+    epochs = metrics.field(r, "metrics.epochs")
+    if not epochs or epochs[0].get("train_loss") is None:
+        raise NotMeasured("no first-epoch training loss")
+    return float(epochs[0]["train_loss"])
+
+
+def _same(a: Any, b: Any, shown: str) -> tuple[str, bool]:
+    return (f"{shown.format(a)} both" if a == b else f"**{shown.format(a)} against {shown.format(b)}**"), a == b
+
+
+def rows(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[list[str]]:
+    """One row per framework that ran both: its checks, each with the figures it turns on."""
+    out = []
+    tuned, fixed = by_variant.get(TUNED, {}), by_variant.get(FIXED, {})
+    for fw in compared(tuned):
+        if not tuned.get(fw) or not fixed.get(fw):
+            continue
+        t, f = tuned[fw][0], fixed[fw][0]
+        try:
+            params, p_ok = _same(t["model"]["parameters"]["total"], f["model"]["parameters"]["total"], "{:,}")
+            flops, f_ok = _same(t["model"].get("flops_per_sample"), f["model"].get("flops_per_sample"), "{:,}")
+            work, w_ok = _same(t["effective"]["train_samples_per_epoch"], f["effective"]["train_samples_per_epoch"],
+                               "{}")
+            precision = t["spec"]["numerics"]["precision"]
+            allowed = LOSS_TOLERANCE.get(precision, LOSS_TOLERANCE["bf16_mixed"])
+            lt, lf = _first_loss(t), _first_loss(f)
+        except (NotMeasured, KeyError, TypeError) as exc:
+            out.append([LABELS[fw], "not measured", md(str(exc)), "", "", ""])
+            continue
+        off = abs(lt / lf - 1) if lf else float("inf")
+        loss = f"{lt:.4g} against {lf:.4g} ({off:.1%}; {precision}: within {allowed:.0%})"
+        ok = p_ok and f_ok and w_ok and off <= allowed
+        out.append([LABELS[fw], "pass" if ok else "**FAIL**", params, flops, work,
+                    loss if off <= allowed else f"**{loss}**"])
+    return out
+
+
+def section(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    found = rows(by_variant)
+    if not found:
+        return None
+    return ("Each framework's tuned run against its fixed run (first repeats), from the result files: the same model "
+            "and arithmetic (parameters, training FLOPs per sample), the same work (samples per epoch), and the first "
+            "epoch's mean training loss within the tolerance declared for tuned's precision.\n\n" +
+            table(found, ["", "tuned against fixed", "parameters", "training FLOPs per sample", "samples per epoch",
+                          "first-epoch training loss"]))
