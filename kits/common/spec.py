@@ -137,7 +137,8 @@ class Numerics:
     cudnn_autotune: bool | str               # or FRAMEWORK_DEFAULT
     compile: bool                            # torch.compile, tf.function(jit_compile=True); JAX always compiles
     cpu_threads: Threads
-    channels_last: bool = False              # PyTorch's convolutions in NHWC (TensorFlow's layout already)
+    channels_last: bool = False              # PyTorch's convolutions in NHWC (TensorFlow's layout already);
+                                             # RunSpec.to_dict leaves it out where False
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,9 @@ class RunSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["pitfalls"] = self.pitfalls.names()
+        # written only where set, so that a spec without it keeps the run id (and reads as) it had before it existed
+        if not out["numerics"]["channels_last"]:
+            del out["numerics"]["channels_last"]
         return out
 
     def computed_run_id(self) -> str:

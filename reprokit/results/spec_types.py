@@ -78,8 +78,11 @@ def spec_problem(kind: type, value: Any, path: str = "spec") -> str | None:
     unknown = set(value) - set(hints)
     if unknown:
         return f"{path}: unknown field(s) {', '.join(sorted(map(str, unknown)))[:80]}"
+    defaulted = {f.name for f in dataclasses.fields(kind) if f.default is not dataclasses.MISSING}
     for name, hint in hints.items():
         if name not in value:
+            if name in defaulted:
+                continue                        # a field written only where set (Numerics.channels_last)
             return f"{path}.{name} is missing (a spec the kit wrote states every field)"
         nested = [t for t in typing.get_args(hint) or (hint,) if isinstance(t, type) and dataclasses.is_dataclass(t)]
         if hint is Pitfalls:
