@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 from kits.common.pitfalls import Pitfalls
-from kits.common.spec import RunSpec, ScriptSpec, read_older
+from kits.common.spec import Numerics, RunSpec, ScriptSpec, read_older
 
 # dotted field -> its types, where the result has the field (the schema says which it must have)
 READ: dict[str, tuple[type, ...]] = {
@@ -29,6 +29,8 @@ READ: dict[str, tuple[type, ...]] = {
     "launcher.image": (dict, type(None)), "launcher.image.ref": (str, type(None)), "launcher.image.id": (str,),
     "launcher.image.base_digest": (str, type(None)),
 }
+# spec fields the kit writes only where set (RunSpec.to_dict), so older specs read as they were
+WRITTEN_WHERE_SET = {(Numerics, "channels_last")}
 # fields that must be there where their parent is
 NAMED = ("environment.host.hostname", "launcher.image.ref", "launcher.image.id")
 # lists, and the type of each of their items
@@ -78,11 +80,10 @@ def spec_problem(kind: type, value: Any, path: str = "spec") -> str | None:
     unknown = set(value) - set(hints)
     if unknown:
         return f"{path}: unknown field(s) {', '.join(sorted(map(str, unknown)))[:80]}"
-    defaulted = {f.name for f in dataclasses.fields(kind) if f.default is not dataclasses.MISSING}
     for name, hint in hints.items():
         if name not in value:
-            if name in defaulted:
-                continue                        # a field written only where set (Numerics.channels_last)
+            if (kind, name) in WRITTEN_WHERE_SET:
+                continue
             return f"{path}.{name} is missing (a spec the kit wrote states every field)"
         nested = [t for t in typing.get_args(hint) or (hint,) if isinstance(t, type) and dataclasses.is_dataclass(t)]
         if hint is Pitfalls:
