@@ -202,7 +202,7 @@ def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
                            f"{spec.variant} r{spec.repeat}", estimates[i][0],
                            None if after is None else after / m.executor.at_once)
 
-    now = rounds.first(m, todo)
+    now = rounds.first(todo)
     failures, interrupted = m.executor.run(m.runner, now, store, progress_for) if now else (0, False)
     if not interrupted:
         tuned_failed, interrupted = rounds.tuned(m, store)

@@ -20,7 +20,7 @@ def _configuration(spec: Spec) -> str:
     return planning.identified(dataclasses.replace(spec, repeat=0, run_id="")).run_id
 
 
-def first(m: Matrix, todo: list[Spec]) -> list[Spec]:
+def first(todo: list[Spec]) -> list[Spec]:
     """What the first round runs: everything but tuned, which waits for its settings alone."""
     return [s for s in todo if s.variant != tuning.TUNED]
 
