@@ -30,7 +30,9 @@ Backend) and writes to OUT, in a canonical framework-neutral form (kits/common/c
   (epoch 1's order, then epoch 2's), and ``fp32_perturbed``, the same with the inputs one float32
   ulp up; ``fp64``, the same ten steps through the certificate's reference step (the kit's model,
   loss and optimizer rebuilt in float64: the certified trajectory), plus the loss of batch 1 after
-  them, and ``fp32_reference``, that reference step in fp32. Declared optimizer differences listed
+  them, ``fp64_ulp_apart``, the same steps from the weights each one float64 ulp apart, in random
+  directions (``cert.ULP_BASELINES`` draws, each with a fresh model and optimizer), and ``fp32_reference``,
+  that reference step in fp32. Declared optimizer differences listed
   in ``neutralised`` are removed in all of them;
 - ``layer_outputs``: every layer's output in fp64, evaluation mode, on the first samples of the fixed batch
   (values in layer-outputs.npz), and ``gradients``: each fp64 reference step's canonical gradients
@@ -193,6 +195,16 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     losses.append(side.training_loss(*batches[0]))
     out["losses"]["fp64"] = losses
     clock(f"fp64: trajectory of {len(batches)} steps, gradients recorded")
+    # The same steps from weights one float64 ulp apart: how far rounding alone carries this trajectory. A deep
+    # network with BatchNorm in training mode amplifies it by orders of magnitude per step (ResNet-50 at an
+    # eighth of its width: 1e-15 to 1e-2 in ten steps, in one framework), which the host then allows for.
+    ulp_apart = []
+    for draw in range(cert.ULP_BASELINES):
+        side.use_float64()                      # a fresh model, optimizer and step count
+        side.load(cert.ulp_apart(initial, seed=draw))
+        ulp_apart.append([*side.train_losses(batches), side.training_loss(*batches[0])])
+    out["losses"]["fp64_ulp_apart"] = ulp_apart
+    clock(f"fp64: {cert.ULP_BASELINES} trajectories from weights one float64 ulp apart")
 
 
 def _record_layers(side, out: dict, x, folder: Path, precision: str) -> None:

@@ -1,10 +1,10 @@
 """reprokit reproduce: plan the matrix, run what is not finished, write the report.
 
-By default it reproduces the seed cases: for each experiment, the `fixed` and
-`as_posted` variants in both frameworks (add `tuned`, each framework at its
-best, with --variants), each pitfall that a claim names run alone, and the
-claims' verdicts (claims/seeds.toml), on the profile the hardware allows
-(standard on a GPU, quick on a CPU).
+By default it reproduces the seed cases: for each experiment, the `fixed`,
+`as_posted` and `tuned` (each framework at its best, its settings each also
+alone) variants in both frameworks, each pitfall that a claim names run alone,
+and the claims' verdicts (claims/seeds.toml), on the profile the hardware
+allows (standard on a GPU, quick on a CPU).
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats-cap", type=int, metavar="N",
                    help=f"with --repeats auto: at most N repeats of a configuration (default {sequential.DEFAULT_CAP})")
     p.add_argument("--variants", help="comma-separated: fixed, tuned (each framework's fast path) and/or variants "
-                                      "the experiments define (default: fixed,as_posted; at their best: "
-                                      "fixed,as_posted,tuned; plain runs: --variants fixed)")
+                                      "the experiments define (default: fixed,as_posted,tuned; without each framework at its "
+                                      "best: fixed,as_posted; plain runs: --variants fixed)")
     p.add_argument("--ablation", action="store_true",
                    help="also run every pitfall of the chosen variants alone (by default only those a claim names), "
                         "and each of as_posted's factors removed alone, for each factor's share of the gap")

@@ -1,7 +1,8 @@
 """A user's own model builders for the certificate's control pairs (tests/test_certificate_controls.py).
 
 One tiny CNN, 32x32 inputs: conv 3x3 (16) - relu - pool - conv 3x3 (8) - relu - pool - flatten -
-dense 16 - relu - dense (classes), written in each framework in several ways. Each pair in the
+dense 16 - relu - dense (classes), written in each framework in several ways; ``residual`` puts a
+residual block (conv 3x3 (16) with an identity skip, added before or after its relu) after the first pool. Each pair in the
 test names one builder per framework; ``opts`` pick the variant. Import each framework inside its
 builder: each environment has only its own framework.
 """
@@ -25,6 +26,8 @@ def torch_net(options, input_size, num_classes, **opts):
     layers = [*first, act(), *([_Offset(opts["offset"])] if "offset" in opts else []), *dropout("conv1"), pool(2)]
     if opts.get("batchnorm"):
         layers.append(nn.BatchNorm2d(16))
+    if "residual" in opts:
+        layers.append(_Residual(opts["residual"], act))
     layers += [nn.Conv2d(16, 8, 3, padding=1), act(), *dropout("conv2"), pool(size)]
     spatial = input_size // (2 * opts.get("stride", 1)) // size
     if opts.get("global_pool"):
@@ -56,6 +59,24 @@ def _Bias(n):
         def forward(self, x):
             return x + self.bias
     return Bias()
+
+
+def _Residual(place, act):
+    """conv 3x3 (16, 16) with an identity skip: relu(conv(x) + x) ("before" the relu), relu(conv(x)) + x
+    ("after"), or no skip at all ("none")."""
+    from torch import nn
+
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.act = nn.Conv2d(16, 16, 3, padding=1), act()
+
+        def forward(self, x):
+            y = self.conv(x)
+            if place == "before":
+                return self.act(y + x)
+            return self.act(y) + x if place == "after" else self.act(y)
+    return Residual()
 
 
 def _Offset(value):
@@ -143,6 +164,11 @@ def keras_net(options, input_size, num_classes, **opts):
         # PyTorch's defaults, which Keras's are not (epsilon 1e-3, momentum 0.99)
         x = layers.BatchNormalization(axis=opts.get("bn_axis", -1), epsilon=opts.get("bn_epsilon", 1e-5),
                                       momentum=0.9)(x)
+    if "residual" in opts:          # as _Residual, the skip through a layers.Add
+        y = layers.Conv2D(16, 3, padding="same")(x)
+        place = opts["residual"]
+        x = (activate(layers.Add()([y, x])) if place == "before" else
+             layers.Add()([activate(y), x]) if place == "after" else activate(y))
     if opts.get("explicit_pad"):
         x = layers.Conv2D(8, 3, activation=act if opts.get("fused_activation") else None)(layers.ZeroPadding2D(1)(x))
     else:
@@ -198,6 +224,10 @@ keras_batchnorm_epsilon = _variant(keras_net, batchnorm=True, bn_epsilon=1e-3)
 torch_offset = _variant(torch_net, offset=1e-3)
 keras_offset = _variant(keras_net, offset=1e-3)
 keras_no_offset = _variant(keras_net, offset=0.0)
+torch_residual = _variant(torch_net, residual="before")
+keras_residual = _variant(keras_net, residual="before")
+keras_residual_after = _variant(keras_net, residual="after")
+keras_no_skip = _variant(keras_net, residual="none")
 torch_softmax = _variant(torch_net, softmax=True)
 keras_five_classes = _variant(keras_net, classes=5)
 keras_dense_12 = _variant(keras_net, dense_width=12)

@@ -46,6 +46,15 @@ def jax_net(options, input_size, num_classes, **opts):
         def __call__(self, x):
             return x + self._value
 
+    class Residual(nnx.Module):
+        """conv 3x3 (16, 16) with an identity skip, added before its relu (as tests/cert_controls.py's)."""
+        def __init__(self, place):
+            self.conv, self.place = nnx.Conv(16, 16, (3, 3), padding="SAME", rngs=rngs), place
+
+        def __call__(self, x):
+            y = self.conv(x)
+            return nnx.relu(y + x) if self.place == "before" else nnx.relu(y) + x
+
     class Flatten(nnx.Module):
         def __init__(self, order):
             self.order = order
@@ -79,6 +88,8 @@ def jax_net(options, input_size, num_classes, **opts):
         # PyTorch's defaults (Flax's momentum is the keep factor, as Keras's); the two-pass variance
         layers.append(nnx.BatchNorm(16, axis=opts.get("bn_axis", -1), epsilon=opts.get("bn_epsilon", 1e-5),
                                     momentum=0.9, use_fast_variance=False, rngs=rngs))
+    if "residual" in opts:
+        layers.append(Residual(opts["residual"]))
     layers += [nnx.Conv(16, 8, (3, 3), padding="SAME", rngs=rngs), Activation(act), *dropout("conv2"),
                Pool(opts.get("pool", "max"), size)]
     spatial = input_size // (2 * opts.get("stride", 1)) // size
@@ -135,6 +146,8 @@ jax_stride2 = _variant(stride=2)
 jax_batchnorm = _variant(batchnorm=True)
 jax_batchnorm_axis1 = _variant(batchnorm=True, bn_axis=1)
 jax_batchnorm_epsilon = _variant(batchnorm=True, bn_epsilon=1e-3)
+jax_residual = _variant(residual="before")
+jax_residual_after = _variant(residual="after")
 jax_offset = _variant(offset=1e-3)
 jax_no_offset = _variant(offset=0.0)
 jax_five_classes = _variant(classes=5)

@@ -57,6 +57,12 @@ CONTROLS = {
     "normalisation_axis_same": ("torch_batchnorm", "keras_batchnorm", "twin: normalisation axis", "pass", ()),
     "normalisation_axis": ("torch_batchnorm", "keras_batchnorm_axis1", "normalisation axis", "fail",
                            ("layers_without_parameters", "logits")),
+    # A residual connection (ResNet's): added in both, in one only, before or after the activation
+    "residual_same": ("torch_residual", "keras_residual", "twin: residual", "pass", ()),
+    "residual_in_one": ("torch_residual", "keras_no_skip", "residual present", "fail",
+                        ("layers_without_parameters", "logits")),
+    "residual_place": ("torch_residual", "keras_residual_after", "residual place", "fail",
+                       ("layers_without_parameters", "logits")),
     # Where they part (PARTING below): a numeric setting, arithmetic with every setting equal, a layer one lacks
     "batchnorm_epsilon": ("torch_batchnorm", "keras_batchnorm_epsilon", "batchnorm epsilon", "fail",
                           ("logits", "loss_trajectory")),
@@ -133,6 +139,8 @@ JAX_CONTROLS = {
     "normalisation_axis": "jax_batchnorm_axis1",
     "batchnorm_epsilon": "jax_batchnorm_epsilon",
     "offset_same": "jax_offset",
+    "residual_same": "jax_residual",
+    "residual_place": "jax_residual_after",
     "momentum": "jax_base",
     "cannot_take_the_weights": "jax_dense_12",
 }

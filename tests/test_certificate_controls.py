@@ -70,7 +70,7 @@ def test_the_controls_by_class(certified):
         print(f"  {kind}: {', '.join(statuses)}")
     fails = [k for k, v in by_class.items() if not k.startswith("twin") and "fail" in v]
     assert {"dropout present", "dropout rate", "dropout kind", "dropout place", "pooling kind", "pooling size",
-            "activation", "padding semantics", "normalisation axis"} <= set(fails)
+            "activation", "padding semantics", "normalisation axis", "residual present", "residual place"} <= set(fails)
     assert all(s == "pass" for k, v in by_class.items() if k.startswith("twin") for s in v)
 
 
@@ -140,7 +140,7 @@ def test_the_jax_controls_by_class(certified_jax):
         print(f"  {kind}: {', '.join(statuses)}")
     fails = [k for k, v in by_class.items() if not k.startswith("twin") and "fail" in v]
     assert {"dropout present", "dropout rate", "dropout kind", "dropout place", "pooling kind", "pooling size",
-            "activation", "padding semantics", "normalisation axis", "optimizer"} <= set(fails)
+            "activation", "padding semantics", "normalisation axis", "residual place", "optimizer"} <= set(fails)
     twins = {kind for _, _, kind, _, _ in CONTROLS.values() if kind.startswith("twin")}
     assert twins <= set(by_class)
     assert all(s == "pass" for k in twins for s in by_class[k])

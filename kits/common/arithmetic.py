@@ -12,7 +12,8 @@ gives the same list.
 - layers without parameters: ``activation`` (relu, relu6, leaky_relu, elu, softmax,
   log_softmax), ``pool`` (max/avg, window, stride, padding), ``reduce`` (mean or max over named
   axes: global pooling), ``norm`` (the axes a normalisation takes its statistics over),
-  ``dropout`` (rate, and the axes its mask is shared over), ``pad`` (one not folded into a conv).
+  ``dropout`` (rate, and the axes its mask is shared over), ``pad`` (one not folded into a conv or, at
+  -inf, a max pool), ``add`` (two feature maps of one shape: a residual connection).
 
 Axes are named, not numbered, so NCHW and NHWC agree: N (batch), C, H, W; F for a flat feature axis.
 
@@ -98,6 +99,10 @@ def pool(kind: str, window: Sequence[int], stride: Sequence[int], size_in: Seque
 
 def activation(kind: str, parameter: float | str | None = None) -> dict[str, Any]:
     return {"op": "activation", "kind": kind, "parameter": parameter}
+
+
+def residual_add() -> dict[str, Any]:
+    return {"op": "add", "kind": "residual"}
 
 
 def dropout(rate: float, mask_shape: Sequence[int], x_shape: Sequence[int], names: list[str]) -> dict[str, Any]:
@@ -191,6 +196,8 @@ def describe(op: dict[str, Any], with_padding: bool = True) -> str:
     if kind == "dropout":
         shared = f", one mask value shared over {','.join(op['shared_over'])}" if op["shared_over"] else ", per element"
         return f"dropout rate {op['rate']:g}{shared}"
+    if kind == "add":
+        return "residual add"
     if kind == "pad":
         return (f"{op['mode']} pad {tuple(op['padding'])}"
                 + (f" with {op['value']:g}" if op["mode"] == "constant" else ""))

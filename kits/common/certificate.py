@@ -46,6 +46,10 @@ DROPOUT_SAMPLES = 4         # samples, and passes, of the training-mode outputs 
 DROPOUT_PASSES = 128        # enough to tell dropout 0.1 from 0.2 at ALPHA (measured on a dense layer's logits)
 RANDOM_SPREAD = 1e-5        # outputs whose relative spread over passes is below this are not random
 FP32_FLOOR = 2.0 ** -23     # the same-framework baseline is never taken below one float32 rounding
+# Same-framework fp64 trajectories from weights one ulp apart: enough draws that a chaotic trajectory's jump
+# (which comes at a random step) shows in at least one of them (measured on ResNet-50 at width 0.125: 2 of 9
+# single draws had not yet jumped at the step the cross-framework divergence did).
+ULP_BASELINES = 2
 # A captured model cannot be rebuilt narrower: its dropout passes are cut to this many forward FLOPs (about
 # a minute of a 2-core CPU; seconds of a GPU), never below MIN_PASSES.
 PASSES_BUDGET_FLOPS = {"cpu": 1e12, "gpu": 1e14}
@@ -383,28 +387,56 @@ def relative_diffs(a: list[float], b: list[float]) -> list[float]:
     return [abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0 for x, y in zip(a, b)]
 
 
+def ulp_apart(weights: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """Every weight in float64, moved one float64 ulp up or down (a random direction per element)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, w in weights.items():
+        w64 = np.asarray(w, np.float64)
+        out[name] = np.nextafter(w64, np.where(rng.random(w64.shape) < 0.5, -np.inf, np.inf))
+    return out
+
+
 def compare_losses(losses: dict[str, list[float]], rtol: float | None, setup: str, steps: int,
-                   name: str = "loss_trajectory") -> dict[str, Any]:
+                   name: str = "loss_trajectory", baseline: dict[str, list[list[float]]] | None = None
+                   ) -> dict[str, Any]:
     """Per-step relative differences of two loss trajectories of ``steps`` steps (one more point: the
-    loss of batch 1 after them); rtol None: informational only."""
+    loss of batch 1 after them), each within ``rtol``; rtol None: informational only.
+
+    With ``baseline`` (per framework, the same trajectory from weights one float64 ulp apart, in a few
+    draws), the points are judged up to the horizon where rounding alone still stays within ``rtol`` in
+    every draw. Past it the trajectory is chaotic (a deep network with BatchNorm in training mode: rounding
+    grows by orders of magnitude per step), the same framework parts from itself as far as from the other,
+    and those points are shown, not judged. A real difference shows before: at the first loss, or a step."""
     (fa, a), (fb, b) = losses.items()
     la, lb = label(fa), label(fb)
     if len(a) != len(b):
         return {"name": name, "passed": False if rtol is not None else None,
                 "evidence": f"{la} reports {len(a)} losses, {lb} {len(b)}", "numbers": {fa: a, fb: b}}
     rel = relative_diffs(a, b)
-    worst = max(range(len(rel)), key=rel.__getitem__)
+    base = {fw: [relative_diffs(losses[fw], draw) for draw in draws] for fw, draws in (baseline or {}).items()}
+    rounding = [max((d[t] for draws in base.values() for d in draws), default=0.0) for t in range(len(rel))]
+    horizon = next((t for t, r in enumerate(rounding) if rtol is not None and not r <= rtol), len(rel))
+    judged = rel[:max(horizon, 1)]              # the first loss, before any step, is always judged
+    worst = max(range(len(judged)), key=judged.__getitem__)
     finite = bool(np.all(np.isfinite(a)) and np.all(np.isfinite(b)))
     if rtol is None:
         passed, verdict = None, "(informational)"
     else:
-        passed = finite and rel[worst] <= rtol
+        passed = finite and judged[worst] <= rtol
         verdict = f"{'<=' if passed else '>'} {rtol:g}"
     evidence = (f"loss over {steps} optimizer steps ({setup}): max relative difference {rel[worst]:.2e} {verdict}, "
                 f"at {_point(worst, steps)} ({la} {a[worst]:.9g} vs {lb} {b[worst]:.9g}); "
                 f"first {a[0]:.6g} vs {b[0]:.6g}, last {a[-1]:.6g} vs {b[-1]:.6g}")
-    return {"name": name, "passed": passed, "evidence": evidence,
-            "numbers": {fa: a, fb: b, "relative_difference": rel, "max_relative_difference": rel[worst]}}
+    if horizon < len(rel):
+        evidence += (f"; judged up to {_point(max(horizon, 1) - 1, steps)}: from {_point(horizon, steps)} on, rounding "
+                     f"alone parts each framework from itself by up to {max(rounding[horizon:]):.1e} (the same steps "
+                     f"from weights one float64 ulp apart), so the rest ({max(rel[horizon:]):.1e} apart) is shown, "
+                     f"not judged")
+    numbers: dict[str, Any] = {fa: a, fb: b, "relative_difference": rel, "max_relative_difference": max(judged)}
+    if base:
+        numbers.update(rounding_baseline=base, judged_points=len(judged))
+    return {"name": name, "passed": passed, "evidence": evidence, "numbers": numbers}
 
 
 def _point(i: int, steps: int) -> str:

@@ -36,6 +36,9 @@ LIMITS = (
           lambda s: s["numerics"]["precision"] == "bf16_mixed" and s["model"]["name"] == "custom",
           "a Flax module computes in the dtype its own layers were built with: the kit cannot make a user's "
           "nnx.Module compute in bfloat16, so the user's JAX builder must build it so and the spec say fp32"),
+    Limit("model.name", "resnet50", lambda s: s["model"]["name"] == "resnet50",
+          "the JAX kit has no built-in ResNet-50 yet: run the experiment without jax in --frameworks, or give it as "
+          "a custom model with a Flax builder"),
     Limit("model.jax", "missing where model.name is custom",
           lambda s: s["model"]["name"] == "custom" and not (s["model"].get("builders") or {}).get("jax"),
           "a custom model needs a Flax builder for JAX: model.jax = \"module:function\" returning a flax.nnx.Module"),

@@ -115,7 +115,11 @@ def build_model(cfg: Model, input_size: int, rngs: nnx.Rngs, dtype: Any = None) 
         model: nnx.Module = custom.build(builder_ref(cfg), cfg.options, input_size, cfg.num_classes, nnx.Module,
                                          "flax.nnx.Module", "JAX")
         return model
-    return vgg16(cfg, input_size, rngs, dtype) if cfg.name == "vgg16" else simplecnn(cfg, rngs, dtype)
+    if cfg.name == "vgg16":
+        return vgg16(cfg, input_size, rngs, dtype)
+    if cfg.name == "simplecnn":
+        return simplecnn(cfg, rngs, dtype)
+    raise ValueError(f"the JAX kit has no built-in {cfg.name} (kits/jax_kit/limits.py refuses it before a run)")
 
 
 def compute_dtype(spec: RunSpec) -> Any:

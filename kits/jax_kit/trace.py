@@ -221,6 +221,15 @@ class _Walker:
         if zero and batch:
             self._record(arithmetic.activation("relu"))
 
+    def _add(self, eqn: Any) -> None:
+        """Two feature maps of one shape added: a residual connection (a bias or BatchNorm's offset is a
+        parameter broadcast to the map's shape, a constant a literal)."""
+        a, b = eqn.invars
+        if all(isinstance(v, jcore.Var) and len(v.aval.shape) == 4 and v.aval.shape[0] == self.batch
+               and v not in self.param_of
+               and not any(e.primitive.name == "broadcast_in_dim" for e in self._producers(v)) for v in (a, b)):
+            self._record(arithmetic.residual_add())
+
     def _reduce_max(self, eqn: Any) -> None:
         x = eqn.invars[0]
         axes = arithmetic.ordered(_names(len(x.aval.shape))[a] for a in eqn.params["axes"])
@@ -331,7 +340,8 @@ _HANDLERS = {"reshape": _Walker._reshape, "squeeze": _Walker._reshape, "expand_d
              "dot_general": _Walker._dot_general, "max": _Walker._max, "reduce_max": _Walker._reduce_max,
              "reduce_sum": _Walker._reduce_sum, "reduce_window_max": _Walker._reduce_window_max,
              "reduce_window_sum": _Walker._reduce_window_sum, "pad": _Walker._pad,
-             "broadcast_in_dim": _Walker._broadcast_in_dim, "div": _Walker._div, "select_n": _Walker._select_n}
+             "broadcast_in_dim": _Walker._broadcast_in_dim, "div": _Walker._div, "select_n": _Walker._select_n,
+             "add": _Walker._add}
 
 
 def _pure(model: nnx.Module, training: bool | None):

@@ -4,9 +4,10 @@
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from kits.common import custom
+from kits.common import custom, resnet
 from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 from kits.common.pitfalls import Pitfall, Pitfalls
 from kits.common.spec import Init, Model
@@ -19,7 +20,8 @@ def _init(model: nn.Module, init: Init) -> None:
     for module in model.modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             kinds[init.conv if isinstance(module, nn.Conv2d) else init.dense](module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
 
 
 def vgg16(cfg: Model, input_size: int, pitfalls: Pitfalls) -> nn.Module:
@@ -73,12 +75,65 @@ def simplecnn(cfg: Model, pitfalls: Pitfalls) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+def _conv(c: resnet.Conv) -> nn.Conv2d:
+    return nn.Conv2d(c.cin, c.cout, c.kernel, c.stride, c.padding, bias=False)
+
+
+class Bottleneck(nn.Module):
+    """torchvision.models.resnet.Bottleneck: its modules, their names and its forward's order, at any width."""
+
+    def __init__(self, block: resnet.Block, norm) -> None:
+        super().__init__()
+        c1, c2, c3 = block.convs
+        self.conv1, self.bn1 = _conv(c1), norm(c1.cout)
+        self.conv2, self.bn2 = _conv(c2), norm(c2.cout)
+        self.conv3, self.bn3 = _conv(c3), norm(c3.cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = (nn.Sequential(_conv(block.downsample), norm(block.downsample.cout))
+                           if block.downsample else None)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        out += x if self.downsample is None else self.downsample(x)
+        return self.relu(out)
+
+
+class ResNet(nn.Module):
+    """torchvision.models.resnet.ResNet's modules and names (``resnet50(num_classes=...)`` at full width)."""
+
+    def __init__(self, cfg: Model) -> None:
+        super().__init__()
+        lay = resnet.layout(cfg.width_multiplier, *resnet.options(cfg.options))
+        bn = cfg.batchnorm
+
+        def norm(width: int) -> nn.BatchNorm2d:
+            return nn.BatchNorm2d(width, eps=bn.epsilon, momentum=1.0 - bn.momentum_keep)
+
+        self.conv1, self.bn1 = _conv(lay.stem), norm(lay.stem.cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        for i, stage in enumerate(lay.stages, 1):
+            setattr(self, f"layer{i}", nn.Sequential(*(Bottleneck(b, norm) for b in stage)))
+        self.stages = len(lay.stages)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(lay.features, cfg.num_classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        for i in range(1, self.stages + 1):
+            x = getattr(self, f"layer{i}")(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
 def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> nn.Module:
     if cfg.name == "custom":
         # The user's builder owns its layers and initialisation.
         return custom.build(cfg.builder("pytorch"), cfg.options, input_size, cfg.num_classes, nn.Module,
                             "torch.nn.Module", "PyTorch")
-    model = vgg16(cfg, input_size, pitfalls) if cfg.name == "vgg16" else simplecnn(cfg, pitfalls)
+    model = (vgg16(cfg, input_size, pitfalls) if cfg.name == "vgg16" else ResNet(cfg) if cfg.name == "resnet50"
+             else simplecnn(cfg, pitfalls))
     _init(model, cfg.init)
     return model
 

@@ -92,7 +92,7 @@ class _Recorder(TorchDispatchMode):
                 aten.avg_pool2d.default: self._pool, aten.mean.dim: self._reduce, aten.amax.default: self._reduce,
                 aten.native_layer_norm.default: self._layer_norm, aten.native_dropout.default: self._native_dropout,
                 aten.bernoulli_.float: self._bernoulli, aten.mul.Tensor: self._mul, aten.add.Tensor: self._add,
-                }.get(func) or self._activation(func)
+                aten.add_.Tensor: self._add}.get(func) or self._activation(func)
 
     def _record(self, op: dict) -> dict:
         self.trace.ops.append(op)
@@ -207,7 +207,13 @@ class _Recorder(TorchDispatchMode):
         self.keep.append(args[0])
 
     def _add(self, func, args, out) -> None:
-        """A parameter added to a product's output: that product's bias, held outside its layer."""
+        """Two feature maps of one shape added: a residual connection. A parameter added to a product's
+        output: that product's bias, held outside its layer."""
+        a, b = args[0], args[1]
+        if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 4 and a.shape == b.shape
+                and not {id(a), id(b)} & (self.weights | set(self.weight_of))):
+            self._record(arithmetic.residual_add())
+            return
         for x, b in ((args[0], args[1]), (args[1], args[0])):
             if isinstance(x, torch.Tensor) and isinstance(b, torch.Tensor) and id(x) in self.product_of:
                 bias = id(b) if id(b) in self.weights else self.weight_of.get(id(b))

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import layers
 
-from kits.common import custom
+from kits.common import custom, resnet
 from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 from kits.common.pitfalls import Pitfall, Pitfalls
 from kits.common.spec import Init, Model
@@ -86,6 +87,63 @@ def simplecnn(cfg: Model, input_size: int, pitfalls: Pitfalls) -> keras.Model:
     return keras.Model(inputs, _dense(cfg.num_classes, init)(x), name="simplecnn")
 
 
+def _resnet_conv(c: resnet.Conv, init: Init) -> list[layers.Layer]:
+    """torch's symmetric k // 2 padding: an explicit ZeroPadding2D, then a 'valid' convolution without bias
+    (Keras's 'same' pads a strided convolution on the bottom and right only)."""
+    conv = layers.Conv2D(c.cout, c.kernel, c.stride, padding="valid", use_bias=False,
+                         kernel_initializer=_INITS[init.conv])
+    return [layers.ZeroPadding2D(c.padding), conv] if c.padding else [conv]
+
+
+class MaxPoolPadded(layers.Layer):
+    """torch's MaxPool2d(3, 2, padding=1): padded with -inf, so a padded cell never wins."""
+
+    def call(self, x):
+        x = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], constant_values=float("-inf"))
+        return tf.nn.max_pool2d(x, 3, 2, "VALID")
+
+
+class Bottleneck(keras.Model):
+    """The PyTorch kit's Bottleneck (torchvision's): its layers created, and called, in the same order (the
+    certificate numbers layers that way), the residual added after the projection."""
+
+    def __init__(self, block: resnet.Block, init: Init, bn, **kwargs) -> None:
+        super().__init__(**kwargs)
+
+        def norm() -> layers.BatchNormalization:
+            return layers.BatchNormalization(momentum=bn.momentum_keep, epsilon=bn.epsilon)
+
+        c1, c2, c3 = block.convs
+        self.branch = [*_resnet_conv(c1, init), norm(), layers.ReLU(), *_resnet_conv(c2, init), norm(),
+                       layers.ReLU(), *_resnet_conv(c3, init), norm()]
+        self.projection = [*_resnet_conv(block.downsample, init), norm()] if block.downsample else []
+        self.relu = layers.ReLU()
+
+    def call(self, x):
+        out = x
+        for layer in self.branch:
+            out = layer(out)
+        shortcut = x
+        for layer in self.projection:
+            shortcut = layer(shortcut)
+        return self.relu(out + shortcut)
+
+
+def resnet50(cfg: Model, input_size: int) -> keras.Model:
+    init, bn = cfg.init, cfg.batchnorm
+    lay = resnet.layout(cfg.width_multiplier, *resnet.options(cfg.options))
+    x = inputs = keras.Input((input_size, input_size, 3))
+    for layer in _resnet_conv(lay.stem, init):
+        x = layer(x)
+    x = layers.ReLU()(layers.BatchNormalization(momentum=bn.momentum_keep, epsilon=bn.epsilon)(x))
+    x = MaxPoolPadded()(x)
+    for stage in lay.stages:
+        for block in stage:
+            x = Bottleneck(block, init, bn)(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, _dense(cfg.num_classes, init)(x), name="resnet50")
+
+
 def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras.Model:
     if cfg.name == "custom":
         # The user's builder owns its layers and initialisation.
@@ -93,6 +151,8 @@ def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras
                             "keras.Model", "TensorFlow")
     if cfg.name == "vgg16":
         return posted_vgg16(cfg, input_size) if pitfalls.has(Pitfall.TF_POSTED_VGG16) else vgg16(cfg, input_size)
+    if cfg.name == "resnet50":
+        return resnet50(cfg, input_size)
     return simplecnn(cfg, input_size, pitfalls)
 
 

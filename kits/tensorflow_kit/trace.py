@@ -160,6 +160,13 @@ class _Reader:
         return _shape(t), steps[::-1]
 
     # -- layers without parameters ---------------------------------------------------------------
+    def _AddV2(self, op) -> None:
+        """Two feature maps of one shape added: a residual connection (a bias or BatchNorm's offset is a
+        variable or a broadcast of one, never a whole map)."""
+        a, b = op.inputs[0], op.inputs[1]
+        if len(_shape(a)) == 4 and _shape(a) == _shape(b) and self._variable(a) is None and self._variable(b) is None:
+            self._record(arithmetic.residual_add())
+
     def _Pad(self, op, mode: str = "constant") -> None:
         x, amounts = op.inputs[0], _const(op.inputs[1])
         if amounts is None or len(_shape(x)) != 4 or any(amounts[0]) or any(amounts[3]):
@@ -187,6 +194,12 @@ class _Reader:
         same = op.get_attr("padding") == b"SAME"
         start = [arithmetic.same_padding_start(size_in[i], k, stride[i], 1) if same else 0
                  for i, k in enumerate(window)]
+        pad = self.pads.get(x.op.name)
+        if kind == "max" and not same and pad is not None and pad["value"] == float("-inf"):
+            # a -inf pad before a 'valid' max pool is the pool's own padding (torch's MaxPool2d padding)
+            pad["folded"] = True
+            top, bottom, left, right = pad["padding"]
+            start, size_in = [top, left], [size_in[0] - top - bottom, size_in[1] - left - right]
         self._record(arithmetic.pool(kind, window, stride, size_in, _shape(y)[1:3], start,
                                      False if kind == "avg" else None))
 

@@ -22,7 +22,11 @@ wrote (kits/common/certificate.py holds the comparisons):
   (kits/common/stochastic.py): a dropout layer present, of another rate, kind or place fails it;
 - ``loss_trajectory``: ten optimizer steps on the kit's first training batches, dropout off, the
   models, losses and optimizers rebuilt in float64 so that rounding neither hides nor fakes a
-  difference; max relative difference within ``loss_rtol``;
+  difference; max relative difference within ``loss_rtol``, judged up to the step where rounding alone
+  (the same steps from weights one float64 ulp apart, two draws per framework) still stays within it: a
+  deep network with BatchNorm in training mode amplifies rounding by orders of magnitude per step
+  (ResNet-50 at width 0.125: 1e-15 to 1e-2 in ten steps, within one framework), and past that horizon a
+  framework parts from itself as far as from the other; a real difference shows before it;
 - ``loss_trajectory_fp32``: the same ten steps through each kit's own fp32 train_step, gated: the
   cross-framework divergence stays within ``trajectory_factor`` times a same-framework baseline
   (the same steps with the inputs one float32 ulp up, and the framework's own fp32 rounding
@@ -340,11 +344,14 @@ def _summary(result: dict[str, Any]) -> str:
     n = by["layers"]["numbers"]["parameters"][REFERENCE]
     flops = by["flops"]["numbers"]["per_sample"][REFERENCE]
     logits = max(v["relative"] for v in by["logits"]["numbers"].values())
-    loss = by["loss_trajectory"]["numbers"]["max_relative_difference"]
+    trajectory = by["loss_trajectory"]["numbers"]
+    loss, points = trajectory["max_relative_difference"], len(trajectory["relative_difference"])
+    judged = trajectory.get("judged_points", points)
+    horizon = f" over its first {judged} of {points} points (past them rounding alone parts it)" if judged < points else ""
     return (f"equivalent within the declared tolerances: the same {n:,} parameters layer by layer, the same "
             f"arithmetic ({flops:,.0f} training FLOPs per sample) and layers without parameters, logits within "
-            f"{logits:.1e} of their scale, dropout alike, fp64 loss trajectory within {loss:.1e} (relative), fp32 "
-            f"within {by['loss_trajectory_fp32']['numbers']['factor']:g}x its same-framework baseline")
+            f"{logits:.1e} of their scale, dropout alike, fp64 loss trajectory within {loss:.1e} (relative){horizon}, "
+            f"fp32 within {by['loss_trajectory_fp32']['numbers']['factor']:g}x its same-framework baseline")
 
 
 def certify_many(pairs: list[dict[str, dict[str, Any]]], runner: Runner, work_dirs: list[Path],
@@ -553,7 +560,7 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], specs: di
         {ref: pt["losses"]["fp64"], other: tf["losses"]["fp64"]}, tol["loss_rtol"],
         f"fp64, batches of {setup['step_batch_size']} in the kit's order, dropout off"
         + (f", removed: {removed}" if removed else "") + "; the last point is batch 1 again after the last step",
-        setup["steps"]))
+        setup["steps"], baseline={fw: s["losses"]["fp64_ulp_apart"] for fw, s in sides.items()}))
     checks.append(cert.compare_fp32_trajectory(
         {fw: {"kit": s["losses"]["fp32"], "perturbed": s["losses"]["fp32_perturbed"],
               "reference": s["losses"]["fp32_reference"], "exact": s["losses"]["fp64"][:setup["steps"]]}

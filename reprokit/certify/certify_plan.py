@@ -21,6 +21,7 @@ import hashlib
 import json
 from typing import Any
 
+from kits.common import certificate as cert
 from kits.common.names import FRAMEWORKS, REFERENCE, REGISTRY, label, others
 from kits.common.pitfalls import certified
 from reprokit.plan import model_cost
@@ -151,15 +152,16 @@ def by_key(pairs: list[dict[str, Any]], budget: float) -> dict[str, list[int]]:
 CPU_BUDGET_FLOPS = 1e12
 GPU_BUDGET_S = 6.0
 STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # kits/common/certificate.py's defaults
-FOUR_TRAJECTORIES = 4          # fp32, fp32 perturbed, fp32 reference, fp64
+# fp32, fp32 perturbed, fp32 reference, fp64, and fp64 from weights one ulp apart (cert.ULP_BASELINES draws)
+TRAJECTORIES = 4 + cert.ULP_BASELINES
 
 
 def trajectory_cost(spec: dict[str, Any]) -> float | None:
-    """FLOPs of the dropout passes and the four trajectories (None: a custom model, not counted ahead)."""
+    """FLOPs of the dropout passes and the trajectories (None: a custom model, not counted ahead)."""
     flops = model_cost.training_flops_per_sample(spec["model"], spec["data"]["input_size"])
     if flops is None:
         return None
-    steps: int = FOUR_TRAJECTORIES * (STEPS + 1) * spec["train"]["batch_size"]
+    steps: int = TRAJECTORIES * (STEPS + 1) * spec["train"]["batch_size"]
     return flops * steps + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
 
 

@@ -42,7 +42,7 @@ from kits.common.pitfalls import PITFALLS
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
 from reprokit.results import metrics
-from reprokit.results.runs import TUNED
+from reprokit.results.runs import TUNED, TUNED_ALONE, TUNED_SETTINGS
 from reprokit.results.schema_messages import describe
 from reprokit.results.units import NON_NEGATIVE, UNITS
 
@@ -302,7 +302,7 @@ def _operand(key: str, base: dict[str, Any], extra: dict[str, Any], kind: str, b
     if op.quantity in MEMORY_PEAKS and "reading" not in stated:
         raise bad(f"{where}.reading", "missing; a peak-memory claim names in advance the one reading that "
                                       f"judges it: {', '.join(READINGS)}")
-    if op.variant.startswith("+"):
+    if op.variant.startswith("+") and not op.variant.startswith(TUNED_ALONE):     # tuned's own are checked below
         pitfall = op.variant[1:]
         if pitfall not in PITFALLS:
             raise bad(f"{where}.variant", f"unknown pitfall {pitfall!r} in {op.variant!r}; "
@@ -484,6 +484,11 @@ def check_against(claims: list[Claim], experiments: dict[str, Any]) -> None:
                             "none (set seed_case in its [experiment] table)"))
         for variant in sorted(claim.variants()):
             if variant in ("fixed", TUNED):          # every experiment has both (tuned: reprokit/plan/tuning.py)
+                continue
+            if variant.startswith(TUNED_ALONE):      # one of tuned's settings alone on fixed, planned with tuned
+                if variant[len(TUNED_ALONE):] not in TUNED_SETTINGS:
+                    raise UserError(f"{where}: variant: {variant!r} names no setting of tuned; they are: "
+                                    f"{', '.join(TUNED_ALONE + s for s in TUNED_SETTINGS)}")
                 continue
             if variant.startswith("+"):
                 if not any(variant[1:] in d["pitfalls"] for d in exp.variants.values()):

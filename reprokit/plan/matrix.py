@@ -22,7 +22,7 @@ from reprokit.plan import frameworks, script_plan, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
-from reprokit.results import safe_names
+from reprokit.results import runs, safe_names
 from reprokit.results.provenance import REPO, code
 from reprokit.results.store import Store, none_read
 from reprokit.runners.base import Runner, Spec, typed
@@ -102,7 +102,8 @@ def _options(what: What, profile: str, device: str, claims: list[claimlib.Claim]
                             max_steps=what.max_steps, prepare_data=not dry_run)
     out = {}
     for name, exp in experiments.items():
-        alone = {v[1:] for c in claims or [] if c.experiment == name for v in c.variants() if v.startswith("+")}
+        alone = {v[1:] for c in claims or [] if c.experiment == name for v in c.variants()
+                 if v.startswith("+") and not v.startswith(runs.TUNED_ALONE)}      # tuned plans its own
         out[name] = dataclasses.replace(base, alone=frozenset(alone),
                                         frameworks=frameworks.chosen(what.frameworks, exp))
     return out
@@ -136,7 +137,7 @@ def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_i
         d = spec.data
         seed = spec.train.seed if isinstance(spec, RunSpec) else 0
         wanted = {"dataset": d.dataset, "train_samples": d.train_samples, "test_samples": d.test_samples,
-                  "seed": seed}
+                  "seed": seed, "input_size": d.input_size}
         try:            # the spec's sizes and seed reach the data generator as a report gave them
             if any(n is not None and n < 1 for n in (d.train_samples, d.test_samples)):
                 raise ValueError("a sample count below 1")
@@ -208,7 +209,8 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
         mine: list[Spec] = list(planning.specs_for(exp, o, describe, here))
         specs += mine
         if planning.TUNED in what.variants:
-            tuned = tuning.planned(mine)
+            tuned = tuning.planned(mine, frozenset((c.experiment, op.framework, op.variant) for c in claims or []
+                                                   for op in c.operands.values()))
             frameworks.check_specs(tuned, exp.path)         # what a kit cannot honour (JAX's limits), refused
             last += tuned
         for variant, scripts in exp.script_variants.items():       # the posted scripts themselves

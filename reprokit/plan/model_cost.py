@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kits.common import resnet
 from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
 
 
@@ -44,8 +45,18 @@ def _architecture(model: dict[str, Any], input_size: int) -> tuple[list[tuple[in
     return convs, dense
 
 
+def _resnet(model: dict[str, Any], input_size: int) -> tuple[list[tuple[resnet.Conv, int]], list[int]]:
+    """ResNet-50's convolutions with their output sides, in order, and its one dense layer's widths."""
+    lay = resnet.layout(model["width_multiplier"], *resnet.options(model["options"]))
+    return resnet.convs_at(lay, input_size), [lay.features, model["num_classes"]]
+
+
 def _layers(model: dict[str, Any], input_size: int) -> list[float] | None:
     """Forward FLOPs per sample of each conv and dense layer, in order."""
+    if model["name"] == "resnet50":
+        convs_at, dense = _resnet(model, input_size)
+        return ([2.0 * c.kernel ** 2 * c.cin * c.cout * side ** 2 for c, side in convs_at]
+                + [2.0 * dense[0] * dense[1]])
     if model["name"] not in ("vgg16", "simplecnn"):
         return None
     convs, dense = _architecture(model, input_size)
@@ -67,6 +78,12 @@ def parameter_counts(model: dict[str, Any], input_size: int) -> dict[str, int] |
     """
     if model["name"] == "custom":
         return None
+    if model["name"] == "resnet50":                   # no conv biases; a BatchNorm after each convolution
+        convs_at, (features, classes) = _resnet(model, input_size)
+        weights = sum(c.kernel ** 2 * c.cin * c.cout for c, _ in convs_at)
+        norms = sum(c.cout for c, _ in convs_at)
+        trainable = weights + 2 * norms + features * classes + classes
+        return {"total": trainable + 2 * norms, "trainable": trainable}
     convs, dense = _architecture(model, input_size)
     batchnorm = model["name"] != "vgg16"              # SimpleCNN: a BatchNorm after each convolution
     trainable = frozen = 0

@@ -60,7 +60,8 @@ def _request(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
     """The dataset one experiment's runs read, as the data step prepares it."""
     data = resolved["data"]
     return {"dataset": opts.dataset or data["dataset"], "train_samples": data.get("train_samples"),
-            "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"]}
+            "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"],
+            "input_size": data["input_size"]}
 
 
 def data_step(exp: Experiment, opts: Options) -> None:

@@ -14,7 +14,7 @@ from reprokit.claims import sequential
 from reprokit.errors import UserError
 from reprokit.results import safe_names
 
-DEFAULT_VARIANTS = ("fixed", "as_posted")
+DEFAULT_VARIANTS = ("fixed", "as_posted", "tuned")
 DEFAULT_CLAIMS = "seeds"
 RUNNERS = ("auto", "docker", "local")       # how a kit process starts
 EXECUTORS = ("host", "ray")                 # where the matrix is spread

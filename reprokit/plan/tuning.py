@@ -129,24 +129,27 @@ def _fixed(specs: list[Spec]) -> dict[str, dict[str, RunSpec]]:
     return out
 
 
-def _specs(specs: list[Spec], choices_of: dict[str, dict[str, Choice]], alone: bool) -> list[RunSpec]:
+def _specs(specs: list[Spec], choices_of: dict[str, dict[str, Choice]], alone: bool,
+           read: frozenset[tuple[str, str, str]] = frozenset()) -> list[RunSpec]:
     out: list[RunSpec] = []
     for spec in specs:
         if not isinstance(spec, RunSpec) or spec.variant != FIXED:
             continue
         choices = choices_of[spec.experiment]
-        if alone and spec.repeat == 0:          # one run of each setting alone: against fixed's median, it
-            out += [_with(spec, s.variant, [s], _declared(choices, spec.device, s.name))   # decides only a slowing
-                    for s in settings(spec.framework, spec.device)]                         # beyond SLOWER
+        if alone:       # one run of each setting alone (against fixed's median it decides only a slowing beyond
+            out += [_with(spec, s.variant, [s], _declared(choices, spec.device, s.name))    # SLOWER), every repeat
+                    for s in settings(spec.framework, spec.device)                          # of one a claim reads
+                    if spec.repeat == 0 or (spec.experiment, spec.framework, s.variant) in read]
         out.append(_with(spec, TUNED, list(choices[spec.framework].kept), _declared(choices, spec.device)))
     return out
 
 
-def planned(specs: list[Spec]) -> list[RunSpec]:
-    """For each fixed run spec: each setting alone, and tuned with every setting (a dry run's, until ``compose``)."""
+def planned(specs: list[Spec], read: frozenset[tuple[str, str, str]] = frozenset()) -> list[RunSpec]:
+    """For each fixed run spec: each setting alone, and tuned with every setting (a dry run's, until ``compose``).
+    ``read``: the (experiment, framework, variant) a claim reads, whose settings alone run at every repeat."""
     every = {exp: {fw: Choice(tuple(settings(fw, s.device)), ()) for fw, s in by_fw.items()}
              for exp, by_fw in _fixed(specs).items()}
-    return _specs(specs, every, alone=True)
+    return _specs(specs, every, alone=True, read=read)
 
 
 @dataclass(frozen=True)
