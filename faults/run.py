@@ -148,7 +148,7 @@ class Suite:
 
     def command(self, state: Path, *extra: str, frameworks: str = "pytorch", repeats: int = RUNS,
                 backend: str = "local") -> list[str]:
-        how = ["--experiments", str(self.experiments), "--only", "faults"]
+        how = ["--experiments", str(self.experiments), "--only", "faults", "--variants", "fixed"]
         if "--script" in extra:
             how = []
         return [sys.executable, "-m", "reprokit", "reproduce", *how, "--frameworks", frameworks,

@@ -31,7 +31,7 @@ Backend) and writes to OUT, in a canonical framework-neutral form (kits/common/c
   ulp up; ``fp64``, the same ten steps through the certificate's reference step (the kit's model,
   loss and optimizer rebuilt in float64: the certified trajectory), plus the loss of batch 1 after
   them, ``fp64_ulp_apart``, the same steps from the weights each one float64 ulp apart, in random
-  directions (``cert.ULP_BASELINES`` draws, each with a fresh model and optimizer), and ``fp32_reference``,
+  directions (``cert.ULP_BASELINES`` draw(s), each with a fresh model and optimizer), and ``fp32_reference``,
   that reference step in fp32. Declared optimizer differences listed
   in ``neutralised`` are removed in all of them;
 - ``layer_outputs``: every layer's output in fp64, evaluation mode, on the first samples of the fixed batch
@@ -204,7 +204,7 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
         side.load(cert.ulp_apart(initial, seed=draw))
         ulp_apart.append([*side.train_losses(batches), side.training_loss(*batches[0])])
     out["losses"]["fp64_ulp_apart"] = ulp_apart
-    clock(f"fp64: {cert.ULP_BASELINES} trajectories from weights one float64 ulp apart")
+    clock(f"fp64: {cert.ULP_BASELINES} trajectory(ies) from weights one float64 ulp apart")
 
 
 def _record_layers(side, out: dict, x, folder: Path, precision: str) -> None:

@@ -82,6 +82,8 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     result["environment"] = {**env, "host": environment.host()}
     observed = backend.observed()
     result["environment"]["precision"]["loss_dtype"] = observed.get("loss_dtype")     # as the first step computed it
+    # the loss scale the framework's scaler held at the end; None where no loss was scaled
+    result["environment"]["precision"]["loss_scale"] = observed.get("loss_scale")
     if sampler:
         result["environment"]["nvml"] = sampler.report()
     if env["device"] == "cpu":

@@ -50,8 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats-cap", type=int, metavar="N",
                    help=f"with --repeats auto: at most N repeats of a configuration (default {sequential.DEFAULT_CAP})")
     p.add_argument("--variants", help="comma-separated: fixed, tuned (each framework's fast path) and/or variants "
-                                      "the experiments define (default: fixed,as_posted,tuned; without each framework at its "
-                                      "best: fixed,as_posted; plain runs: --variants fixed)")
+                                      "the experiments define (default: fixed,as_posted,tuned; without each framework "
+                                      "at its best: fixed,as_posted; plain runs: --variants fixed)")
     p.add_argument("--ablation", action="store_true",
                    help="also run every pitfall of the chosen variants alone (by default only those a claim names), "
                         "and each of as_posted's factors removed alone, for each factor's share of the gap")

@@ -163,7 +163,7 @@ def keras_net(options, input_size, num_classes, **opts):
     if opts.get("batchnorm"):
         # PyTorch's defaults, which Keras's are not (epsilon 1e-3, momentum 0.99)
         x = layers.BatchNormalization(axis=opts.get("bn_axis", -1), epsilon=opts.get("bn_epsilon", 1e-5),
-                                      momentum=0.9)(x)
+                                      momentum=opts.get("bn_momentum", 0.9))(x)
     if "residual" in opts:          # as _Residual, the skip through a layers.Add
         y = layers.Conv2D(16, 3, padding="same")(x)
         place = opts["residual"]
@@ -221,6 +221,7 @@ torch_batchnorm = _variant(torch_net, batchnorm=True)
 keras_batchnorm = _variant(keras_net, batchnorm=True)
 keras_batchnorm_axis1 = _variant(keras_net, batchnorm=True, bn_axis=1)
 keras_batchnorm_epsilon = _variant(keras_net, batchnorm=True, bn_epsilon=1e-3)
+keras_batchnorm_momentum = _variant(keras_net, batchnorm=True, bn_momentum=0.99)      # Keras's default
 torch_offset = _variant(torch_net, offset=1e-3)
 keras_offset = _variant(keras_net, offset=1e-3)
 keras_no_offset = _variant(keras_net, offset=0.0)

@@ -81,10 +81,13 @@ def pytest_collection_modifyitems(session, config, items):
     if needs_env:
         config.stash[_BUILDS] = {fw: _POOL.submit(envs.build, ENVS, envs.lock_name(fw, "cpu"), lambda _line: None)
                                  for fw in FRAMEWORKS}
+    config.stash[_CERTIFICATES] = {name for item in items for name in ("certified", "certified_jax")
+                                   if name in item.fixturenames}
     items.sort(key=lambda item: item.nodeid.split("::")[0] in needs_env)
 
 
 def pytest_unconfigure(config):
+    _AHEAD.shutdown(wait=True, cancel_futures=True)
     _POOL.shutdown(wait=True)
 
 
@@ -182,11 +185,37 @@ def nvidia_smi_replay(tmp_path, monkeypatch):
     nvidia_smi._known.cache_clear()
 
 
-@pytest.fixture(scope="session")
-def certified(kit_python, tmp_path_factory, data_dir):
-    """Every real-kit certificate of the suite (tests/certified.py), made once, in one process per framework."""
+# The suite's real-kit certificates (tests/certified.py) are made in the background from the session's first
+# test: one kit process at a time on one core, while the modules that need no environment run on the other.
+_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="certificates")
+_CERTIFICATES = pytest.StashKey[set]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _certificates_ahead(request, tmp_path_factory, data_dir) -> dict:
+    """The certificate batches some collected test needs, started now; their futures by fixture name."""
+    wanted = request.config.stash.get(_CERTIFICATES, set())
+    if not wanted:
+        return {}
     import certified as batch
-    return batch.certify_all(kit_python, tmp_path_factory, data_dir)
+    builds = request.getfixturevalue("_env_builds")
+
+    def kit_python(framework: str) -> Path:
+        return builds[framework].result()
+    makers = {"certified": batch.certify_all, "certified_jax": batch.certify_jax}
+    return {name: _AHEAD.submit(makers[name], kit_python, tmp_path_factory, data_dir) for name in sorted(wanted)}
+
+
+@pytest.fixture(scope="session")
+def certified(_certificates_ahead, kit_python):
+    """Every real-kit certificate of the suite (tests/certified.py), made once, in one process per framework."""
+    return _certificates_ahead["certified"].result()
+
+
+@pytest.fixture(scope="session")
+def certified_jax(_certificates_ahead, kit_python):
+    """The JAX_CONTROLS pairs, PyTorch against JAX, certified once, one PyTorch and one JAX process for all."""
+    return _certificates_ahead["certified_jax"].result()
 
 
 @pytest.fixture

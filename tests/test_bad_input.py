@@ -495,6 +495,11 @@ def test_a_framework_asked_for_without_a_builder_is_one_sentence(tmp_path, capsy
     assert status == 2 and err.count("\n") == 1, err
     assert "numerics.precision: bf16_mixed with model.name custom cannot run in JAX: " in err
     assert err.endswith("(the JAX kit's limits, variant fixed); change it, or leave jax out of --frameworks\n")
+    # a built-in model the JAX kit lacks
+    status, err = _main(["reproduce", "--dry-run", "--backend", "local", "--only", "resnet50_imagenet_speed",
+                         "--frameworks", "pytorch,jax", *_folders_args(tmp_path / "state")], capsys)
+    assert status == 2 and err.count("\n") == 1, err
+    assert "model.name: resnet50 cannot run in JAX: the JAX kit has no built-in ResNet-50 yet" in err
 
 
 LIMITED = '''\

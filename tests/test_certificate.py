@@ -271,6 +271,31 @@ def test_the_fp32_gate_holds_the_divergence_to_ten_times_the_baseline():
     assert cert.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side(apart, 1e-3)}, 10)["passed"]
 
 
+def test_a_chaotic_fp64_trajectory_is_judged_up_to_where_rounding_alone_parts_it():
+    """ResNet-50's trajectory: rounding grows by orders of magnitude per step in one framework too. The steps
+    before the horizon (every ulp-apart draw still within a tenth of loss_rtol) are held to it, the rest shown."""
+    def apart(values, rel):
+        return [v * (1 + r) for v, r in zip(values, rel)]
+    pt = [8.4, 9.7, 9.2, 9.0, 9.7, 9.2, 8.3, 8.6, 7.9, 9.7, 8.6]
+    rounding = [1e-15, 4e-13, 3e-11, 9e-10, 2e-8, 5e-9, 2e-7, 4e-6, 7e-4, 3e-2, 2e-2]     # measured, PyTorch
+
+    def baseline(tf, grows=rounding):      # each framework's own trajectory, from weights one ulp apart
+        return {"pytorch": [apart(pt, grows), pt], "tensorflow": [apart(tf, grows[:7] + [0] * 4), tf]}
+    chaotic = apart(pt, [6e-15, 1e-12, 5e-11, 3e-10, 5e-9, 4e-9, 8e-8, 3e-6, 1e-2, 4e-2, 2e-2])
+    judged = cert.compare_losses({"pytorch": pt, "tensorflow": chaotic}, 1e-6, "fp64", 10, baseline=baseline(chaotic))
+    assert judged["passed"] and judged["numbers"]["judged_points"] == 6
+    assert ("judged up to step 6: from step 7 on, rounding alone parts a framework from itself by more than 0.1 of "
+            "the tolerance") in judged["evidence"]
+    # a real difference shows before the horizon and fails, whatever rounding does later
+    real = apart(pt, [6e-15, 2e-4, 5e-11, 3e-10, 5e-9, 4e-9, 8e-8, 3e-6, 1e-2, 4e-2, 2e-2])
+    failed = cert.compare_losses({"pytorch": pt, "tensorflow": real}, 1e-6, "fp64", 10, baseline=baseline(real))
+    assert failed["passed"] is False and "at step 2" in failed["evidence"]
+    # without chaos (rounding stays small) every point is judged, as for the seeds' models
+    calm = baseline(chaotic, [1e-15] * 11)
+    whole = cert.compare_losses({"pytorch": pt, "tensorflow": chaotic}, 1e-6, "fp64", 10, baseline=calm)
+    assert whole["passed"] is False and whole["numbers"]["judged_points"] == 11
+
+
 def test_the_optimizer_is_read_back_against_both_specs():
     sgd = {"name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": False}
     built = {"class": "torch.optim.SGD", "name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": False,
@@ -326,7 +351,10 @@ def test_batchnorm_epsilon_on_one_side_fails_with_the_numbers(certified):
     assert loss["passed"] is False and loss["numbers"]["max_relative_difference"] > 1e-2
     assert _check(result, "loss_trajectory_fp32")["passed"] is False
     assert result["spec_differences"] == ["model.batchnorm.epsilon: PyTorch 1e-05, TensorFlow 0.001"]
-    assert result["summary"].startswith("NOT equivalent: logits:")
+    # read from both built models, before any number: the first BatchNorm's epsilon, then the logits' evidence
+    assert result["summary"].startswith("NOT equivalent: normalisation_settings: normalisation layer 1 of 10, "
+                                        "PyTorch 3 (BatchNorm2d) / TensorFlow batch_normalization (BatchNormalization): "
+                                        "epsilon 1e-05 vs 0.001; logits:")
 
 
 @pytest.mark.slow
@@ -347,6 +375,24 @@ def test_the_quick_vgg16_is_certified(certified):
     assert [n["field"] for n in result["neutralised"]] == ["Adam epsilon placement", "Keras float64 hyper-parameter rounding"]
     # as the kits train in fp32, the epsilon placement removed: within ten times the same-framework baseline
     assert _check(result, "loss_trajectory_fp32")["passed"]
+
+
+def test_the_quick_resnet50_is_certified(certified):
+    """As reproduce certifies it on the CPU (width 0.125, 32x32): 16 residual adds and 53 BatchNorms in both, the
+    torchvision conventions (epsilon 1e-5, momentum 0.1) read from both built models; its chaotic fp64 trajectory
+    judged up to where rounding alone parts it."""
+    result = certified[0]["resnet"]
+    assert result["status"] == "pass", result["summary"]
+    ops = certified[3]["resnet"]["pytorch"]["ops"]
+    assert sum(op["op"] == "add" for op in ops) == 16 == sum(op["op"] == "add" for op in certified[3]["resnet"]
+                                                             ["tensorflow"]["ops"])
+    norms = _check(result, "normalisation_settings")
+    assert norms["passed"] and norms["evidence"] == ("the same settings in all 53 normalisation layers (epsilon 1e-05; "
+                                                     "momentum 0.1 in the first)")
+    trajectory = _check(result, "loss_trajectory")["numbers"]
+    assert set(trajectory["rounding_baseline"]) == {"pytorch", "tensorflow"}
+    assert all(len(draws) == cert.ULP_BASELINES for draws in trajectory["rounding_baseline"].values())
+    assert 2 <= trajectory["judged_points"] <= 11 and trajectory["max_relative_difference"] <= 1e-6
 
 
 @pytest.mark.slow

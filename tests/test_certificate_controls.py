@@ -70,7 +70,8 @@ def test_the_controls_by_class(certified):
         print(f"  {kind}: {', '.join(statuses)}")
     fails = [k for k, v in by_class.items() if not k.startswith("twin") and "fail" in v]
     assert {"dropout present", "dropout rate", "dropout kind", "dropout place", "pooling kind", "pooling size",
-            "activation", "padding semantics", "normalisation axis", "residual present", "residual place"} <= set(fails)
+            "activation", "padding semantics", "normalisation axis", "residual present", "residual place",
+            "batchnorm momentum"} <= set(fails)
     assert all(s == "pass" for k, v in by_class.items() if k.startswith("twin") for s in v)
 
 
@@ -98,6 +99,19 @@ def test_the_parting_layers_settings_are_read_from_both_built_objects(certified)
     assert lacking["tensorflow"] is None and lacking["lacks"] == "tensorflow"
 
 
+def test_a_batchnorm_momentum_no_step_shows_is_named_from_the_built_layers(certified):
+    """Keras's default momentum 0.99 against PyTorch's 0.1: the logits and trajectories agree (training mode uses
+    the batch's statistics), and the normalisation settings name it."""
+    checks = _checks(certified[0]["batchnorm_momentum"])
+    assert checks["logits"]["passed"] and checks["loss_trajectory"]["passed"]
+    assert checks["normalisation_settings"]["evidence"] == (
+        "normalisation layer 1 of 1, PyTorch 3 (BatchNorm2d) / TensorFlow batch_normalization (BatchNormalization): "
+        "momentum 0.1 vs 0.01")
+    assert checks["normalisation_settings"]["passed"] is False
+    same = _checks(certified[0]["normalisation_axis_same"])["normalisation_settings"]
+    assert same["passed"] and same["evidence"].startswith("the same settings in all 1 normalisation layers")
+
+
 @pytest.mark.parametrize("name", list(GRADIENT_PARTING))
 def test_the_first_gradient_that_parts_is_named(certified, name):
     checks = _checks(certified[0][name])
@@ -114,13 +128,6 @@ def test_a_pair_that_agrees_names_no_parting(certified):
 
 
 # -- the same control pairs, PyTorch against JAX ------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def certified_jax(kit_python, tmp_path_factory, data_dir):
-    """The JAX_CONTROLS pairs, certified once for this module, one PyTorch and one JAX process for all."""
-    import certified as batch
-    return batch.certify_jax(kit_python, tmp_path_factory, data_dir)
-
 
 @pytest.mark.parametrize("name", list(JAX_CONTROLS))
 def test_control_pair_pytorch_jax(certified_jax, name):

@@ -30,16 +30,29 @@ def test_a_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    # The default: both seeds, fixed and as posted, in both frameworks, plus the pitfalls a claim names alone.
-    assert "plan: 10 runs, profile quick on cpu, backend local; 0 already finished, 10 to run" in out
+    # The default: both seeds, fixed, as posted and tuned (each of its settings alone once), in both frameworks,
+    # plus the pitfalls a claim names alone, and ResNet-50 (no posted code: fixed and tuned).
+    assert "plan: 30 runs, profile quick on cpu, backend local; 0 already finished, 30 to run" in out
     for line in ("vgg16_cifar10_speed        pytorch    as_posted", "simplecnn_cifar10_memory   pytorch    +pt_val_grad",
-                 "vgg16_cifar10_speed        tensorflow fixed"):
+                 "vgg16_cifar10_speed        tensorflow fixed", "resnet50_imagenet_speed    tensorflow +tuned_compile",
+                 "simplecnn_cifar10_memory   tensorflow tuned"):
         assert line in out
     assert "(id once data is prepared)" in out and "~30s (first-run guess)" in out
     assert "dry run: nothing was started" in out
     # No dataset written or downloaded (CIFAR-10 is not there), no environment built, no report.
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
     assert not (tmp_path / "reports").exists() and not (tmp_path / "state" / "results").exists()
+
+
+def test_a_dataset_that_cannot_feed_an_experiment_as_it_is_leaves_it_on_its_own(tmp_path):
+    """--dataset cifar10 for ResNet-50 at 224x224, fed as it is: its own synthetic data, and the plan says why."""
+    proc = subprocess.run([sys.executable, "-m", "reprokit", "reproduce", "--dry-run", "--backend", "local",
+                           "--gpus", "none", "--profile", "standard", "--only", "resnet50_imagenet_speed",
+                           "--variants", "fixed", "--dataset", "cifar10", "--state-dir", str(tmp_path / "state"),
+                           "--data-dir", str(tmp_path / "data")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert ("resnet50_imagenet_speed: --dataset cifar10 not applied: it feeds 224x224 images as they are (data.resize "
+            "none), and cifar10's are 32x32; it keeps its synthetic data") in proc.stdout
 
 
 def test_a_dry_run_of_the_docker_runner_needs_no_engine(tmp_path):
@@ -52,7 +65,7 @@ def test_a_dry_run_of_the_docker_runner_needs_no_engine(tmp_path):
     planned = subprocess.run([*argv, "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
     assert planned.returncode == 0, planned.stderr
     assert "backend: docker (asked for; a dry run, so the engine was not needed" in planned.stdout
-    assert "plan: 4 runs, profile quick on cpu, backend docker;" in planned.stdout
+    assert "plan: 10 runs, profile quick on cpu, backend docker;" in planned.stdout     # tuned: 6 of them
     assert "including building reprokit/pytorch" in planned.stdout
     refused = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
     assert refused.returncode == 2 and refused.stderr.count("error: ") == 1 and "Traceback" not in refused.stderr

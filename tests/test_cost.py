@@ -47,9 +47,11 @@ def test_the_dry_run_prints_hours_and_cost_and_a_faster_gpu_costs_fewer_hours(
         code = cli.reproduce(["--dry-run", "--gpu-model", model, "--price-per-hour", "2.5",
                               "--state-dir", str(tmp_path), "--data-dir", str(tmp_path / "data")])
         out = capsys.readouterr().out
-        assert code == 0 and "plan: 30 runs, profile standard on a GPU, 2 experiment(s), --repeats auto (3 " \
-            "repeats each, up to 5)" in out           # the least: 3 repeats; then the most, at the cap
-        assert "at most, if every configuration a ratio claim reads needed the cap of 5 repeats (16 more runs)" in out
+        # the least: 3 repeats (each of tuned's settings alone once, but XLA alone in TensorFlow on ResNet-50, which
+        # a claim reads: 3); then the most, at the cap
+        assert code == 0 and "plan: 77 runs, profile standard on a GPU, 3 experiment(s), --repeats auto (3 " \
+            "repeats each, up to 5)" in out
+        assert "at most, if every configuration a ratio claim reads needed the cap of 5 repeats (28 more runs)" in out
         assert "100% from training FLOPs alone" in out            # nothing finished on it here
         h = float(re.search(r"([\d.]+) GPU-hours", out).group(1))
         return h, float(re.search(r"at 2.50 per GPU-hour: ([\d.]+)", out).group(1))

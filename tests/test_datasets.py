@@ -160,6 +160,20 @@ def test_synthetic_is_seeded_noise_in_the_common_layout(tmp_path: Path) -> None:
     assert set(arrays.y_train.tolist()) <= set(range(10))
 
 
+def test_synthetic_takes_the_shape_a_spec_feeds_as_it_is(tmp_path: Path) -> None:
+    """ResNet-50's ImageNet shape: at the input size where the spec does not resize, with its classes; a spec that
+    resizes (VGG16's CIFAR-10 at 224) gets CIFAR-10's 32x32, as before."""
+    spec = {"dataset": "synthetic", "train_samples": 40, "test_samples": 8, "seed": 3, "input_size": 64,
+            "resize": "none", "num_classes": 1000}
+    prepared = datasets.prepare(spec, tmp_path)
+    assert prepared.file == "synthetic-r64-c1000-n40-t8-s3.npz"
+    arrays = kitdata.load(tmp_path / prepared.file, prepared.sha256, None, None)
+    assert arrays.x_train.shape == (40, 64, 64, 3) and arrays.x_test.shape == (8, 64, 64, 3)
+    assert max(arrays.y_train.tolist()) >= 10 and set(arrays.y_train.tolist()) <= set(range(1000))
+    resized = datasets.prepare({**spec, "resize": "bilinear", "num_classes": 10}, tmp_path)
+    assert resized.file == "synthetic-n40-t8-s3.npz"
+
+
 def test_learnable_is_deterministic_in_its_seed_and_balanced(tmp_path: Path) -> None:
     a = datasets.prepare(_learnable(200, 50, seed=1), tmp_path / "a")
     b = datasets.prepare(_learnable(200, 50, seed=1), tmp_path / "b")

@@ -15,7 +15,7 @@ from reprokit.results.provenance import REPO
 
 def test_builtin_experiments_load_in_every_profile():
     exps = discover([BUILTIN_DIR])
-    assert set(exps) == {"vgg16_cifar10_speed", "simplecnn_cifar10_memory"}
+    assert set(exps) == {"vgg16_cifar10_speed", "simplecnn_cifar10_memory", "resnet50_imagenet_speed"}
     speed = exps["vgg16_cifar10_speed"]
     assert speed.resolved("full")["data"]["input_size"] == 224
     assert speed.resolved("full")["train"] | {} == speed.doc["train"]
@@ -35,7 +35,7 @@ BAD = [
     # (what, old text, new text, words the message must contain)
     ("unknown key", 'seed = 0\n', 'seed = 0\nsede = 1\n', ["train.sede", "unknown key", "batch_size"]),
     ("wrong type", "batch_size = 32", 'batch_size = "32"', ["train.batch_size", "expected integer"]),
-    ("unknown model", 'name = "simplecnn"', 'name = "resnet50"', ["model.name", "'resnet50' is not allowed", "vgg16", "simplecnn", "custom"]),
+    ("unknown model", 'name = "simplecnn"', 'name = "resnet18"', ["model.name", "'resnet18' is not allowed", "vgg16", "simplecnn", "resnet50", "custom"]),
     ("unknown dataset", 'dataset = "learnable"', 'dataset = "imagenet"', ["data.dataset", "'imagenet' is not allowed", "cifar10"]),
     ("unknown optimizer", 'name = "sgd"', 'name = "rmsprop"', ["train.optimizer.name", "'rmsprop' is not allowed", "adam", "sgd"]),
     ("zero batch size", "batch_size = 32", "batch_size = 0", ["train.batch_size", "must be > 0"]),

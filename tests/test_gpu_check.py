@@ -46,5 +46,5 @@ def test_the_plan_printed_without_a_gpu_is_the_matrix_a_gpu_runs(stand_in_gpu_ho
     planned = [(s["experiment"], s["framework"], s["variant"]) for s in specs]
     assert printed[:-1] == planned and printed[-1] == (gpu_check.TWIN, "pytorch", "fixed,")
     assert {s["repeat"] for s in specs} == {0} and m.profile == "standard" and m.device == "gpu"
-    assert {s["train"]["max_steps_per_epoch"] for s in specs} == {gpu_check.MAX_STEPS}
+    assert max(s["train"]["max_steps_per_epoch"] for s in specs) == gpu_check.MAX_STEPS
     assert {"fixed", "as_posted"} <= {s["variant"] for s in specs}

@@ -124,3 +124,11 @@ def test_bf16_is_refused_below_compute_capability_8_in_one_sentence():
     hc.check_precision({"fp32"}, "all", host_gpus=[v100])                  # fp32 runs anywhere
     hc.check_precision({"bf16_mixed"}, "all", host_gpus=GPU_OK)            # an H100 (9.0) has bf16
     hc.check_precision({"bf16_mixed"}, "none", host_gpus=[v100])           # no GPU asked for
+    # fp16 with loss scaling needs Volta's tensor cores: tuned's mixed precision where a GPU has no bf16
+    hc.check_precision({"fp16_mixed"}, "all", host_gpus=[v100])
+    p100 = dict(GPU_OK[0], name="Tesla P100-PCIE-16GB", compute_capability="6.0")
+    with pytest.raises(UserError, match=r"^precision fp16_mixed needs compute capability 7\.0 or newer, and GPU 0 "
+                                        r"\(Tesla P100-PCIE-16GB, compute capability 6\.0\) is older"):
+        hc.check_precision({"fp16_mixed"}, "all", host_gpus=[p100])
+    assert hc.mixed_precision("all", host_gpus=GPU_OK) == "bf16_mixed"
+    assert hc.mixed_precision("all", host_gpus=[*GPU_OK, dict(v100, index=1)]) == "fp16_mixed"   # every GPU's

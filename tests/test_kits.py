@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -143,9 +144,10 @@ def test_both_frameworks_build_the_same_model(tiny_results):
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-@pytest.mark.parametrize("experiment", ["vgg16_cifar10_speed", "simplecnn_cifar10_memory"])
+@pytest.mark.parametrize("experiment", ["vgg16_cifar10_speed", "simplecnn_cifar10_memory", "resnet50_imagenet_speed"])
 def test_full_size_models_match_the_published_counts(kit_python, fw, experiment):
-    """torchvision's vgg16(num_classes=10) and Keras's VGG16(classes=10) both have 134,301,514."""
+    """torchvision's vgg16(num_classes=10) and Keras's VGG16(classes=10) both have 134,301,514; torchvision's
+    resnet50() has 25,557,032, and the PyTorch kit's ResNet-50 is it, module for module."""
     from reprokit.plan.experiments import BUILTIN_DIR, load
     resolved = load(BUILTIN_DIR / f"{experiment}.toml").resolved("full")
     package = {"pytorch": "kits.pytorch_kit.models", "tensorflow": "kits.tensorflow_kit.models"}[fw]
@@ -172,11 +174,16 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
                  "for l in m.layers[1:]]; "
                  "print(json.dumps({'posted': posted.count_params(), 'name': posted.name, "
                  "'same': conf(app) == conf(mine) and app.count_params() == mine.count_params()}))")
-    if fw == "pytorch" and experiment == "simplecnn_cifar10_memory":
+    if fw == "pytorch" and experiment in ("simplecnn_cifar10_memory", "resnet50_imagenet_speed"):
         # and PyTorch's own counter, over a real forward and backward pass, per sample
         code += ("; import torch; from torch.utils.flop_counter import FlopCounterMode; "
                  f"c = FlopCounterMode(display=False); c.__enter__(); m(torch.randn(2, 3, {size}, {size})).sum().backward(); "
                  "c.__exit__(None, None, None); print(c.get_total_flops() / 2)")
+    if fw == "pytorch" and experiment == "resnet50_imagenet_speed":
+        # torchvision's own resnet50: the same parameter and buffer names, in the same order, of the same shapes
+        code += ("; import torchvision; tv = torchvision.models.resnet50(num_classes=cfg.num_classes); "
+                 "shapes = lambda m: [(k, list(v.shape)) for k, v in m.state_dict().items()]; "
+                 "print(json.dumps(shapes(m) == shapes(tv)))")
     proc = subprocess.run([str(kit_python(fw)), "-c", code, json.dumps(resolved["model"])], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -184,7 +191,9 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     if fw == "tensorflow" and experiment == "vgg16_cifar10_speed":
         posted = json.loads(lines.pop())
         assert posted == {"posted": 134_301_514, "name": "vgg16", "same": True}
-    if fw == "pytorch" and experiment == "simplecnn_cifar10_memory":
+    if fw == "pytorch" and experiment == "resnet50_imagenet_speed":
+        assert json.loads(lines.pop()) is True
+    if fw == "pytorch" and experiment in ("simplecnn_cifar10_memory", "resnet50_imagenet_speed"):
         counted = float(lines.pop())
         assert counted == json.loads(lines[-1])["flops"]["training"]     # the rule is what torch counts
     counts = json.loads(lines[-1])
@@ -195,6 +204,9 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     if experiment == "vgg16_cifar10_speed":
         assert counts["trainable"] == 134_301_514
         assert flops["forward"] == 30_932_418_560           # VGG16's published 15.47 G multiply-accumulates
+    if experiment == "resnet50_imagenet_speed":
+        assert counts["trainable"] == 25_557_032             # torchvision.models.resnet50()
+        assert round(flops["forward"] / 2e9, 2) == 4.09     # its published 4.09 G multiply-accumulates
 
 
 def test_a_kit_that_fails_still_writes_a_failed_result(kit_python, tmp_path, tiny_dir, data_dir):
@@ -231,19 +243,27 @@ def test_step_instrumentation_can_be_switched_off(kit_python, tmp_path, tiny_dir
     assert "not taken (step instrumentation off)" in timing["method"]
 
 
-@pytest.mark.parametrize("fw,how", [("pytorch", "torch.autocast"), ("tensorflow", "Keras policy mixed_bfloat16")])
-def test_bf16_mixed_precision_is_applied_and_recorded(kit_python, tmp_path, tiny_dir, data_dir, fw, how):
-    def bf16(spec):
-        spec["numerics"]["precision"] = "bf16_mixed"
-    spec = tiny_specs(tiny_dir, data_dir, edit=bf16)[fw]
+@pytest.mark.parametrize("fw,precision,how", [
+    ("pytorch", "bf16_mixed", "torch.autocast"), ("tensorflow", "bf16_mixed", "Keras policy mixed_bfloat16"),
+    ("pytorch", "fp16_mixed", "torch.autocast with torch.amp.GradScaler"),
+    ("tensorflow", "fp16_mixed", "Keras policy mixed_float16")])
+def test_mixed_precision_is_applied_and_recorded(kit_python, tmp_path, tiny_dir, data_dir, fw, precision, how):
+    """bf16, and fp16 with dynamic loss scaling (tuned's precision on a GPU without bf16), on the CPU."""
+    def mixed(spec):
+        spec["numerics"]["precision"] = precision
+    spec = tiny_specs(tiny_dir, data_dir, edit=mixed)[fw]
     proc = _run_kit(kit_python(fw), write_spec(tmp_path, spec), tmp_path / "r.json", data_dir)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "r.json").read_text())
-    # computed in bf16, the loss in fp32 in both (the PyTorch kit casts the logits, as TensorFlow's does)
-    assert result["environment"]["precision"] == {"requested": "bf16_mixed", "compute_dtype": "bfloat16", "how": how,
-                                                  "loss_dtype": "float32"}
+    dtype = "bfloat16" if precision == "bf16_mixed" else "float16"
+    # computed in bf16 or fp16, the loss in fp32 in both (the PyTorch kit casts the logits, as TensorFlow's does)
+    recorded = result["environment"]["precision"]
+    scale = recorded.pop("loss_scale")
+    assert recorded == {"requested": precision, "compute_dtype": dtype, "how": how, "loss_dtype": "float32"}
+    # fp16's loss scale, as the framework's own scaler holds it after training (a power of two); none in bf16
+    assert scale is None if precision == "bf16_mixed" else scale >= 1 and math.log2(scale).is_integer()
     # read back inside the training step: torch's autocast, the Keras model's dtype policy
-    assert result["environment"]["settings"]["precision"]["value"] == "bfloat16 compute, float32 variables"
+    assert result["environment"]["settings"]["precision"]["value"] == f"{dtype} compute, float32 variables"
     assert result["metrics"]["epochs"][-1]["train_loss"] > 0
 
 

@@ -93,7 +93,8 @@ def test_two_runs_at_once_each_pinned_to_its_slot_and_recorded(kit_python, tiny_
     toml.write_text(toml.read_text().replace("intra_op = 1,", 'intra_op = "auto",'))
     proc = subprocess.run(
         [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
-         "--backend", "local", "--parallel", "auto", "--no-certify", "--state-dir", str(tmp_path / "state"),
+         "--backend", "local", "--parallel", "auto", "--no-certify", "--variants", "fixed",
+         "--state-dir", str(tmp_path / "state"),
          "--reports-dir", str(tmp_path / "reports"), "--data-dir", str(tmp_path / "data"), "--name", "t"],
         cwd=REPO, env={**os.environ, topology.FAKE_SLOTS_ENV: "2"}, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

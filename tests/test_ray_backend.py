@@ -67,7 +67,8 @@ def cluster():
 
 def _cmd(c, tiny_dir: Path, tmp_path: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
-            "--backend", "ray", "--ray-address", c.address, "--no-certify", "--state-dir", str(tmp_path / "state"),
+            "--backend", "ray", "--ray-address", c.address, "--no-certify", "--variants", "fixed",
+            "--state-dir", str(tmp_path / "state"),
             "--reports-dir", str(tmp_path / "reports"), "--data-dir", str(tmp_path / "data"), "--name", "t", *extra]
 
 

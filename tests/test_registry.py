@@ -71,6 +71,7 @@ def test_a_stub_framework_runs_through_one_registry_entry(kit_python, tiny_dir, 
     (tmp_path / "stub.toml").write_text(CLAIMS)
     cmd = [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
            "--frameworks", "pytorch,stub", "--python", str(kit_python("pytorch")), "--backend", "local",
+           "--variants", "fixed",
            "--claims", str(tmp_path / "stub.toml"), "--state-dir", str(tmp_path / "state"),
            "--reports-dir", str(tmp_path / "reports"), "--data-dir", str(tmp_path / "data"), "--name", "t"]
     env = {**os.environ, names.EXTRA_ENV: STUB, "PYTHONPATH": str(REPO)}

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 def _cmd(tiny_dir: Path, tmp_path: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(tiny_dir), "--only", "tiny",
-            "--backend", "local", "--state-dir", str(tmp_path / "state"), "--reports-dir", str(tmp_path / "reports"),
+            "--backend", "local", "--variants", "fixed", "--state-dir", str(tmp_path / "state"),
+            "--reports-dir", str(tmp_path / "reports"),
             "--data-dir", str(tmp_path / "data"), "--name", "t", *extra]
 
 

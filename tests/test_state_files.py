@@ -118,7 +118,8 @@ def test_reproduce_with_a_result_cut_short_runs_that_run_again(tmp_path):
     (exps / "tiny.toml").write_text(TINY.replace('frameworks = ["pytorch", "tensorflow"]', 'frameworks = ["stub"]'))
     state = tmp_path / "state"
     cmd = [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(exps), "--only", "tiny",
-           "--frameworks", "stub", "--python", sys.executable, "--backend", "local", "--no-certify", "--claims",
+           "--frameworks", "stub", "--python", sys.executable, "--backend", "local", "--no-certify", "--variants", "fixed",
+           "--claims",
            "none", "--state-dir", str(state), "--reports-dir", str(state / "reports"), "--data-dir",
            str(state / "data"), "--name", "t"]
     env = {**os.environ, "REPROKIT_EXTRA_FRAMEWORKS": "tests.stub_kit:FRAMEWORK", "PYTHONPATH": str(REPO)}

@@ -45,23 +45,33 @@ def test_on_a_cpu_each_framework_gets_its_own_settings_alone_and_together(tiny_d
     assert by["pytorch", "tuned"].differences == by["tensorflow", "tuned"].differences   # one list, both sides
 
 
-def test_on_a_gpu_tuned_adds_bf16_autotuning_and_compile_and_refuses_a_gpu_without_bf16(stand_in_gpu_host, tiny_dir,
-                                                                                          tmp_path, capsys):
+def test_on_a_gpu_tuned_adds_mixed_precision_autotuning_and_compile(stand_in_gpu_host, tiny_dir, tmp_path, capsys):
+    """bf16 on an H200, fp16 with loss scaling on a T4, and a P100 (no tensor cores) refused in one sentence."""
     stand_in_gpu_host()
     by = _by(matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
     pt = by["pytorch", "tuned"].numerics
     assert (pt.precision, pt.cudnn_autotune, pt.compile, pt.channels_last) == ("bf16_mixed", True, True, True)
     assert pt.cpu_threads == by["pytorch", "fixed"].numerics.cpu_threads        # threads are a CPU's setting
+    assert by["pytorch", "+tuned_precision"].numerics.precision == "bf16_mixed"
     query = tmp_path / "gpu-host" / "query.txt"                                  # the same host with a T4
-    query.write_text(query.read_text().replace("NVIDIA H200, 580.95.05, 9.0", "Tesla T4, 580.95.05, 7.5"))
-    assert cli.main(["reproduce", *_argv(tiny_dir, tmp_path), "--dry-run"]) == 2
+    text = query.read_text()
+    query.write_text(text.replace("NVIDIA H200, 580.95.05, 9.0", "Tesla T4, 580.95.05, 7.5"))
+    by = _by(matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
+    assert {by[fw, v].numerics.precision for fw in ("pytorch", "tensorflow") for v in ("tuned", "+tuned_precision")} \
+        == {"fp16_mixed"}
+    said = next(d for d in by["pytorch", "tuned"].differences if d["field"] == "tuned: precision")
+    assert said["pytorch"].startswith("fp16 mixed precision with dynamic loss scaling") and "no bf16" in said["pytorch"]
+    query.write_text(text.replace("NVIDIA H200, 580.95.05, 9.0", "Tesla P100-PCIE-16GB, 580.95.05, 6.0"))
+    # the machine's own interpreter (the kit's CUDA 13 builds refuse a P100 before that, as any run on it)
+    assert cli.main(["reproduce", *_argv(tiny_dir, tmp_path), "--dry-run", "--python", sys.executable]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: --variants tuned (its bf16 mixed precision; fp16 with "
-                                                   "loss scaling is not built) needs compute capability 8.0")
+    assert err.count("\n") == 1 and err.startswith("error: --variants tuned (its mixed precision: bf16, or fp16 with "
+                                                   "loss scaling where a GPU has no bf16) needs compute capability 7.0")
     assert "leave tuned out with --variants fixed,as_posted" in err
-    with pytest.raises(UserError):      # and nothing else of the plan asks for bf16: fixed alone plans
-        matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"]))
-    assert matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--variants", "fixed"])).specs
+    with pytest.raises(UserError):      # and nothing else of the plan asks for mixed precision: fixed alone plans
+        matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--python", sys.executable]))
+    assert matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--variants", "fixed", "--python",
+                                   sys.executable])).specs
 
 
 def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_python, tiny_dir, tmp_path):
@@ -108,3 +118,17 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
     choice = tuning.choose(slower, "tiny", "tensorflow", "cpu")
     assert [s.name for s, _ in choice.dropped] == ["compile"]
     assert choice.dropped[0][1] == "alone it slowed TensorFlow here: 0.90x fixed's throughput"
+
+
+def test_a_setting_alone_that_a_claim_reads_runs_every_repeat(stand_in_gpu_host, tmp_path):
+    """NVIDIA's TF32 figure for TensorFlow is XLA alone on fixed: the seeds' claim reads "+tuned_compile", which then
+    runs at each repeat in TensorFlow, where PyTorch's compile alone runs once."""
+    stand_in_gpu_host()
+    m = matrix.build(cli.parse(["--only", "resnet50_imagenet_speed", "--backend", "local", "--repeats", "3",
+                                "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
+                                "--dry-run"]))
+    repeats = {(s.framework, s.variant): sorted(r.repeat for r in m.specs if (r.framework, r.variant) ==
+                                                (s.framework, s.variant)) for s in m.specs}
+    assert repeats["tensorflow", "+tuned_compile"] == [0, 1, 2] and repeats["pytorch", "+tuned_compile"] == [0]
+    assert repeats["pytorch", "tuned"] == repeats["tensorflow", "fixed"] == [0, 1, 2]
+    assert {s.name for s in tuning.SETTINGS} == set(runs.TUNED_SETTINGS)      # the names claims may read

@@ -75,7 +75,7 @@ def test_own_experiment_runs_and_the_report_names_the_undeclared_pitfall(kit_pyt
     _user_experiment(folder)
     proc = subprocess.run(
         [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(folder), "--only", "my_case",
-         "--only", "my_case_declared",
+         "--only", "my_case_declared", "--variants", "fixed,as_posted",
          "--backend", "local", "--state-dir", str(tmp_path / "state"), "--reports-dir", str(tmp_path / "reports"),
          "--data-dir", str(tmp_path / "data"), "--name", "mine"],
         cwd=REPO, capture_output=True, text=True, timeout=900)

@@ -213,6 +213,36 @@ def compare_outputs(sides: dict[str, dict[str, Any]], arrays: dict[str, dict[str
                         f"its scale, in evaluation and in training mode"}
 
 
+NORMALISATIONS = ("batchnorm",)      # families whose settings only a long run shows (the running statistics' momentum)
+
+
+def compare_normalisations(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every normalisation layer's settings, in order, read from both built objects: epsilon, the momentum of its
+    running statistics (canonical: the new batch's weight, so Keras's 0.9 is PyTorch's 0.1), its axes. The
+    momentum changes no training step and no output from the initial weights, only what evaluation sees after
+    training: this check is where the certificate sees it."""
+    (fa, sa), (fb, sb) = sides.items()
+    la, lb = label(fa), label(fb)
+    name = "normalisation_settings"
+    if any("layer_outputs" not in s for s in (sa, sb)):
+        return {"name": name, "passed": None, "evidence": "not known: a side recorded no layer settings"}
+    a, b = ([e for e in s["layer_outputs"]["modes"]["eval"] if e["family"] in NORMALISATIONS] for s in (sa, sb))
+    if len(a) != len(b):
+        return {"name": name, "passed": False,
+                "evidence": f"{la} has {len(a)} normalisation layers, {lb} {len(b)}"}
+    for i, (ea, eb) in enumerate(zip(a, b), 1):
+        differs = setting_differences(ea["settings"], eb["settings"])
+        if differs:
+            return {"name": name, "passed": False,
+                    "evidence": f"normalisation layer {i} of {len(a)}, {la} {_layer(ea)} / {lb} {_layer(eb)}: "
+                                f"{'; '.join(differs)}", "numbers": {fa: ea["settings"], fb: eb["settings"]}}
+    shown = "; ".join(f"{k} {_value(v)}" for k, v in (a[0]["settings"] if a else {}).items()
+                      if k in ("epsilon", "momentum"))
+    return {"name": name, "passed": True,
+            "evidence": f"the same settings in all {len(a)} normalisation layers" + (f" ({shown} in the first)"
+                                                                                     if shown else "")}
+
+
 # -- the first gradient that parts ----------------------------------------------------------------------
 
 def compare_gradients(sides: dict[str, dict[str, Any]], arrays: dict[str, dict[str, np.ndarray]],

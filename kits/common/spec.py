@@ -132,7 +132,7 @@ class Threads:
 
 @dataclass(frozen=True)
 class Numerics:
-    precision: str                           # fp32 | bf16_mixed
+    precision: str                           # fp32 | bf16_mixed | fp16_mixed (with loss scaling)
     tf32: bool | str                         # or FRAMEWORK_DEFAULT: the framework's own, read back
     cudnn_autotune: bool | str               # or FRAMEWORK_DEFAULT
     compile: bool                            # torch.compile, tf.function(jit_compile=True); JAX always compiles

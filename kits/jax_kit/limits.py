@@ -36,6 +36,10 @@ LIMITS = (
           lambda s: s["numerics"]["precision"] == "bf16_mixed" and s["model"]["name"] == "custom",
           "a Flax module computes in the dtype its own layers were built with: the kit cannot make a user's "
           "nnx.Module compute in bfloat16, so the user's JAX builder must build it so and the spec say fp32"),
+    Limit("numerics.precision", "fp16_mixed",
+          lambda s: s["numerics"]["precision"] == "fp16_mixed",
+          "the JAX kit has no loss scaling, which fp16 training needs: use bf16_mixed on a GPU of compute capability "
+          "8.0 or newer, or fp32"),
     Limit("model.name", "resnet50", lambda s: s["model"]["name"] == "resnet50",
           "the JAX kit has no built-in ResNet-50 yet: run the experiment without jax in --frameworks, or give it as "
           "a custom model with a Flax builder"),

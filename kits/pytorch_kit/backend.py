@@ -43,7 +43,9 @@ class Backend(FeederMixin):
         data = spec.data
         self.resize = data.input_size if data.resize == "bilinear" else None
         self.scale = 1.0 / 255.0 if data.scale == "unit" else 1.0
-        self.bf16 = numerics.precision == "bf16_mixed"
+        # mixed precision: autocast's compute dtype; fp16 also scales the loss (torch.amp.GradScaler)
+        self.mixed = {"bf16_mixed": torch.bfloat16, "fp16_mixed": torch.float16}.get(numerics.precision)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.mixed is torch.float16)
         self.memory_format = torch.channels_last if numerics.channels_last else torch.contiguous_format
         self._loss_sum = torch.zeros((), device=self.device)
         self._correct = torch.zeros((), device=self.device, dtype=torch.int64)
@@ -92,8 +94,9 @@ class Backend(FeederMixin):
                          "convolution": torch.backends.cudnn.allow_tf32},
             "cudnn_autotune": torch.backends.cudnn.benchmark,
             "precision": {"requested": self.spec.numerics.precision,
-                          "compute_dtype": "bfloat16" if self.bf16 else "float32", "how": "torch.autocast"
-                          if self.bf16 else "float32 throughout"},
+                          "compute_dtype": str(self.mixed or torch.float32).split(".")[-1],
+                          "how": ("float32 throughout" if self.mixed is None else "torch.autocast" if
+                                  self.mixed is torch.bfloat16 else "torch.autocast with torch.amp.GradScaler")},
         }
 
     def build(self, arrays: datalib.Arrays) -> dict:
@@ -175,7 +178,7 @@ class Backend(FeederMixin):
         return x
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+        return torch.autocast(self.device.type, dtype=self.mixed or torch.bfloat16, enabled=self.mixed is not None)
 
     def _loss(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # In fp32 whatever the compute precision, as the TensorFlow kit casts its logits first.
@@ -201,8 +204,9 @@ class Backend(FeederMixin):
         loss = self._loss(outputs, y)
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
             self._seen.update(loss_input_probe=_probe(outputs.detach()), loss_dtype=str(loss.dtype).split(".")[-1])
-        loss.backward()
-        self.optimizer.step()
+        self.scaler.scale(loss).backward()          # scaled in fp16 only: otherwise backward() and step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self._count(outputs, y, loss)
         if self.pitfalls.has(Pitfall.PT_OUTPUTS_KEPT_ALIVE):
             self._kept["train"] = (outputs, loss)     # outputs = model(inputs): replaced by the next step's, not freed
@@ -291,7 +295,8 @@ class Backend(FeederMixin):
         return 2 * n**3 * count / (now() - t0)
 
     def observed(self) -> dict:
-        return dict(self._seen)
+        # the loss scale torch.amp.GradScaler holds at the end (None: it was not enabled)
+        return {**self._seen, "loss_scale": self.scaler.get_scale() if self.scaler.is_enabled() else None}
 
     def no_gpu_reason(self) -> str:
         try:

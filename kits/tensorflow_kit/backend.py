@@ -51,8 +51,9 @@ class Backend(FeederMixin):
         if numerics.cudnn_autotune != FRAMEWORK_DEFAULT:
             os.environ["TF_CUDNN_USE_AUTOTUNE"] = "1" if numerics.cudnn_autotune else "0"
         keras.utils.set_random_seed(spec.train.seed)
-        if numerics.precision == "bf16_mixed":
-            keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        policy = {"bf16_mixed": "mixed_bfloat16", "fp16_mixed": "mixed_float16"}.get(numerics.precision)
+        if policy:
+            keras.mixed_precision.set_global_policy(policy)
         data = spec.data
         self.resize = data.input_size if data.resize == "bilinear" else None
         unit = data.scale == "unit" and not self.pitfalls.has(Pitfall.TF_INPUTS_0_255)
@@ -114,6 +115,9 @@ class Backend(FeederMixin):
         else:
             self.optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum,
                                                   nesterov=opt.nesterov)
+        if keras.mixed_precision.global_policy().compute_dtype == "float16":
+            # fp16 needs its loss scaled (Keras's dynamic loss scaling); a float64 rebuild has no fp16 policy
+            self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         self.optimizer.build(self.model.trainable_variables)
         # The posted models end in softmax and use categorical cross-entropy on their probabilities;
         # integer labels with the sparse form of the same loss are a declared adaptation.
@@ -175,7 +179,8 @@ class Backend(FeederMixin):
         with tf.GradientTape() as tape:
             logits = tf.cast(self.model(self._inputs(x), training=True), tf.float32)
             loss = self.loss_fn(y, logits)
-        grads = tape.gradient(loss, self.model.trainable_variables)
+            scaled = self.optimizer.scale_loss(loss)      # the loss itself but under a LossScaleOptimizer
+        grads = tape.gradient(scaled, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self._count(logits, y, loss)
         return logits, loss
@@ -258,7 +263,9 @@ class Backend(FeederMixin):
     def observed(self) -> dict:
         # Keras takes the mode per call and the eval step has no tape: the kit passes training=True
         # to every train step and training=False, without a tape, to every eval step.
-        return {"loss_input_probe": self._probe, "loss_dtype": self._loss_dtype}
+        scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        return {"loss_input_probe": self._probe, "loss_dtype": self._loss_dtype,
+                "loss_scale": float(self.optimizer.dynamic_scale) if scaling else None}
 
     def memory_now(self) -> int:
         if self.gpus:

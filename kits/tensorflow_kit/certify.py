@@ -40,7 +40,8 @@ class Certifier(Canonical, cert.Side):
         def step(x, y):
             with tf.GradientTape() as tape:
                 loss = loss_fn(y, model(x, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
+                scaled = optimizer.scale_loss(loss)       # as the kit's step: scaled under a LossScaleOptimizer
+            grads = tape.gradient(scaled, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss, grads
         return tf.function(step)

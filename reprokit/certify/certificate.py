@@ -23,7 +23,7 @@ wrote (kits/common/certificate.py holds the comparisons):
 - ``loss_trajectory``: ten optimizer steps on the kit's first training batches, dropout off, the
   models, losses and optimizers rebuilt in float64 so that rounding neither hides nor fakes a
   difference; max relative difference within ``loss_rtol``, judged up to the step where rounding alone
-  (the same steps from weights one float64 ulp apart, two draws per framework) still stays within it: a
+  (the same steps from weights one float64 ulp apart, per framework) still stays within a tenth of it: a
   deep network with BatchNorm in training mode amplifies rounding by orders of magnitude per step
   (ResNet-50 at width 0.125: 1e-15 to 1e-2 in ten steps, within one framework), and past that horizon a
   framework parts from itself as far as from the other; a real difference shows before it;
@@ -347,7 +347,8 @@ def _summary(result: dict[str, Any]) -> str:
     trajectory = by["loss_trajectory"]["numbers"]
     loss, points = trajectory["max_relative_difference"], len(trajectory["relative_difference"])
     judged = trajectory.get("judged_points", points)
-    horizon = f" over its first {judged} of {points} points (past them rounding alone parts it)" if judged < points else ""
+    horizon = (f" over its first {judged} of {points} points (past them rounding alone parts it)"
+               if judged < points else "")
     return (f"equivalent within the declared tolerances: the same {n:,} parameters layer by layer, the same "
             f"arithmetic ({flops:,.0f} training FLOPs per sample) and layers without parameters, logits within "
             f"{logits:.1e} of their scale, dropout alike, fp64 loss trajectory within {loss:.1e} (relative){horizon}, "
@@ -529,6 +530,7 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], specs: di
     checks.append(layers)
     checks.append(cert.compare_flops(sides))
     checks.append(cert.compare_structure(sides))
+    checks.append(parting.compare_normalisations({fw: sides[fw] for fw in (ref, other)}))
     if not layers["mapped"]:
         who = {fw: custom.who(RunSpec.from_dict(specs[fw]), fw) for fw in (ref, other)}
         result["message"] = (f"{who[other]} cannot take the weights of {who[ref]}: "

@@ -34,7 +34,7 @@ from reprokit.console import duration
 from reprokit.errors import UserError
 from reprokit.results.quarantine import set_aside
 
-DATASETS = ("cifar10", "synthetic", "learnable", "imagenet_synthetic")
+DATASETS = ("cifar10", "synthetic", "learnable")
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
@@ -47,8 +47,8 @@ _CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
 _CIFAR10_TEST = "test_batch"
 
 # (train, test) sizes used when a spec leaves the count as None.
-GENERATED_SIZES = {"synthetic": (50000, 10000), "learnable": (2000, 500), "imagenet_synthetic": (12800, 2560)}
-IMAGENET_CLASSES = 1000
+GENERATED_SIZES = {"synthetic": (50000, 10000), "learnable": (2000, 500)}
+SYNTHETIC_SHAPE = (32, 10)      # synthetic's side and classes unless the spec's differ (CIFAR-10's)
 CIFAR10_SIZES = (50000, 10000)
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)        # the earliest time a zip member can carry
@@ -72,8 +72,17 @@ def _path(data: dict[str, Any], cache_dir: Path) -> Path:
     if name not in GENERATED_SIZES:
         raise UserError(f"Unknown dataset {name!r}: use one of {', '.join(DATASETS)}.")
     n_train, n_test = _counts_wanted(data)
-    size = f"-r{data.get('input_size', 32)}" if name == "imagenet_synthetic" else ""
-    return Path(cache_dir) / f"{name}{size}-n{n_train}-t{n_test}-s{data.get('seed', 0)}.npz"
+    size, classes = _synthetic_shape(data)
+    shape = "" if name != "synthetic" else ((f"-r{size}" if size != SYNTHETIC_SHAPE[0] else "")
+                                            + (f"-c{classes}" if classes != SYNTHETIC_SHAPE[1] else ""))
+    return Path(cache_dir) / f"{name}{shape}-n{n_train}-t{n_test}-s{data.get('seed', 0)}.npz"
+
+
+def _synthetic_shape(data: dict[str, Any]) -> tuple[int, int]:
+    """synthetic's image side and number of classes: the spec's input size where it feeds the images as they are
+    (resize "none": ImageNet's 224 for ResNet-50), else CIFAR-10's 32, which the kit resizes; the spec's classes."""
+    size = data.get("input_size") if data.get("resize") == "none" else None
+    return int(size or SYNTHETIC_SHAPE[0]), int(data.get("num_classes") or SYNTHETIC_SHAPE[1])
 
 
 def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = True) -> PreparedDataset:
@@ -85,7 +94,7 @@ def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = Tru
             _write_npz(path, *_cifar10_arrays(_cifar10_archive(Path(cache_dir), allow_download)))
         else:
             _write_npz(path, *_generate(data["dataset"], *_counts_wanted(data), data.get("seed", 0),
-                                        data.get("input_size", 32)))
+                                        *_synthetic_shape(data)))
     return _describe(data, path)
 
 
@@ -290,28 +299,21 @@ def _to_nhwc(batch: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 # --- generated datasets ---------------------------------------------------------
 
-def _generate(name: str, n_train: int, n_test: int, seed: int,
-              size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _generate(name: str, n_train: int, n_test: int, seed: int, size: int,
+              classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     # One stream, train drawn first: the test set is independent of the train set
-    # yet fixed by (n_train, n_test, seed) and for ImageNet's shape the size, which the file name records.
+    # yet fixed by (n_train, n_test, seed) and synthetic's shape, which the file name records.
     rng = np.random.default_rng(seed)
-    if name == "imagenet_synthetic":
-        return (*_imagenet_shaped(n_train, size, rng), *_imagenet_shaped(n_test, size, rng))
-    draw = _synthetic if name == "synthetic" else _gratings
-    return (*draw(n_train, rng), *draw(n_test, rng))
+    if name == "synthetic":
+        return (*_synthetic(n_train, rng, size, classes), *_synthetic(n_test, rng, size, classes))
+    return (*_gratings(n_train, rng), *_gratings(n_test, rng))
 
 
-def _imagenet_shaped(n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform noise at the model's input size with ImageNet's 1000 labels, as NVIDIA's synthetic-data
-    benchmarks feed ResNet-50: throughput only, nothing to learn."""
+def _synthetic(n: int, rng: np.random.Generator, size: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform noise with random labels at the model's input size (ImageNet's shape for ResNet-50, as NVIDIA's
+    synthetic-data benchmarks feed it): for throughput only, there is nothing to learn."""
     return (rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
-            rng.integers(0, IMAGENET_CLASSES, n, dtype=np.int64))
-
-
-def _synthetic(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform noise with random labels: for throughput only, there is nothing to learn."""
-    return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-            rng.integers(0, 10, n, dtype=np.int64))
+            rng.integers(0, classes, n, dtype=np.int64))
 
 
 # Class c is a grating at c * 18 degrees (0..162: a grating at t and t + 180 is the

@@ -277,24 +277,38 @@ def _refuse(problems: list[str]) -> None:
                         "with --gpus), or run with --gpus none.")
 
 
-# bfloat16 arithmetic needs Ampere's tensor cores: compute capability 8.0 or newer (CUDA C++ Programming
-# Guide, "Compute Capabilities"; both frameworks emulate it slowly, or fail, on older GPUs).
-BF16_MIN_CC = (8, 0)
+# Mixed precision needs tensor cores of its type (CUDA C++ Programming Guide, "Compute Capabilities"; both
+# frameworks emulate it slowly, or fail, on older GPUs): bfloat16 from Ampere (8.0), float16 from Volta (7.0).
+MIN_CC = {"bf16_mixed": (8, 0), "fp16_mixed": (7, 0)}
+
+
+def _older(precision: str, gpus: str | list[str], host_gpus: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if precision not in MIN_CC or parse_gpus(gpus) == "none":
+        return []
+    return [r for r in resolve_gpus(gpus, host_gpus)
+            if r.get("compute_capability") and version(r["compute_capability"]) < MIN_CC[precision]]
+
+
+def mixed_precision(gpus: str | list[str] = "all", host_gpus: list[dict[str, Any]] | None = None) -> str:
+    """The mixed precision every assigned GPU has: bf16 from compute capability 8.0, else fp16 (with loss
+    scaling), which check_precision refuses below 7.0."""
+    return "fp16_mixed" if _older("bf16_mixed", gpus, host_gpus) else "bf16_mixed"
 
 
 def check_precision(precisions: Iterable[str], gpus: str | list[str] = "all", *,
-                    host_gpus: list[dict[str, Any]] | None = None, asked_by: str = "precision bf16_mixed",
+                    host_gpus: list[dict[str, Any]] | None = None, asked_by: str | None = None,
                     way_out: str = "set numerics.precision = \"fp32\" for this GPU, or choose a newer one with "
                                    "--gpus") -> None:
-    """Refuse bf16_mixed on a GPU below compute capability 8.0, in one sentence, before any run; ``asked_by``
-    names what asks for it, ``way_out`` what to do instead."""
-    if "bf16_mixed" not in set(precisions) or parse_gpus(gpus) == "none":
-        return
-    old = [r for r in resolve_gpus(gpus, host_gpus)
-           if r.get("compute_capability") and version(r["compute_capability"]) < BF16_MIN_CC]
-    if old:
-        names = ", ".join(f"GPU {r['index']} ({r['name']}, compute capability {r['compute_capability']})" for r in old)
-        raise UserError(f"{asked_by} needs compute capability 8.0 or newer, and {names} is older; {way_out}.")
+    """Refuse a mixed precision on a GPU without its tensor cores, in one sentence, before any run;
+    ``asked_by`` names what asks for it (default: the precision itself), ``way_out`` what to do instead."""
+    for precision in sorted(set(precisions) & set(MIN_CC)):
+        old = _older(precision, gpus, host_gpus)
+        if old:
+            names = ", ".join(f"GPU {r['index']} ({r['name']}, compute capability {r['compute_capability']})"
+                              for r in old)
+            need = ".".join(map(str, MIN_CC[precision]))
+            raise UserError(f"{asked_by or f'precision {precision}'} needs compute capability {need} or newer, "
+                            f"and {names} is older; {way_out}.")
 
 
 def host_has_gpu() -> bool:

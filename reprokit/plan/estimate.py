@@ -25,7 +25,8 @@ MEASURED = "median of"            # how an estimate from finished runs begins (r
 
 def precision(spec: RunSpec) -> str:
     n = spec.numerics
-    return "bf16" if n.precision == "bf16_mixed" else "tf32" if n.tf32 else "fp32"
+    mixed = {"bf16_mixed": "bf16", "fp16_mixed": "fp16"}.get(n.precision)
+    return mixed or ("tf32" if n.tf32 else "fp32")
 
 
 def samples(spec: RunSpec) -> tuple[int, int]:

@@ -137,7 +137,8 @@ def specs_from(folder: Path, runner: Runner, device: str, data_dir: Path, code_i
         d = spec.data
         seed = spec.train.seed if isinstance(spec, RunSpec) else 0
         wanted = {"dataset": d.dataset, "train_samples": d.train_samples, "test_samples": d.test_samples,
-                  "seed": seed, "input_size": d.input_size}
+                  "seed": seed, **({"input_size": spec.data.input_size, "resize": spec.data.resize,
+                                    "num_classes": spec.model.num_classes} if isinstance(spec, RunSpec) else {})}
         try:            # the spec's sizes and seed reach the data generator as a report gave them
             if any(n is not None and n < 1 for n in (d.train_samples, d.test_samples)):
                 raise ValueError("a sample count below 1")
@@ -190,10 +191,12 @@ def _slots(parallel: str, gpus: str, device: str) -> list[topology.Placement | N
 
 
 def planned(request: Request, experiments: dict[str, Experiment], profile: str, device: str,
-            describe: Callable[[str], dict[str, Any]]) -> tuple[list[Spec], list[claimlib.Claim] | None]:
+            describe: Callable[[str], dict[str, Any]], mixed: str = tuning.DEFAULT_MIXED
+            ) -> tuple[list[Spec], list[claimlib.Claim] | None]:
     """The specs a command plans for the experiments on a device, and the claims that judge them. It asks
     nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
-    of a GPU it is not on). A script experiment's specs are its scripts' (reprokit/plan/script_plan.py)."""
+    of a GPU it is not on), ``mixed`` the mixed precision tuned gets (host_checks.mixed_precision). A script
+    experiment's specs are its scripts' (reprokit/plan/script_plan.py)."""
     what, how = request.what, request.how
     claims = _claims(what, experiments)
     per_experiment = _options(what, profile, device, claims, experiments, how.data_dir, not how.offline, how.dry_run)
@@ -210,7 +213,7 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
         specs += mine
         if planning.TUNED in what.variants:
             tuned = tuning.planned(mine, frozenset((c.experiment, op.framework, op.variant) for c in claims or []
-                                                   for op in c.operands.values()))
+                                                   for op in c.operands.values()), mixed)
             frameworks.check_specs(tuned, exp.path)         # what a kit cannot honour (JAX's limits), refused
             last += tuned
         for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
@@ -264,6 +267,7 @@ def build(request: Request) -> Matrix:
         executor = RayExecutor(address, serving, at_once, device, how.data_dir, what.experiment_dirs,
                                where.memory_limit)
         gpu_name = None
+        mixed = tuning.DEFAULT_MIXED            # the nodes' GPUs are not known here: tuned's bf16 asks for 8.0
     else:
         slots = _slots(where.parallel, gpus, device)
         assigned = host_checks.resolve_gpus(gpus) if device == "gpu" else []
@@ -275,6 +279,7 @@ def build(request: Request) -> Matrix:
                              flavors=flavors, visible_gpus=",".join(g["uuid"] for g in assigned),
                              dry_run=how.dry_run, memory_limit=where.memory_limit)
         gpu_name = assigned[0]["name"] if assigned else None
+        mixed = host_checks.mixed_precision(gpus) if assigned else tuning.DEFAULT_MIXED
         executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots,
                                 gpus=tuple(g["uuid"] for g in assigned))
         if slots != [None] and (first := slots[0]) is not None:      # several slots: each a placement
@@ -286,14 +291,15 @@ def build(request: Request) -> Matrix:
         claims = _claims(what, experiments)
         not_run: list[str] = []
     else:
-        specs, claims = planned(request, experiments, profile, device, runner.describe)
+        specs, claims = planned(request, experiments, profile, device, runner.describe, mixed)
         options = _options(what, profile, device, claims, experiments, how.data_dir, False, True)
         not_run = [line for name, o in options.items() for line in planning.not_run(experiments[name], o)]
     if device == "gpu":
         if any(s.variant == planning.TUNED for s in specs):
-            host_checks.check_precision({"bf16_mixed"}, gpus, asked_by="--variants tuned (its bf16 mixed precision; "
-                                        "fp16 with loss scaling is not built)", way_out="leave tuned out with "
-                                        "--variants fixed,as_posted, or choose a newer GPU with --gpus")
+            host_checks.check_precision({"fp16_mixed"}, gpus, asked_by="--variants tuned (its mixed precision: "
+                                        "bf16, or fp16 with loss scaling where a GPU has no bf16)",
+                                        way_out="leave tuned out with --variants fixed,as_posted, or choose a "
+                                                "newer GPU with --gpus")
         host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
     rule = None if what.from_report else repeats_rule(what, device, claims)
     return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run, rule)

@@ -56,12 +56,23 @@ def identified(spec: S) -> S:
     return dataclasses.replace(spec, run_id=spec.computed_run_id())
 
 
+NATIVE_SIDE = {"cifar10": 32, "learnable": 32}      # the generated synthetic data takes any input size
+
+
+def _kept(data: dict[str, Any], asked: str | None) -> bool:
+    """Whether --dataset ``asked`` leaves this experiment on its own data: images fed as they are (resize "none")
+    at an input size the asked dataset's images do not have (ResNet-50's 224 against CIFAR-10's 32)."""
+    side = NATIVE_SIDE.get(asked or "")
+    return side is not None and data["resize"] == "none" and data["input_size"] != side
+
+
 def _request(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
     """The dataset one experiment's runs read, as the data step prepares it."""
     data = resolved["data"]
-    return {"dataset": opts.dataset or data["dataset"], "train_samples": data.get("train_samples"),
+    dataset = data["dataset"] if _kept(data, opts.dataset) else opts.dataset or data["dataset"]
+    return {"dataset": dataset, "train_samples": data.get("train_samples"),
             "test_samples": data.get("test_samples"), "seed": resolved["train"]["seed"],
-            "input_size": data["input_size"]}
+            "input_size": data["input_size"], "resize": data["resize"], "num_classes": resolved["model"]["num_classes"]}
 
 
 def data_step(exp: Experiment, opts: Options) -> None:
@@ -123,8 +134,8 @@ def variants_of(exp: Experiment, opts: Options) -> dict[str, Variant]:
         if name in exp.script_variants or name == TUNED:
             continue        # the posted scripts themselves (reprokit/plan/script_plan.py), tuned (tuning.py)
         if name not in exp.variants:
-            if name in ("as_posted",):
-                continue    # asked for every experiment; this one has none
+            if name in ("as_posted", "verbatim"):
+                continue    # the posted code, asked for every experiment; this one has none (ResNet-50's)
             raise UserError(f"--variants: experiment {exp.name!r} has no variant {name!r}; it has: fixed, "
                             f"{', '.join([*exp.variants, *exp.script_variants, TUNED])}")
         pitfalls, numerics = exp.variants[name]["pitfalls"], exp.variants[name].get("numerics", {})
@@ -166,8 +177,9 @@ def run_model(model: dict[str, Any]) -> dict[str, Any]:
 
 
 def not_run(exp: Experiment, opts: Options) -> list[str]:
-    """One line per framework asked for that runs none of a posted variant (nor its single changes), or has no
-    script in a variant of posted scripts: it has no posted code to reproduce."""
+    """A line where --dataset is not applied to this experiment (its images cannot be fed as they are), and one
+    per framework asked for that runs none of a posted variant (nor its single changes), or has no script in a
+    variant of posted scripts: it has no posted code to reproduce."""
     skipped: dict[str, list[str]] = {}
     for fw in opts.frameworks:
         for name, v in variants_of(exp, opts).items():
@@ -175,8 +187,12 @@ def not_run(exp: Experiment, opts: Options) -> list[str]:
                 skipped.setdefault(fw, []).append(name)
         skipped[fw] = skipped.get(fw, []) + [name for name, scripts in exp.script_variants.items()
                                              if name in opts.variants and fw not in scripts]
-    return [f"{exp.name}: {label(fw)} runs no {', '.join(names)} (not run: no posted code in {label(fw)})"
-            for fw, names in skipped.items() if names]
+    data, asked = exp.resolved(opts.profile).get("data"), opts.dataset or ""
+    kept = ([f"{exp.name}: --dataset {asked} not applied: it feeds {data['input_size']}x{data['input_size']} images "
+             f"as they are (data.resize none), and {asked}'s are {NATIVE_SIDE[asked]}x{NATIVE_SIDE[asked]}; it keeps "
+             f"its {data['dataset']} data"] if data and _kept(data, asked) else [])
+    return kept + [f"{exp.name}: {label(fw)} runs no {', '.join(names)} (not run: no posted code in {label(fw)})"
+                   for fw, names in skipped.items() if names]
 
 
 def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],

@@ -1,16 +1,18 @@
 """The tuned variant: each framework's documented fast path on the device at hand, every part a named setting.
 
 ``tuned`` is ``fixed`` with each setting below that applies to its framework and device. Each setting also
-runs alone against fixed ("+tuned_<name>", once: as a pitfall alone does), and one that slows the device
+runs alone against fixed ("+tuned_<name>", once as a pitfall alone does, or every repeat where a claim reads
+it), and one that slows the device
 alone (its throughput below 1 - SLOWER of fixed's median) is left out of ``tuned`` there and said. So tuned is
 planned in two steps: the settings alone first (with everything else), then tuned from what they showed
 (``compose``); a dry run shows tuned with every setting. What a setting changes is a numerics field of the
 spec, so the run's own readback (its settings: execution, data layout, precision, threads) shows it applied.
 
-Left out by design, and said in the report: fp16 with loss scaling (a GPU without bf16 is refused for
-tuned); torch.compile on a CPU (it needs a C++ compiler, which the kit's environments and images do not
-carry); the loader's workers and prefetch (the kit feeds batches from arrays in memory, sliced in the
-training loop and copied from pinned memory without blocking: there is no decoding for workers to overlap).
+Mixed precision is bf16 where every assigned GPU has it (compute capability 8.0), else fp16 with dynamic loss
+scaling (7.0; below, tuned is refused). Left out by design, and said in the report: torch.compile on a CPU (it
+needs a C++ compiler, which the kit's environments and images do not carry); the loader's workers and prefetch
+(the kit feeds batches from arrays in memory, sliced in the training loop and copied from pinned memory without
+blocking: there is no decoding for workers to overlap).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from reprokit.runners.base import Spec
 
 TUNED = planning.TUNED
 SLOWER = 0.03           # a setting whose throughput alone is more than 3% below fixed's slows this device
+DEFAULT_MIXED = "bf16_mixed"
+PRECISION_ALONE = f"{TUNED_ALONE}precision"
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,11 @@ class Setting:
     def variant(self) -> str:
         return f"{TUNED_ALONE}{self.name}"
 
-    def numerics(self, spec: RunSpec) -> dict[str, Any]:
+    def numerics(self, spec: RunSpec, mixed: str) -> dict[str, Any]:
+        """The numerics fields this setting sets on ``spec``; ``mixed``: the device's mixed precision."""
         n = spec.numerics
         table: dict[str, dict[str, Any]] = {
-                "precision": {"precision": "bf16_mixed"},
+                "precision": {"precision": mixed},
                 "cudnn_autotune": {"cudnn_autotune": True},
                 "compile": {"compile": True},
                 "channels_last": {"channels_last": True},
@@ -53,7 +58,7 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("precision", "bf16 mixed precision (torch.autocast, Keras mixed_bfloat16, Flax bf16 layers)",
+    Setting("precision", "mixed precision: bf16 from compute capability 8.0, else fp16 with dynamic loss scaling",
             ("pytorch", "tensorflow", "jax"), ("gpu",), "precision"),
     Setting("cudnn_autotune", "cuDNN autotuning (torch.backends.cudnn.benchmark, TF_CUDNN_USE_AUTOTUNE)",
             ("pytorch", "tensorflow"), ("gpu",), "cudnn_autotune"),
@@ -91,29 +96,32 @@ def not_here(framework: str, device: str) -> list[str]:
     return [f"{name}: {why}" for (name, fw, dev), why in NOT_HERE.items() if fw == framework and dev == device]
 
 
-def _with(spec: RunSpec, variant: str, chosen: list[Setting], declared: list[dict[str, Any]]) -> RunSpec:
+def _with(spec: RunSpec, variant: str, chosen: list[Setting], declared: list[dict[str, Any]], mixed: str) -> RunSpec:
     numerics = spec.numerics
     for s in chosen:
-        numerics = dataclasses.replace(numerics, **s.numerics(spec))
+        numerics = dataclasses.replace(numerics, **s.numerics(spec, mixed))
     return planning.identified(dataclasses.replace(spec, variant=variant, numerics=numerics, run_id="",
                                                    differences=[*spec.differences, *declared]))
 
 
-def _declared(choices: dict[str, Choice], device: str, only: str | None = None) -> list[dict[str, Any]]:
-    """Each tuned setting as a declared difference: what every framework of the experiment got, and why not.
-    ``only``: the one setting a "+tuned_<name>" run adds."""
+MIXED_SAID = {"bf16_mixed": "bf16 mixed precision (torch.autocast, Keras mixed_bfloat16, Flax bf16 layers)",
+              "fp16_mixed": "fp16 mixed precision with dynamic loss scaling (torch.amp.GradScaler, Keras "
+                            "LossScaleOptimizer): this GPU has no bf16"}
+
+
+def _declared(choices: dict[str, Choice], device: str, mixed: str) -> list[dict[str, Any]]:
+    """Each tuned setting as a declared difference: what every framework of the experiment got, and why not."""
     names = dict.fromkeys(s.name for c in choices.values() for s in (*c.kept, *(d for d, _ in c.dropped)))
     out = []
     for name in names:
-        if only is not None and name != only:
-            continue
         entry: dict[str, Any] = {"field": f"tuned: {name}", "why": "the tuned variant: each framework's own fast "
                                                                    "path, set by the spec (reprokit/plan/tuning.py)"}
         for fw, c in choices.items():
             kept = next((s for s in c.kept if s.name == name), None)
             left = next((why for d, why in c.dropped if d.name == name), None)
             here = dict(e.split(": ", 1) for e in not_here(fw, device))
-            entry[fw] = (kept.what if kept else f"left out: {left}" if left else here.get(name, "not a setting of it"))
+            said = MIXED_SAID[mixed] if kept and name == "precision" else kept.what if kept else None
+            entry[fw] = said or (f"left out: {left}" if left else here.get(name, "not a setting of it"))
             entry.setdefault("key", (kept or next((d for d, _ in c.dropped if d.name == name), None) or
                                      next(x for x in SETTINGS if x.name == name)).key)
         out.append(entry)
@@ -129,27 +137,30 @@ def _fixed(specs: list[Spec]) -> dict[str, dict[str, RunSpec]]:
     return out
 
 
-def _specs(specs: list[Spec], choices_of: dict[str, dict[str, Choice]], alone: bool,
+def _specs(specs: list[Spec], choices_of: dict[str, dict[str, Choice]], alone: bool, mixed: str,
            read: frozenset[tuple[str, str, str]] = frozenset()) -> list[RunSpec]:
     out: list[RunSpec] = []
     for spec in specs:
         if not isinstance(spec, RunSpec) or spec.variant != FIXED:
             continue
         choices = choices_of[spec.experiment]
+        declared = _declared(choices, spec.device, mixed)
         if alone:       # one run of each setting alone (against fixed's median it decides only a slowing beyond
-            out += [_with(spec, s.variant, [s], _declared(choices, spec.device, s.name))    # SLOWER), every repeat
-                    for s in settings(spec.framework, spec.device)                          # of one a claim reads
+            out += [_with(spec, s.variant, [s], [d for d in declared if d["field"] == f"tuned: {s.name}"], mixed)
+                    for s in settings(spec.framework, spec.device)     # SLOWER), every repeat of one a claim reads
                     if spec.repeat == 0 or (spec.experiment, spec.framework, s.variant) in read]
-        out.append(_with(spec, TUNED, list(choices[spec.framework].kept), _declared(choices, spec.device)))
+        out.append(_with(spec, TUNED, list(choices[spec.framework].kept), declared, mixed))
     return out
 
 
-def planned(specs: list[Spec], read: frozenset[tuple[str, str, str]] = frozenset()) -> list[RunSpec]:
+def planned(specs: list[Spec], read: frozenset[tuple[str, str, str]] = frozenset(),
+            mixed: str = DEFAULT_MIXED) -> list[RunSpec]:
     """For each fixed run spec: each setting alone, and tuned with every setting (a dry run's, until ``compose``).
-    ``read``: the (experiment, framework, variant) a claim reads, whose settings alone run at every repeat."""
+    ``read``: the (experiment, framework, variant) a claim reads, whose settings alone run at every repeat;
+    ``mixed``: the mixed precision the GPUs have (reprokit/environments/host_checks.py mixed_precision)."""
     every = {exp: {fw: Choice(tuple(settings(fw, s.device)), ()) for fw, s in by_fw.items()}
              for exp, by_fw in _fixed(specs).items()}
-    return _specs(specs, every, alone=True, read=read)
+    return _specs(specs, every, alone=True, mixed=mixed, read=read)
 
 
 @dataclass(frozen=True)
@@ -180,10 +191,13 @@ def choose(results: list[dict[str, Any]], experiment: str, framework: str, devic
 
 
 def compose(specs: list[Spec], results: list[dict[str, Any]]) -> list[RunSpec]:
-    """The tuned specs, one per fixed one, from what each setting alone showed in ``results``."""
+    """The tuned specs, one per fixed one, from what each setting alone showed in ``results``, in the mixed
+    precision the plan chose (its precision setting's run alone holds it)."""
     choices = {exp: {fw: choose(results, exp, fw, s.device) for fw, s in by_fw.items()}
                for exp, by_fw in _fixed(specs).items()}
-    return _specs(specs, choices, alone=False)
+    mixed = next((s.numerics.precision for s in specs if isinstance(s, RunSpec) and s.variant == PRECISION_ALONE),
+                 DEFAULT_MIXED)
+    return _specs(specs, choices, alone=False, mixed=mixed)
 
 
 def choices_said(specs: list[Spec], results: list[dict[str, Any]]) -> list[str]:

@@ -63,7 +63,8 @@ def details(found: list[Verdict]) -> str:
     for verdicts in by_claim.values():
         c = verdicts[0].claim
         lines = [f"### {md(c.id)}", "", f"**{md(c.title)}** ({c.role}): “{md(c.statement)}” "
-                 f"({md(c.source['seed'])}, {md(c.source['where'])})", ""]
+                 f"({md(c.source['seed'])}, {md(c.source['where'])}"
+                 + (f"; quoted from {md(c.source['document'])}" if c.source.get("document") else "") + ")", ""]
         for v in verdicts:
             where = f" on {v.profile} ({v.device})" if v.profile else ""
             files = ", ".join(f"[{i[:8]}](results/{i}.json)" for i in dict.fromkeys(v.run_ids)) or "none"

@@ -179,8 +179,11 @@ def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[st
             lines.append(line)
     if shares:
         lines.append(shares)
-    classes = runs.classes(any_run["spec"])
-    lines.append(_learned(by_variant, classes))
+    if any_run["spec"].get("data", {}).get("dataset") == "synthetic":
+        lines.append("- **Did it learn?** Not asked: random labels on noise (synthetic data) measure speed, and "
+                     "there is nothing to learn.")
+    else:
+        lines.append(_learned(by_variant, runs.classes(any_run["spec"])))
     verdict_line = _verdicts(exp_name, found)
     if verdict_line:
         lines.append(verdict_line)

@@ -18,7 +18,7 @@ from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import FIXED, TUNED
 
 # Relative difference of the first epoch's mean training loss allowed against fixed, by the precision tuned used.
-LOSS_TOLERANCE = {"fp32": 0.05, "bf16_mixed": 0.15}
+LOSS_TOLERANCE = {"fp32": 0.05, "bf16_mixed": 0.15, "fp16_mixed": 0.15}
 
 
 def _first_loss(r: dict[str, Any]) -> float:
@@ -46,7 +46,7 @@ def rows(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[list[st
             work, w_ok = _same(t["effective"]["train_samples_per_epoch"], f["effective"]["train_samples_per_epoch"],
                                "{}")
             precision = t["spec"]["numerics"]["precision"]
-            allowed = LOSS_TOLERANCE.get(precision, LOSS_TOLERANCE["bf16_mixed"])
+            allowed = LOSS_TOLERANCE[precision]
             lt, lf = _first_loss(t), _first_loss(f)
         except (NotMeasured, KeyError, TypeError) as exc:
             out.append([LABELS[fw], "not measured", md(str(exc)), "", "", ""])

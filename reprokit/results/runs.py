@@ -19,8 +19,7 @@ TUNED = "tuned"
 TUNED_ALONE = f"{ADDED}{TUNED}_"
 TUNED_SETTINGS = ("precision", "cudnn_autotune", "compile", "channels_last", "inter_op")   # tuning.SETTINGS' names
 MODELS = {"vgg16": "VGG16", "simplecnn": "SimpleCNN", "resnet50": "ResNet-50", "custom": "the experiment's own model"}
-DATASETS = {"cifar10": "CIFAR-10", "synthetic": "synthetic random data", "learnable": "generated `learnable` gratings",
-            "imagenet_synthetic": "ImageNet-shaped random data"}
+DATASETS = {"cifar10": "CIFAR-10", "synthetic": "synthetic random data", "learnable": "generated `learnable` gratings"}
 
 Grouped = dict[str, dict[str, dict[str, list[dict[str, Any]]]]]
 T = TypeVar("T")
