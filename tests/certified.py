@@ -1,16 +1,20 @@
-"""Every real-kit equivalence certificate of the test suite, made in one call.
+"""Every real-kit equivalence certificate of the test suite, made in one call per batch.
 
-``certify_all`` certifies the built-in models (the tests' tiny SimpleCNN, the quick VGG16) and
+``certify_all`` certifies the built-in models (the tests' tiny SimpleCNN, the quick VGG16 and ResNet-50) and
 the control pairs (a user's own models, from a folder of the user's own) with
 ``reprokit.certify.certificate.certify_many``: one PyTorch process and one TensorFlow process for all of
-them. conftest.py's session fixture ``certified`` calls it once; tests/test_certificate.py and
-tests/test_certificate_controls.py read the results.
+them; ``certify_jax`` the JAX controls. conftest.py starts each batch as a process of its own at the
+session's first test (``python tests/certified.py BATCH FOLDER DATA_DIR OUT``: its kit processes are not the
+pytest process's children, whose signal tests stop every run they started); the session fixtures
+``certified`` and ``certified_jax`` read what it wrote, for tests/test_certificate.py and
+tests/test_certificate_controls.py.
 """
 from __future__ import annotations
 
 import json
 import resource
 import shutil
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -192,28 +196,34 @@ def _builtin(folder: Path, data_dir: Path, opts: Options) -> dict[str, dict[str,
     resnet = _planned(BUILTIN_DIR / "resnet50_imagenet_speed.toml", opts)
     for spec in resnet.values():
         spec["numerics"]["cpu_threads"] = tiny["pytorch"]["numerics"]["cpu_threads"]
+    # and against keras.applications' stock ResNet50 (the stock variant's TensorFlow side)
+    stock = json.loads(json.dumps(resnet))
+    stock["tensorflow"]["pitfalls"] = ["tf_keras_applications_resnet50"]
     return {"tiny": tiny, "tiny_batchnorm_epsilon": epsilon, "vgg": vgg, "vgg_head_1000": head, "vgg_64_reduced": larger,
-            "resnet": resnet}
+            "resnet": resnet, "resnet_stock": stock}
 
 
-def certify_all(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str, dict], dict[str, Path], dict,
-                                                                        dict[str, dict[str, dict]]]:
+def _folder(root: Path, name: str) -> Path:
+    (root / name).mkdir(parents=True)
+    return root / name
+
+
+def certify_all(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict[str, Path], dict,
+                                                     dict[str, dict[str, dict]]]:
     """Results and work dirs by name, the wall and CPU seconds of the one call (CPU: of the two framework
     processes, which a shared machine's load does not inflate as it does the wall time), and each
-    side's own findings by name and framework."""
+    side's own findings by name and framework; every folder under ``root``."""
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=FRAMEWORKS, data_dir=data_dir,
                    allow_download=False)
-    pairs = _builtin(tmp_path_factory.mktemp("experiments"), data_dir, opts)
-    folder = tmp_path_factory.mktemp("my-controls")
+    pairs = _builtin(_folder(root, "experiments"), data_dir, opts)
+    folder = _folder(root, "my-controls")
     shutil.copy(Path(__file__).with_name("cert_controls.py"), folder / "cert_controls.py")
     for name, (pt, tf, *_) in CONTROLS.items():
         (folder / f"{name}.toml").write_text(_control_toml(name, pt, tf))
         pairs[name] = _planned(folder / f"{name}.toml", opts)
     pairs["momentum"]["tensorflow"]["train"]["optimizer"]["momentum"] = 0.95
-    work = tmp_path_factory.mktemp("certificates")
+    work = _folder(root, "certificates")
     works = {name: work / name for name in pairs}
-    for fw in FRAMEWORKS:
-        kit_python(fw)
     runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder,))
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     results = certificate.certify_many(list(pairs.values()), runner, list(works.values()),
@@ -226,12 +236,12 @@ def certify_all(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str,
     return dict(zip(pairs, results)), works, cost, sides
 
 
-def certify_jax(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str, dict], dict]:
+def certify_jax(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict]:
     """The JAX_CONTROLS pairs, PyTorch against JAX, in one call (one process per framework): results by name,
-    and the wall and CPU seconds of the call."""
+    and the wall and CPU seconds of the call; every folder under ``root``."""
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "jax"), data_dir=data_dir,
                    allow_download=False)
-    folder = tmp_path_factory.mktemp("my-jax-controls")
+    folder = _folder(root, "my-jax-controls")
     for module in ("cert_controls.py", "cert_controls_jax.py"):
         shutil.copy(Path(__file__).with_name(module), folder / module)
     pairs = {}
@@ -240,12 +250,38 @@ def certify_jax(kit_python, tmp_path_factory, data_dir: Path) -> tuple[dict[str,
         (folder / f"{name}.toml").write_text(_control_toml(name, pt, tf, jax))
         pairs[name] = _planned(folder / f"{name}.toml", opts)
     pairs["momentum"]["jax"]["train"]["optimizer"]["momentum"] = 0.95
-    work = tmp_path_factory.mktemp("jax-certificates")
-    for fw in opts.frameworks:
-        kit_python(fw)
+    work = _folder(root, "jax-certificates")
     runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder,))
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     results = certificate.certify_many(list(pairs.values()), runner, [work / name for name in pairs])
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     cost = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime}
     return dict(zip(pairs, results)), cost
+
+
+BATCHES = {"certified": certify_all, "certified_jax": certify_jax}
+
+
+def read_made(out: Path, batch: str) -> tuple:
+    """What ``main`` wrote for a batch, in the shapes the batch returns (work folders as Paths)."""
+    got = json.loads(out.read_text())
+    if batch == "certified":
+        return got["results"], {k: Path(v) for k, v in got["works"].items()}, got["cost"], got["sides"]
+    return got["results"], got["cost"]
+
+
+def main(argv: list[str]) -> None:
+    """python tests/certified.py BATCH ROOT DATA_DIR OUT: make one batch, write its return as JSON to OUT."""
+    batch, root, data_dir, out = argv
+    made = BATCHES[batch](Path(root), Path(data_dir))
+    if batch == "certified":
+        results, works, cost, sides = made
+        body = {"results": results, "works": {k: str(v) for k, v in works.items()}, "cost": cost, "sides": sides}
+    else:
+        results, cost = made
+        body = {"results": results, "cost": cost}
+    Path(out).write_text(json.dumps(body))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +16,7 @@ from reprokit.environments import envs
 from reprokit.environments.envs import ENVS
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
-from reprokit.results.provenance import code
+from reprokit.results.provenance import REPO, code
 
 TINY = textwrap.dedent("""\
     [experiment]
@@ -75,15 +77,19 @@ def host_locks(tmp_path_factory):
 
 def pytest_collection_modifyitems(session, config, items):
     """Where any test collected needs the kits' environments, start building them now (see _env_builds), and
-    run the modules that need none first, so that a fresh clone's builds overlap them. A module stays whole
-    (its module-scoped fixtures are set up once) and keeps its place within its group (the sort is stable)."""
+    run the modules that need none first, so that a fresh clone's builds overlap them, and those that read the
+    suite's certificates last, so that their batches (_certificates_ahead) overlap the rest. A module stays
+    whole (its module-scoped fixtures are set up once) and keeps its place within its group (the sort is
+    stable)."""
     needs_env = {item.nodeid.split("::")[0] for item in items if "kit_python" in item.fixturenames}
     if needs_env:
         config.stash[_BUILDS] = {fw: _POOL.submit(envs.build, ENVS, envs.lock_name(fw, "cpu"), lambda _line: None)
                                  for fw in FRAMEWORKS}
     config.stash[_CERTIFICATES] = {name for item in items for name in ("certified", "certified_jax")
                                    if name in item.fixturenames}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] in needs_env)
+    reads = {item.nodeid.split("::")[0] for item in items if {"certified", "certified_jax"} & set(item.fixturenames)}
+    # last: the modules that read the background certificates (_certificates_ahead), which take a while
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] in needs_env, item.nodeid.split("::")[0] in reads))
 
 
 def pytest_unconfigure(config):
@@ -186,9 +192,23 @@ def nvidia_smi_replay(tmp_path, monkeypatch):
 
 
 # The suite's real-kit certificates (tests/certified.py) are made in the background from the session's first
-# test: one kit process at a time on one core, while the modules that need no environment run on the other.
+# test, a batch at a time, each in a process of its own (one kit process at a time, on one core), while the
+# modules that need no environment run on the other.
 _AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="certificates")
 _CERTIFICATES = pytest.StashKey[set]()
+
+
+def _make_batch(batch: str, builds: dict, root: Path, data_dir: Path) -> Path:
+    for build in builds.values():
+        build.result()                          # the kits' environments first
+    out, log = root / "made.json", root / "batch.log"
+    with log.open("w") as sink:
+        done = subprocess.run([sys.executable, str(Path(__file__).with_name("certified.py")), batch, str(root),
+                               str(data_dir), str(out)], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO)])})
+    if done.returncode != 0:
+        raise RuntimeError(f"the {batch} batch failed (exit {done.returncode}): {log.read_text()[-3000:]}")
+    return out
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -197,25 +217,23 @@ def _certificates_ahead(request, tmp_path_factory, data_dir) -> dict:
     wanted = request.config.stash.get(_CERTIFICATES, set())
     if not wanted:
         return {}
-    import certified as batch
     builds = request.getfixturevalue("_env_builds")
-
-    def kit_python(framework: str) -> Path:
-        return builds[framework].result()
-    makers = {"certified": batch.certify_all, "certified_jax": batch.certify_jax}
-    return {name: _AHEAD.submit(makers[name], kit_python, tmp_path_factory, data_dir) for name in sorted(wanted)}
+    return {name: _AHEAD.submit(_make_batch, name, builds, tmp_path_factory.mktemp(name), data_dir)
+            for name in sorted(wanted)}
 
 
 @pytest.fixture(scope="session")
 def certified(_certificates_ahead, kit_python):
     """Every real-kit certificate of the suite (tests/certified.py), made once, in one process per framework."""
-    return _certificates_ahead["certified"].result()
+    import certified as batch
+    return batch.read_made(_certificates_ahead["certified"].result(), "certified")
 
 
 @pytest.fixture(scope="session")
 def certified_jax(_certificates_ahead, kit_python):
     """The JAX_CONTROLS pairs, PyTorch against JAX, certified once, one PyTorch and one JAX process for all."""
-    return _certificates_ahead["certified_jax"].result()
+    import certified as batch
+    return batch.read_made(_certificates_ahead["certified_jax"].result(), "certified_jax")
 
 
 @pytest.fixture

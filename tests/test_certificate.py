@@ -395,6 +395,20 @@ def test_the_quick_resnet50_is_certified(certified):
     assert 2 <= trajectory["judged_points"] <= 11 and trajectory["max_relative_difference"] <= 1e-6
 
 
+def test_keras_applications_resnet50_is_another_model_and_the_certificate_names_how(certified):
+    """The stock variant's pair: torchvision's ResNet-50 against keras.applications': its biases, its v1 strides
+    (other arithmetic) and its BatchNorm conventions, each a failing check."""
+    result = certified[0]["resnet_stock"]
+    assert result["status"] == "fail"
+    failed = {c["name"] for c in result["checks"] if c["passed"] is False}
+    assert {"layers", "flops", "normalisation_settings"} <= failed, result["summary"]
+    assert "cannot take the weights" in result["message"] and "bias" in result["message"]
+    norms = _check(result, "normalisation_settings")["evidence"]
+    assert norms.endswith("epsilon 1e-05 vs 1.001e-05; momentum 0.1 vs 0.01"), norms
+    assert _check(result, "flops")["numbers"]["per_sample"]["tensorflow"] < \
+        _check(result, "flops")["numbers"]["per_sample"]["pytorch"]          # v1 strides before the 3x3 work
+
+
 @pytest.mark.slow
 def test_a_model_over_the_budget_certifies_its_costly_checks_at_a_declared_reduced_width(certified):
     """The 64x64 quick VGG16 over the tests' budget: structure and fp32 logits at the timed size,

@@ -179,6 +179,18 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
         code += ("; import torch; from torch.utils.flop_counter import FlopCounterMode; "
                  f"c = FlopCounterMode(display=False); c.__enter__(); m(torch.randn(2, 3, {size}, {size})).sum().backward(); "
                  "c.__exit__(None, None, None); print(c.get_total_flops() / 2)")
+    if fw == "tensorflow" and experiment == "resnet50_imagenet_speed":
+        # the stock variant's model: keras.applications' ResNet50 itself at full width, and the structure the quick
+        # profile rebuilds at its width, layer for layer the same at full width
+        code += ("; from kits.tensorflow_kit.models import keras_applications_resnet_structure; import keras; "
+                 f"app = keras.applications.ResNet50(input_shape=({size}, {size}, 3), weights=None, classes=1000); "
+                 f"mine = keras_applications_resnet_structure(cfg, {size}); "
+                 "keys = ('name', 'filters', 'kernel_size', 'strides', 'padding', 'use_bias', 'epsilon', 'momentum', "
+                 "'activation', 'kernel_initializer', 'pool_size'); "
+                 "conf = lambda m: [(type(l).__name__, {k: v for k, v in l.get_config().items() if k in keys}) "
+                 "for l in m.layers[1:]]; "
+                 "print(json.dumps({'stock': app.count_params(), 'same': conf(app) == conf(mine) and "
+                 "app.count_params() == mine.count_params()}))")
     if fw == "pytorch" and experiment == "resnet50_imagenet_speed":
         # torchvision's own resnet50: the same parameter and buffer names, in the same order, of the same shapes
         code += ("; import torchvision; tv = torchvision.models.resnet50(num_classes=cfg.num_classes); "
@@ -193,6 +205,9 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
         assert posted == {"posted": 134_301_514, "name": "vgg16", "same": True}
     if fw == "pytorch" and experiment == "resnet50_imagenet_speed":
         assert json.loads(lines.pop()) is True
+    if fw == "tensorflow" and experiment == "resnet50_imagenet_speed":
+        # 25,557,032 + 26,560 conv biases trainable, and 53,120 BatchNorm statistics
+        assert json.loads(lines.pop()) == {"stock": 25_636_712, "same": True}
     if fw == "pytorch" and experiment in ("simplecnn_cifar10_memory", "resnet50_imagenet_speed"):
         counted = float(lines.pop())
         assert counted == json.loads(lines[-1])["flops"]["training"]     # the rule is what torch counts

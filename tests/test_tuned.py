@@ -116,8 +116,9 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
         if (r["framework"], r["variant"]) == ("tensorflow", "+tuned_compile"):
             r["timing"]["samples_per_s"] = 0.9 * fixed_rate
     choice = tuning.choose(slower, "tiny", "tensorflow", "cpu")
-    assert [s.name for s, _ in choice.dropped] == ["compile"]
-    assert choice.dropped[0][1] == "alone it slowed TensorFlow here: 0.90x fixed's throughput"
+    dropped = {s.name: why for s, why in choice.dropped}       # inter_op as this CPU's timing had it
+    assert dropped["compile"] == "alone it slowed TensorFlow here: 0.90x fixed's throughput"
+    assert "compile" not in {s.name for s in choice.kept}
 
 
 def test_a_setting_alone_that_a_claim_reads_runs_every_repeat(stand_in_gpu_host, tmp_path):

@@ -37,6 +37,7 @@ class Pitfall(enum.StrEnum):
     PT_PLATEAU_ON_SUM = "pt_plateau_on_sum"
     TF_POSTED_MODEL = "tf_posted_model"
     TF_POSTED_VGG16 = "tf_posted_vgg16"
+    TF_KERAS_APPLICATIONS_RESNET50 = "tf_keras_applications_resnet50"
     PT_ITEM_PER_STEP = "pt_item_per_step"
     PT_BLOCKING_COPY = "pt_blocking_copy"
     PT_OUTPUTS_KEPT_ALIVE = "pt_outputs_kept_alive"
@@ -174,6 +175,13 @@ PITFALLS: dict[str, dict[str, str]] = {
         "framework": "tensorflow",
         "summary": "keras.applications.vgg16.VGG16(weights=None, classes=10): no dropout, a softmax head, "
                    "Keras's default initializers",
+    },
+    # No post: the stock model people call in Keras, beside torchvision's (ResNet-50, seed 000's answer's evidence).
+    Pitfall.TF_KERAS_APPLICATIONS_RESNET50: {
+        "part": "model",
+        "framework": "tensorflow",
+        "summary": "keras.applications.ResNet50(weights=None): v1 (stride in the first 1x1 convolution), conv "
+                   "biases, BatchNorm epsilon 1.001e-5 and momentum 0.99, Keras's default initializers, a softmax head",
     },
 }
 

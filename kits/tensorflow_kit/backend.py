@@ -121,7 +121,8 @@ class Backend(FeederMixin):
         self.optimizer.build(self.model.trainable_variables)
         # The posted models end in softmax and use categorical cross-entropy on their probabilities;
         # integer labels with the sparse form of the same loss are a declared adaptation.
-        posted = self.pitfalls.has(Pitfall.TF_POSTED_MODEL) or self.pitfalls.has(Pitfall.TF_POSTED_VGG16)
+        posted = any(self.pitfalls.has(p) for p in (Pitfall.TF_POSTED_MODEL, Pitfall.TF_POSTED_VGG16,
+                                                     Pitfall.TF_KERAS_APPLICATIONS_RESNET50))
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not posted)
         # One trace per input dtype and shape: uint8 batches here, float batches of one from the posted pipeline.
         # With numerics.compile, XLA compiles each trace (jit_compile), in the warmup where every shape is met first.

@@ -93,9 +93,11 @@ def read(layer: Any, in_shape: list[int]) -> tuple[str, dict[str, Any]]:
     if isinstance(layer, (L.MaxPooling2D, L.AveragePooling2D)):
         kernel = _pair(config["pool_size"])
         stride = _pair(config["strides"]) if config.get("strides") else kernel
+        padding = _padding(config["padding"], size, kernel, stride, [1, 1])
+        if getattr(layer, "pad_each_side", None):        # a max pool with its own -inf padding (the kit's ResNet)
+            padding = [layer.pad_each_side] * 4
         out: dict[str, Any] = {"pool": "max" if isinstance(layer, L.MaxPooling2D) else "avg", "pool_size": kernel,
-                               "strides": stride, "padding": _padding(config["padding"], size, kernel, stride, [1, 1]),
-                               "ceil_mode": False}
+                               "strides": stride, "padding": padding, "ceil_mode": False}
         out["dilation"] = [1, 1]
         if isinstance(layer, L.AveragePooling2D) and any(out["padding"]):
             out["count_include_pad"] = False

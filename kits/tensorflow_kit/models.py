@@ -95,12 +95,18 @@ def _resnet_conv(c: resnet.Conv, init: Init) -> list[layers.Layer]:
     return [layers.ZeroPadding2D(c.padding), conv] if c.padding else [conv]
 
 
-class MaxPoolPadded(layers.Layer):
-    """torch's MaxPool2d(3, 2, padding=1): padded with -inf, so a padded cell never wins."""
+class MaxPoolPadded(layers.MaxPooling2D):
+    """torch's MaxPool2d(3, 2, padding=1): padded with -inf, so a padded cell never wins; its settings read as a
+    max pool with that padding (kits/tensorflow_kit/layer_settings.py)."""
+
+    pad_each_side = 1
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(pool_size=3, strides=2, padding="valid", **kwargs)
 
     def call(self, x):
-        x = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], constant_values=float("-inf"))
-        return tf.nn.max_pool2d(x, 3, 2, "VALID")
+        p = self.pad_each_side
+        return super().call(tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]], constant_values=float("-inf")))
 
 
 class Bottleneck(keras.Model):
@@ -144,6 +150,50 @@ def resnet50(cfg: Model, input_size: int) -> keras.Model:
     return keras.Model(inputs, _dense(cfg.num_classes, init)(x), name="resnet50")
 
 
+def keras_applications_resnet50(cfg: Model, input_size: int) -> keras.Model:
+    """``keras.applications.ResNet50(weights=None, classes=...)`` as people call it: at full width with ResNet-50's
+    blocks that very call, else the same structure (layers, names, strides, biases, BatchNorm settings, Keras's
+    default initializers), layer by layer, at the profile's width (keras_applications_resnet_structure)."""
+    if cfg.width_multiplier == 1.0 and resnet.options(cfg.options)[0] == resnet.BLOCKS:
+        return keras.applications.ResNet50(weights=None, input_shape=(input_size, input_size, 3),
+                                           classes=cfg.num_classes)
+    return keras_applications_resnet_structure(cfg, input_size)
+
+
+def keras_applications_resnet_structure(cfg: Model, input_size: int) -> keras.Model:
+    """keras.applications' ResNet50 (v1: a stage strides in its first 1x1 convolution; biases; BatchNorm epsilon
+    1.001e-5 at Keras's momentum 0.99; the projection before the branch; a softmax head) at any width."""
+    lay = resnet.layout(cfg.width_multiplier, resnet.options(cfg.options)[0], stride_at="1x1")
+
+    def norm(name: str) -> layers.BatchNormalization:
+        return layers.BatchNormalization(axis=3, epsilon=1.001e-5, name=name)
+
+    x = inputs = keras.Input((input_size, input_size, 3))
+    x = layers.ZeroPadding2D(((3, 3), (3, 3)), name="conv1_pad")(x)
+    x = layers.Conv2D(lay.stem.cout, 7, strides=2, use_bias=True, name="conv1_conv")(x)
+    x = layers.Activation("relu", name="conv1_relu")(norm("conv1_bn")(x))
+    x = layers.ZeroPadding2D(((1, 1), (1, 1)), name="pool1_pad")(x)
+    x = layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
+    for s, stage in enumerate(lay.stages, 2):
+        for b, block in enumerate(stage, 1):
+            name = f"conv{s}_block{b}"
+            c1, c2, c3 = block.convs
+            shortcut = x
+            if block.downsample:
+                shortcut = layers.Conv2D(block.downsample.cout, 1, strides=block.downsample.stride,
+                                         name=f"{name}_0_conv")(x)
+                shortcut = norm(f"{name}_0_bn")(shortcut)
+            x = layers.Conv2D(c1.cout, 1, strides=c1.stride, name=f"{name}_1_conv")(x)
+            x = layers.Activation("relu", name=f"{name}_1_relu")(norm(f"{name}_1_bn")(x))
+            x = layers.Conv2D(c2.cout, 3, padding="SAME", name=f"{name}_2_conv")(x)
+            x = layers.Activation("relu", name=f"{name}_2_relu")(norm(f"{name}_2_bn")(x))
+            x = norm(f"{name}_3_bn")(layers.Conv2D(c3.cout, 1, name=f"{name}_3_conv")(x))
+            x = layers.Activation("relu", name=f"{name}_out")(layers.Add(name=f"{name}_add")([shortcut, x]))
+    x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    return keras.Model(inputs, layers.Dense(cfg.num_classes, activation="softmax", name="predictions")(x),
+                       name="resnet50")
+
+
 def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras.Model:
     if cfg.name == "custom":
         # The user's builder owns its layers and initialisation.
@@ -152,7 +202,8 @@ def build(cfg: Model, input_size: int, pitfalls: Pitfalls = Pitfalls()) -> keras
     if cfg.name == "vgg16":
         return posted_vgg16(cfg, input_size) if pitfalls.has(Pitfall.TF_POSTED_VGG16) else vgg16(cfg, input_size)
     if cfg.name == "resnet50":
-        return resnet50(cfg, input_size)
+        stock = pitfalls.has(Pitfall.TF_KERAS_APPLICATIONS_RESNET50)
+        return keras_applications_resnet50(cfg, input_size) if stock else resnet50(cfg, input_size)
     return simplecnn(cfg, input_size, pitfalls)
 
 

@@ -191,7 +191,15 @@ def not_run(exp: Experiment, opts: Options) -> list[str]:
     kept = ([f"{exp.name}: --dataset {asked} not applied: it feeds {data['input_size']}x{data['input_size']} images "
              f"as they are (data.resize none), and {asked}'s are {NATIVE_SIDE[asked]}x{NATIVE_SIDE[asked]}; it keeps "
              f"its {data['dataset']} data"] if data and _kept(data, asked) else [])
-    return kept + [f"{exp.name}: {label(fw)} runs no {', '.join(names)} (not run: no posted code in {label(fw)})"
+    posted = {"as_posted", *exp.script_variants}
+
+    def why(fw: str, names: list[str]) -> str:
+        if set(names) <= posted:
+            return f"no posted code in {label(fw)}"
+        one = len(names) == 1
+        return (f"{'it changes' if one else 'they change'} nothing of {label(fw)}'s, whose fixed runs stand for "
+                f"{'it' if one else 'them'}")
+    return kept + [f"{exp.name}: {label(fw)} runs no {', '.join(names)} (not run: {why(fw, names)})"
                    for fw, names in skipped.items() if names]
 
 
