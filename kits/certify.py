@@ -142,9 +142,19 @@ class _Clock:
         self.wall, self.cpu = wall, cpu
 
 
+def _layer_settings(side, out: dict, x) -> None:
+    """Every layer's settings as built (its own weights, one sample in evaluation mode): what the normalisation
+    check compares, also where the two models cannot share weights."""
+    try:
+        out["layer_settings"] = [entry for entry, _ in side.layer_outputs(x[:1], training=False)]
+    except Exception as exc:           # a layer the recording cannot read: the checks go on without it
+        out["layer_settings_error"] = f"{type(exc).__name__}: {custom.one_line(exc)}"
+
+
 def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
              parts: str, folder: Path) -> None:
     _canonical(side, out)
+    _layer_settings(side, out, x)
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
     out["setup"] = {"logits_samples": len(x), "steps": len(batches), "step_batch_size": len(batches[0][1]),
                     "configured_batch_size": spec.train.batch_size, "trace_batch": min(cert.TRACE_BATCH, len(x)),
@@ -254,6 +264,7 @@ def certify_captured(side, out: dict, classes: int, device: str, weights_in: Pat
     host names them as not checked)."""
     x = side.x_first
     _canonical(side, out)
+    _layer_settings(side, out, x)
     out["shared"] = side.shared()
     out["modes"] = side.modes()
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))

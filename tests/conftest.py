@@ -192,8 +192,8 @@ def nvidia_smi_replay(tmp_path, monkeypatch):
 
 
 # The suite's real-kit certificates (tests/certified.py) are made in the background from the session's first
-# test, a batch at a time, each in a process of its own (one kit process at a time, on one core), while the
-# modules that need no environment run on the other.
+# test, a batch at a time, each in a process of its own (one kit process at a time), at the lowest CPU priority:
+# they take what the tests in front leave idle, and are read last.
 _AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="certificates")
 _CERTIFICATES = pytest.StashKey[set]()
 
@@ -203,9 +203,10 @@ def _make_batch(batch: str, builds: dict, root: Path, data_dir: Path) -> Path:
         build.result()                          # the kits' environments first
     out, log = root / "made.json", root / "batch.log"
     with log.open("w") as sink:
-        done = subprocess.run([sys.executable, str(Path(__file__).with_name("certified.py")), batch, str(root),
-                               str(data_dir), str(out)], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO)])})
+        done = subprocess.run(["nice", "-n", "19", sys.executable, str(Path(__file__).with_name("certified.py")),
+                               batch, str(root), str(data_dir), str(out)], cwd=REPO, stdout=sink,
+                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(Path(__file__).parent), str(REPO)])})
     if done.returncode != 0:
         raise RuntimeError(f"the {batch} batch failed (exit {done.returncode}): {log.read_text()[-3000:]}")
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 
 import pytest
@@ -103,6 +104,9 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
 
     checked = report.split("### Tuned against fixed")[1].split("###")[0]
     assert "| PyTorch " in checked and "| TensorFlow " in checked and "121,778 both" in checked
+    # the warmup (a compiled step's compilation) apart from the timed throughput, in every run and in the table
+    assert all(r["timing"]["warmup_s"] > 0 for r in results)
+    assert "warmup, compilation included" in checked and re.search(r"\| [\d.]+ s against [\d.]+ s +\|", checked)
     grouped = runs.group(results)["tiny"]
     other = copy.deepcopy(grouped)                  # a tuned run of another model would fail the check
     other["tuned"]["pytorch"][0]["model"]["parameters"]["total"] += 1

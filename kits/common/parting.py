@@ -224,9 +224,11 @@ def compare_normalisations(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
     (fa, sa), (fb, sb) = sides.items()
     la, lb = label(fa), label(fb)
     name = "normalisation_settings"
-    if any("layer_outputs" not in s for s in (sa, sb)):
-        return {"name": name, "passed": None, "evidence": "not known: a side recorded no layer settings"}
-    a, b = ([e for e in s["layer_outputs"]["modes"]["eval"] if e["family"] in NORMALISATIONS] for s in (sa, sb))
+    if any("layer_settings" not in s for s in (sa, sb)):
+        why = "; ".join(s.get("layer_settings_error", f"{label(fw)} recorded none") for fw, s in sides.items()
+                        if "layer_settings" not in s)
+        return {"name": name, "passed": None, "evidence": f"not known: {why}"}
+    a, b = ([e for e in s["layer_settings"] if e["family"] in NORMALISATIONS] for s in (sa, sb))
     if len(a) != len(b):
         return {"name": name, "passed": False,
                 "evidence": f"{la} has {len(a)} normalisation layers, {lb} {len(b)}"}

@@ -64,6 +64,8 @@ def _sections(configured: int, warmup: int, m: Measurements, wall_s: float, inpu
                        f"steps: {m.step_timing}"),
             "warmup_steps": warmup,
             "warmup_eval_batch_sizes": m.warmed_eval_sizes,
+            # every shape's first step and the warmup steps, device synchronised: a compiled step's compilation
+            **({"warmup_s": m.warmup_s} if m.warmup_s is not None else {}),
             "window_steps": m.window_steps,
             "wall_s": wall_s,
             "epochs": m.epoch_times,

@@ -42,6 +42,7 @@ class Measurements:
     step_timing: str = ""              # how step times were taken
     co_load: dict[str, Any] = field(default_factory=dict)       # what else kept the CPUs busy while timed
     energy: dict[str, Any] = field(default_factory=dict)        # joules over the timed window, or why not
+    warmup_s: float | None = None      # from the first warmed shape to the timed window: compilation included
 
 
 def steps_per_epoch(spec: RunSpec, n_train: int) -> int:
@@ -65,6 +66,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
 
     global_step = 0
     phases.start(WARMUP)               # the build and the FLOP count are behind us
+    t_warm = now()
     m.warmed_eval_sizes = warm_shapes(backend)
     for epoch in range(1, epochs + 1):
         backend.set_mode(training=True)
@@ -74,6 +76,8 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
         t_epoch = now()
         t_measured = t_epoch if global_step >= warmup else None
         if t_measured is not None:
+            if m.warmup_s is None:
+                m.warmup_s = t_measured - t_warm
             timer.start()
             beside.start()
             energy.start()
@@ -100,6 +104,7 @@ def train(backend: Backend, spec: RunSpec, n_train: int, progress: Progress, pha
                 phases.end(WARMUP, epoch, in_phase, then=TRAIN)
                 in_phase = 0
                 t_measured = now()
+                m.warmup_s = t_measured - t_warm
                 timer.start()
                 beside.start()
                 energy.start()

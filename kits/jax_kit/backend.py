@@ -17,12 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kits.common import custom
+from kits.common import cpu_peak, custom
 from kits.common import data as datalib
 from kits.common import settings as settings_lib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
-from kits.common.measure import WindowTimer, now
+from kits.common.measure import WindowTimer
 from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 from kits.jax_kit import memory, models, steps, trace, xla_env
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, intra_op_threads, model_settings
@@ -226,19 +226,13 @@ class Backend(FeederMixin):
     def memory_counters(self) -> list[Any]:
         return [memory.DevicePeak(self.device)] if self.gpu else []
 
-    def matmul_flops_per_s(self, n: int = 1024, seconds: float = 0.3) -> float:
+    def matmul_flops_per_s(self, n: int = 1024) -> float:
         """The device's measured fp32 matmul rate with the run's thread settings (jitted, synchronised)."""
         with jax.default_device(self.device):
             a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
             b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
         mm = jax.jit(jnp.matmul)
-        mm(a, b).block_until_ready()
-        count, t0 = 0, now()
-        while now() - t0 < seconds:
-            c = mm(a, b)
-            count += 1
-        c.block_until_ready()
-        return 2 * n**3 * count / (now() - t0)
+        return cpu_peak.best_rate(lambda: mm(a, b), lambda c: c.block_until_ready(), 2.0 * n**3)
 
     def observed(self) -> dict[str, Any]:
         # The modes are fixed inside the jitted steps: training mode in every train step, evaluation mode

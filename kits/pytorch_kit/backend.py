@@ -7,12 +7,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kits.common import custom
+from kits.common import cpu_peak, custom
 from kits.common import data as datalib
 from kits.common import settings as settings_lib
 from kits.common.environment import cpu_name, nvidia_smi
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
-from kits.common.measure import WindowTimer, now, rss_bytes
+from kits.common.measure import WindowTimer, rss_bytes
 from kits.common.pitfalls import Pitfall
 from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
 from kits.pytorch_kit import models, posted_input, trace
@@ -282,17 +282,11 @@ class Backend(FeederMixin):
     def memory_counters(self) -> list:
         return [_AllocatorPeaks()] if self.device.type == "cuda" else []
 
-    def matmul_flops_per_s(self, n: int = 1024, seconds: float = 0.3) -> float:
+    def matmul_flops_per_s(self, n: int = 1024) -> float:
         """The device's measured fp32 matmul rate with the run's thread settings: a peak to hold throughput against."""
         a = torch.randn(n, n, device=self.device)
         b = torch.randn(n, n, device=self.device)
-        (a @ b).sum().item()
-        count, t0 = 0, now()
-        while now() - t0 < seconds:
-            c = a @ b
-            count += 1
-        c.sum().item()
-        return 2 * n**3 * count / (now() - t0)
+        return cpu_peak.best_rate(lambda: a @ b, lambda c: c.sum().item(), 2.0 * n**3)
 
     def observed(self) -> dict:
         # the loss scale torch.amp.GradScaler holds at the end (None: it was not enabled)

@@ -11,11 +11,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import custom  # noqa: E402
+from kits.common import cpu_peak, custom  # noqa: E402
 from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
 from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
-from kits.common.measure import WindowTimer, now, rss_bytes  # noqa: E402
+from kits.common.measure import WindowTimer, rss_bytes  # noqa: E402
 from kits.common.pitfalls import Pitfall  # noqa: E402
 from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec  # noqa: E402
 from kits.tensorflow_kit import models, trace  # noqa: E402
@@ -243,17 +243,11 @@ class Backend(FeederMixin):
         # Reading a variable the steps write waits for those steps; TensorFlow has no event API.
         self._loss_sum.numpy()
 
-    def matmul_flops_per_s(self, n: int = 1024, seconds: float = 0.3) -> float:
+    def matmul_flops_per_s(self, n: int = 1024) -> float:
         """The device's measured fp32 matmul rate with the run's thread settings: a peak to hold throughput against."""
         a = tf.random.normal((n, n))
         b = tf.random.normal((n, n))
-        tf.reduce_sum(a @ b).numpy()
-        count, t0 = 0, now()
-        while now() - t0 < seconds:
-            c = a @ b
-            count += 1
-        tf.reduce_sum(c).numpy()
-        return 2 * n**3 * count / (now() - t0)
+        return cpu_peak.best_rate(lambda: a @ b, lambda c: tf.reduce_sum(c).numpy(), 2.0 * n**3)
 
     def no_gpu_reason(self) -> str:
         build = tf.sysconfig.get_build_info()

@@ -49,13 +49,16 @@ def rows(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[list[st
             allowed = LOSS_TOLERANCE[precision]
             lt, lf = _first_loss(t), _first_loss(f)
         except (NotMeasured, KeyError, TypeError) as exc:
-            out.append([LABELS[fw], "not measured", md(str(exc)), "", "", ""])
+            out.append([LABELS[fw], "not measured", md(str(exc)), "", "", "", ""])
             continue
+        warm = [r["timing"].get("warmup_s") for r in (t, f)]
+        warmup = (f"{warm[0]:.1f} s against {warm[1]:.1f} s" if None not in warm else "not measured (a result "
+                  "written before warmup_s)")
         off = abs(lt / lf - 1) if lf else float("inf")
         loss = f"{lt:.4g} against {lf:.4g} ({off:.1%}; {precision}: within {allowed:.0%})"
         ok = p_ok and f_ok and w_ok and off <= allowed
         out.append([LABELS[fw], "pass" if ok else "**FAIL**", params, flops, work,
-                    loss if off <= allowed else f"**{loss}**"])
+                    loss if off <= allowed else f"**{loss}**", warmup])
     return out
 
 
@@ -65,6 +68,7 @@ def section(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | Non
         return None
     return ("Each framework's tuned run against its fixed run (first repeats), from the result files: the same model "
             "and arithmetic (parameters, training FLOPs per sample), the same work (samples per epoch), and the first "
-            "epoch's mean training loss within the tolerance declared for tuned's precision.\n\n" +
+            "epoch's mean training loss within the tolerance declared for tuned's precision. Beside them, apart from "
+            "the timed throughput: the warmup's seconds, where a compiled step's compilation falls.\n\n" +
             table(found, ["", "tuned against fixed", "parameters", "training FLOPs per sample", "samples per epoch",
-                          "first-epoch training loss"]))
+                          "first-epoch training loss", "warmup, compilation included"]))
