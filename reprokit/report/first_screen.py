@@ -167,7 +167,7 @@ def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[st
     posted = by_variant.get(POSTED, {})
     if posted:
         lines.append(f"- **The posted comparison really measured:** as posted, {_work(posted)}")
-    elif exp is not None and exp.variants:
+    elif exp is not None and POSTED in exp.variants:
         lines.append("- **The posted comparison:** its `as_posted` variant is not in these results, so this report "
                      "cannot say what it measured.")
     rebuilt = reconstruction.first_screen_line(exp_name, by_variant, certs)
