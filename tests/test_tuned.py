@@ -112,6 +112,18 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
     other["tuned"]["pytorch"][0]["model"]["parameters"]["total"] += 1
     (pt_row, _) = tuned_section.rows(other)
     assert pt_row[1] == "**FAIL**" and pt_row[2].startswith("**121,779 against 121,778")
+    # a loss 20% off fails; the same loss under channels_last with dropout (other masks drawn) is shown, not judged
+    other = copy.deepcopy(grouped)
+    t_run, f_run = other["tuned"]["pytorch"][0], other["fixed"]["pytorch"][0]
+    t_run["metrics"]["epochs"][0]["train_loss"] = 1.2 * f_run["metrics"]["epochs"][0]["train_loss"]
+    t_run["spec"]["numerics"]["channels_last"] = False
+    assert tuned_section.rows(other)[0][1] == "**FAIL**"
+    t_run["spec"]["numerics"]["channels_last"] = True
+    assert t_run["spec"]["model"]["dropout"]            # the tiny model has dropout
+    (pt_row, _) = tuned_section.rows(other)
+    assert pt_row[1] == "pass (loss not judged)" and "(20.0%): not judged, channels_last draws" in pt_row[5]
+    t_run["spec"]["model"]["dropout"] = [0.0, 0.0, 0.0]
+    assert tuned_section.rows(other)[0][1] == "**FAIL**"
 
     # the rule: the same results with TensorFlow's compiled run made 10% slower than fixed leave compile out
     slower = copy.deepcopy(results)

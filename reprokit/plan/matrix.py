@@ -221,7 +221,10 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
                 specs += script_plan.specs_for(name, scripts, o, describe, here, epochs=what.epochs,
                                                variant=variant, setting=exp.resolved(o.profile),
                                                differences=exp.doc.get("differences", []))
-    return specs + sorted(last, key=lambda s: s.variant == planning.TUNED), claims
+    # Repeat by repeat: each configuration's first repeat, then each one's second, so a slow spell of the host falls
+    # on every configuration alike instead of on the one whose repeats it ran (pyperf and MLPerf interleave too).
+    return (sorted(specs, key=lambda s: s.repeat) +
+            sorted(last, key=lambda s: (s.variant == planning.TUNED, s.repeat))), claims
 
 
 def _known(what: What) -> dict[str, Experiment]:
