@@ -13,7 +13,8 @@ folders, not by what the kit says of itself:
              that were not there before
 
 The last line is `faults survived: N of N, results lost: L`; the exit status is 0 only if every fault
-was survived with nothing lost or left. `--fast` runs the subset CI runs; `--only NAME` one fault.
+was survived with nothing lost or left. `--fast` runs the faults that no test of the suite proves already
+(CI runs these; PROVED_IN_CI names the test for each other one); `--only NAME` one fault.
 """
 from __future__ import annotations
 
@@ -495,35 +496,55 @@ def node_lost(suite: Suite, line: Line) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-FAULTS: dict[str, tuple[Callable[[Suite, Line], None], bool]] = {    # name: (fault, in the fast subset)
-    "sigterm": (sigterm, True),
-    "sigterm, docker": (sigterm_docker, False),
-    "ctrl-c twice": (ctrl_c_twice, False),
-    "kill -9": (kill_9, False),
-    "damaged result": (damaged_result, False),
-    "damaged report": (damaged_report, False),
-    "two commands": (two_commands, False),
-    "two state folders": (two_state_folders, False),
-    "disk full": (disk_full, True),
-    "timeout": (timeout, False),
-    "exit code": (script_fault("exit_code.py", "exit-code"), False),
-    "invalid output": (script_fault("exits_early.py", "invalid-output"), False),
-    "oom": (oom, False),
-    "gpu refused": (gpu_refused, False),
-    "fork bomb": (script_fault("fork_bomb.py", "timeout", "tensorflow", "docker", ("--timeout", "30")), False),
-    "engine killed": (engine_killed, False),
-    "node lost": (node_lost, False),
+FAULTS: dict[str, Callable[[Suite, Line], None]] = {
+    "sigterm": sigterm,
+    "sigterm, docker": sigterm_docker,
+    "ctrl-c twice": ctrl_c_twice,
+    "kill -9": kill_9,
+    "damaged result": damaged_result,
+    "damaged report": damaged_report,
+    "two commands": two_commands,
+    "two state folders": two_state_folders,
+    "disk full": disk_full,
+    "timeout": timeout,
+    "exit code": script_fault("exit_code.py", "exit-code"),
+    "invalid output": script_fault("exits_early.py", "invalid-output"),
+    "oom": oom,
+    "gpu refused": gpu_refused,
+    "fork bomb": script_fault("fork_bomb.py", "timeout", "tensorflow", "docker", ("--timeout", "30")),
+    "engine killed": engine_killed,
+    "node lost": node_lost,
+}
+# Where CI's suite proves a fault already, with the same injection from outside on a real run: `--fast` (CI's
+# subset, tests/test_fault_suite.py) runs only the others, so CI covers every fault once.
+PROVED_IN_CI: dict[str, str] = {
+    "sigterm": "tests/test_signals.py::test_a_signal_stops_the_kit_keeps_results_and_says_how_to_go_on",
+    "sigterm, docker": "tests/test_docker_faults.py::test_a_second_ctrl_c_removes_the_running_container_at_once",
+    "ctrl-c twice": "tests/test_signals.py::test_a_second_ctrl_c_while_the_command_exits_still_ends_it_with_130",
+    "kill -9": "tests/test_orphans.py::test_a_killed_orchestrator_takes_its_local_kit_process_with_it",
+    "damaged result": "tests/test_state_files.py::test_reproduce_with_a_result_cut_short_runs_that_run_again",
+    "two commands": "tests/test_state_locks.py::test_a_second_command_on_a_state_folder_refuses_or_waits",
+    "two state folders": "tests/test_state_locks.py::test_two_state_folders_never_time_runs_on_one_device_at_once",
+    "disk full": "tests/test_disk_full.py::test_a_full_state_folder_loses_one_run_and_stops_in_one_sentence",
+    "timeout": ("tests/test_reproduce.py::"
+                "test_a_timeout_is_recorded_then_reproduce_writes_results_and_report_and_resumes"),
+    "oom": "tests/test_docker_runner.py::test_host_memory_oom_is_recorded_as_oom",
+    "gpu refused": "tests/test_docker_runner.py::test_gpus_without_nvidia_runtime_fail_before_any_container",
+    "fork bomb": "tests/test_docker_faults.py::test_a_fork_bomb_ends_as_a_failed_run_and_the_host_keeps_answering",
+    "engine killed": ("tests/test_docker_faults.py::"
+                      "test_an_engine_killed_mid_run_is_engine_lost_then_the_matrix_waits_for_it"),
+    "node lost": "tests/test_ray_backend.py::test_a_lost_node_is_retried_elsewhere_and_nothing_is_lost",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nox -s faults --", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--fast", action="store_true", help="only the subset CI runs")
+    p.add_argument("--fast", action="store_true", help="only the faults no test of the suite proves (CI runs these)")
     p.add_argument("--only", action="append", choices=FAULTS, help="only this fault (repeatable)")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (its logs) afterwards")
     args = p.parse_args(argv)
-    names = args.only or [n for n, (_, fast) in FAULTS.items() if fast or not args.fast]
+    names = args.only or [n for n in FAULTS if not (args.fast and n in PROVED_IN_CI)]
     scratch = Path(tempfile.mkdtemp(prefix="reprokit-faults-"))
     suite = Suite(scratch)
     lines = []
@@ -534,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             before = snapshot(scratch)
             t = time.monotonic()
             try:
-                FAULTS[name][0](suite, line)
+                FAULTS[name](suite, line)
                 line.survived = True
             except Failed as exc:
                 line.why = str(exc)

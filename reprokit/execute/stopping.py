@@ -7,6 +7,7 @@ command says what to run to go on. A second signal stops at once: everything reg
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -61,6 +62,21 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(STOPPED)
+
+
+def stopped() -> bool:
+    """Whether a signal came: the command is ending."""
+    return _signals > 0
+
+
+def exit_stopped(code: int) -> None:
+    """End a stopped command's process now. Python puts the signals' default handlers back while it shuts down, so a
+    second Ctrl-C in those last moments would kill it (status -2) instead of ending it with 130: run the exit
+    functions while this module's handlers still hold (a second signal meanwhile ends it at once), then leave."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def resume_line(where: str = "") -> str:
