@@ -1,8 +1,8 @@
 """Write docs/options.md from the verbs' argparse parsers (run by `nox -s docs`).
 
 The page is generated, never edited by hand: `reprokit reproduce` from
-reprokit.cli._parser(), `reprokit compare` and `reprokit data` from the parsers
-their functions build. tests/test_docs.py checks that the committed page equals
+reprokit.cli._parser(), `reprokit compare`, `reprokit data`, `reprokit bisect`
+and `reprokit cache` from the parsers their functions build. tests/test_docs.py checks that the committed page equals
 what this script writes now.
 
     python scripts/gen_options_doc.py           # rewrite docs/options.md
@@ -53,7 +53,8 @@ def _parser_of(verb) -> argparse.ArgumentParser:
 
 def parsers() -> list[argparse.ArgumentParser]:
     from reprokit import cli
-    return [cli._parser(), _parser_of(cli.compare_sets), _parser_of(cli.prepare_data), _parser_of(cli.bisect_sides)]
+    return [cli._parser(), _parser_of(cli.compare_sets), _parser_of(cli.prepare_data), _parser_of(cli.bisect_sides),
+            _parser_of(cli.cache_verb)]
 
 
 def _shown_default(value) -> str:
@@ -98,7 +99,7 @@ def _rows(parser: argparse.ArgumentParser) -> list[str]:
         help_text = (action.help or "") % {"default": shown, "prog": parser.prog}
         repeatable = isinstance(action, argparse._AppendAction) and "repeatable" not in help_text
         tail = " (repeatable)" if repeatable else ""
-        rows.append(f"| `{name}` | {f'`{_cell(arg)}`' if arg else ''} | {f'`{_cell(shown)}`' if shown else ''} "
+        rows.append(f"| `{_cell(name)}` | {f'`{_cell(arg)}`' if arg else ''} | {f'`{_cell(shown)}`' if shown else ''} "
                     f"| {_cell(help_text)}{tail} |")
     return rows
 

@@ -91,8 +91,9 @@ def test_one_factory_builds_the_runners():
 
 # The host's packages from the bottom up: each imports only from those before it (and itself), so data flows
 # one way: results are read by everything, a plan uses environments, runners and executors, the report only reads.
-LAYERS = ("errors", "console", "results", "claims", "environments", "runners", "execute", "plan", "certify", "report",
-          "bisect", "cli", "__main__")
+# locking (a lock between processes) is at the bottom: the environments' builds and the executors' devices use it.
+LAYERS = ("locking", "errors", "console", "results", "claims", "environments", "runners", "execute", "plan", "certify",
+          "report", "bisect", "cli", "__main__")
 
 
 def test_the_host_packages_import_only_downwards():

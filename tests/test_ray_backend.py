@@ -30,7 +30,7 @@ from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
 from reprokit.results import results  # noqa: E402
 from reprokit.results.provenance import REPO  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 TEST_BASE = os.environ.get("REPROKIT_TEST_BASE_IMAGE", "reprokit/test-base:bookworm-py311")
 
 
@@ -112,11 +112,12 @@ def _loopback(address: str) -> bool:
 def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
     from conftest import tiny_specs
 
+    from reprokit.environments.envs import ENVS
     from reprokit.execute import cluster as cl
     from reprokit.runners.local import LocalRunner
     spec = tiny_specs(tiny_dir, data_dir)["pytorch"]
     job = cl.Job("local", "cpu", head=None)
-    runner = LocalRunner(REPO / ".reprokit" / "envs", data_dir, "cpu")
+    runner = LocalRunner(ENVS, data_dir, "cpu")
     spec["provenance"].update(runner.describe("pytorch"))
     assert cl._differs(job, runner, RunSpec.from_dict(spec)) is None
     other = {**spec, "provenance": {**spec["provenance"], "code_sha256": "0" * 64}}

@@ -16,7 +16,6 @@ from conftest import TINY
 
 from kits.common import files
 from reprokit.certify import certify_runs
-from reprokit.environments import envs
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import publish
 from reprokit.results.provenance import REPO
@@ -155,28 +154,6 @@ def test_a_damaged_certificate_cache_is_set_aside_and_made_again(tmp_path, capsy
     assert lines[1].startswith("certificate k2 was damaged (its status is missing or of the wrong type); moved to ")
     assert all(x.endswith("; it will be made again") for x in lines) and len(lines) == 2
     assert sorted(p.name for p in folder.iterdir()) == [QUARANTINE]
-
-
-def test_an_environment_whose_marker_is_damaged_is_set_aside_to_be_built_again(tmp_path, capsys):
-    """The marker that says an env is whole, cut short (a crash while it was written), or an env whose python is
-    gone: not ready, the marker set aside beside the envs (the env's own folder is built anew)."""
-    name = envs.lock_name("pytorch", "cpu")
-    env = envs.env_dir(tmp_path, name)
-    envs.python_of(env).parent.mkdir(parents=True)
-    envs.python_of(env).write_text("")
-    files.write_text_atomic(env / envs.COMPLETE, sys.version + "\n")
-    assert envs.ready(tmp_path, name)
-    (env / envs.COMPLETE).write_bytes(b"")
-    assert not envs.ready(tmp_path, name)
-    files.write_text_atomic(env / envs.COMPLETE, sys.version + "\n")
-    envs.python_of(env).unlink()
-    assert not envs.ready(tmp_path, name)
-    lines = capsys.readouterr().err.splitlines()
-    assert [x.split(" (")[1].split(")")[0] for x in lines] == [
-        "its completion marker is cut short", "its marker says complete but its python is missing"]
-    assert all(x.startswith(f"the environment {env.name} was damaged") and x.endswith("it will be built again")
-               for x in lines)
-    assert len(list((tmp_path / QUARANTINE).iterdir())) == 2 and not (env / envs.COMPLETE).exists()
 
 
 def test_an_earlier_report_with_damaged_files_is_named_and_left_out_of_the_new_one(tmp_path, capsys):

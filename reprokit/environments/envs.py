@@ -1,24 +1,45 @@
-"""Virtualenvs for the local runner, built once per lock file from its pinned hashes."""
+"""Virtualenvs for the local runner, built once per lock file and Python version from its pinned hashes, in the
+per-user cache (reprokit/environments/cache.py) that every clone, nox session and test run of this user shares.
+
+An env's folder is ``<lock>-<sha12 of the lock>-py3XX``: a lock file edited by hand, or another Python, gets a
+folder of its own, never one silently reused. One command builds it while others wait (a lock file beside it),
+and its completion marker, written last, names what it installed, so a damaged env is found and built again.
+"""
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import venv
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kits.common.files import write_text_atomic
-from reprokit.environments import images
+from reprokit.environments import cache, images
 from reprokit.errors import UserError
+from reprokit.locking import Lock
 from reprokit.results import quarantine
 from reprokit.results.provenance import REPO, sha256_file
 
-STATE = REPO / ".reprokit"     # the kit's local state: environments, data, finished results
-ENVS = STATE / "envs"          # shared by every state dir: an env is a pure function of its lock file
+STATE = REPO / ".reprokit"     # the clone's local state: data, work folders, finished results
+ENVS = cache.root() / "envs"   # shared by every clone and state dir: an env is a pure function of its lock file
 
 LOCKS = REPO / "locks"
-COMPLETE = ".complete"      # written last, once the env's packages are installed
+COMPLETE = ".complete"         # JSON, written last, once the env's packages are installed
+LAST_USED = "last-used"        # touched whenever a command uses the env: `reprokit cache prune` reads its age
+PYTHON_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
+
+# Installed sizes of the envs of the current locks, measured (size_bytes, in GB of 1e9 bytes: 5.84, 1.83, 0.79)
+# and rounded up; a build needs MARGIN times as much free, for pip's downloads and unpacking on the way.
+MEASURED_GB = {"pytorch": 5.9, "tensorflow-cpu": 1.9, "jax-cpu": 0.8}
+UNMEASURED_GB = 8.0            # a CUDA build not measured yet: more than the largest measured, to be safe
+MARGIN = 1.3
+GB = 1e9
 
 
 def lock_name(framework: str, flavor: str) -> str:
@@ -38,7 +59,12 @@ def lock_path(name: str) -> Path:
 
 
 def env_dir(root: Path, name: str) -> Path:
-    return root / f"{name}-{sha256_file(lock_path(name))[:12]}"
+    return root / f"{name}-{sha256_file(lock_path(name))[:12]}-{PYTHON_TAG}"
+
+
+def lock_file(env: Path) -> Path:
+    """The lock one build of the env holds, beside its folder (a folder being replaced cannot hold it)."""
+    return env.with_name(env.name + ".lock")
 
 
 def python_of(env: Path) -> Path:
@@ -46,45 +72,143 @@ def python_of(env: Path) -> Path:
 
 
 def ready(root: Path, name: str) -> bool:
-    """Whether the env is built and whole; one whose marker is damaged is set aside here, to be built again."""
+    """Whether the env is built and whole (looked at only: build() says what is wrong and builds it again)."""
     env = env_dir(root, name)
-    marker = env / COMPLETE
+    return _damage(env, read_marker(env), sha256_file(lock_path(name))) is None
+
+
+def read_marker(env: Path) -> dict[str, Any] | bytes | None:
+    """The env's completion marker: its fields, its bytes where they are no JSON object, None where it is absent."""
     try:
-        text = marker.read_bytes()
-    except FileNotFoundError:
-        return False
-    why = _damage(text, env)
-    if why is not None:
-        quarantine.set_aside(marker, f"the environment {env.name}", why, "it will be built again",
-                             into=root / quarantine.QUARANTINE)       # the env's own folder is built anew
-        return False
-    return True
+        text = (env / COMPLETE).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        found = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return text
+    return found if isinstance(found, dict) else text
 
 
-def _damage(marker: bytes, env: Path) -> str | None:
-    """Why a marked env is not whole, or None: its marker holds the Python version that built it, one line."""
-    if not marker.strip() or not marker.endswith(b"\n"):
-        return "its completion marker is cut short"
+def _damage(env: Path, marker: dict[str, Any] | bytes | None, lock_sha256: str) -> str | None:
+    """Why a marked env is not whole, or None."""
+    if marker is None:
+        return "no completion marker"
+    if isinstance(marker, bytes):
+        why = quarantine.why_unreadable(marker)
+        return "not a JSON object" if why == "readable" else why
+    if marker.get("lock_sha256") != lock_sha256:
+        return "its marker names another lock file"
     if not python_of(env).exists():
-        return "its marker says complete but its python is missing"
+        return "its python is missing"
+    names = marker.get("dist_info")
+    if not isinstance(names, list) or not names:
+        return "its marker lists no packages"
+    site = env / str(marker.get("site_packages"))
+    gone = [name for name in names if not (site / name).is_dir()]
+    if gone:
+        return f"{gone[0]} is gone" + (f", and {len(gone) - 1} more" if len(gone) > 1 else "")
     return None
 
 
 def build(root: Path, name: str, log: Callable[[str], object] = print) -> Path:
-    """Create the env unless a complete one exists; a half-built one is started again."""
+    """The env's python, after building the env unless a whole one exists. Two commands that need it: one builds,
+    the other waits (said once, with who builds) and then finds it ready."""
     env = env_dir(root, name)
     if ready(root, name):
+        _used(env)
         return python_of(env)
+    writable(root)
+    lock = Lock(lock_file(env), f"the {name} environment in {env} to be built")
+    lock.acquire(log)
+    try:
+        lock_sha256 = sha256_file(lock_path(name))
+        marker = read_marker(env)
+        why = _damage(env, marker, lock_sha256)
+        if why is not None:
+            if isinstance(marker, bytes):      # a file cut short is kept, as every damaged state file is
+                quarantine.set_aside(env / COMPLETE, f"the completion marker of the {name} environment in {env}",
+                                     why, "building it again", into=root / quarantine.QUARANTINE)
+            elif env.exists():
+                state = "was half-built" if marker is None else "is damaged"
+                log(f"the {name} environment in {env} {state} ({why}): building it again")
+            _build(env, name, lock_sha256, log)
+        _used(env)
+    finally:
+        lock.release()
+    return python_of(env)
+
+
+def _build(env: Path, name: str, lock_sha256: str, log: Callable[[str], object]) -> None:
     if env.exists():
         shutil.rmtree(env)
-    log(f"building the {name} environment from {lock_path(name).relative_to(REPO)} into {env} (once per lock file)")
+    check_room(env.parent, name, shutil.disk_usage(env.parent).free)
+    lock = lock_path(name)
+    log(f"building the {name} environment from {lock.parent.name}/{lock.name} into {env} "
+        f"(once per lock file on this machine, shared by every clone)")
+    started = time.monotonic()
     venv.EnvBuilder(with_pip=True).create(env)
     cmd = [str(python_of(env)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-           "--require-hashes", "--no-deps", "-r", str(lock_path(name))]
+           "--require-hashes", "--no-deps", "-r", str(lock)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise UserError(f"installing {lock_path(name).name} into {env} failed (pip exit {proc.returncode}); "
+        raise UserError(f"installing {lock.name} into {env} failed (pip exit {proc.returncode}); "
                         f"check the network or the pip configuration and re-run:\n{tail}")
-    write_text_atomic(env / COMPLETE, sys.version.replace("\n", " ") + "\n")
-    return python_of(env)
+    site = next(env.glob("lib/python*/site-packages"))
+    marker = {"python": sys.version, "lock_sha256": lock_sha256, "site_packages": str(site.relative_to(env)),
+              "dist_info": sorted(p.name for p in site.glob("*.dist-info"))}
+    write_text_atomic(env / COMPLETE, json.dumps(marker, indent=1) + "\n")
+    log(f"built the {name} environment in {time.monotonic() - started:.0f} s ({shown_size(size_bytes(env))})")
+
+
+def _used(env: Path) -> None:
+    try:
+        (env / LAST_USED).touch()
+    except OSError:
+        pass                          # a cache shared read-only: using it needs no write
+
+
+def needed_bytes(name: str) -> float:
+    """The free space a build of this lock's env needs: its measured size with margin."""
+    return MEASURED_GB.get(name, UNMEASURED_GB) * GB * MARGIN
+
+
+def check_room(folder: Path, name: str, free_bytes: float) -> None:
+    """Refuse, before any download, a build that would fill the disk under the cache."""
+    needed = needed_bytes(name)
+    if free_bytes < needed:
+        raise UserError(f"the {name} environment needs about {needed / GB:.1f} GB free in {folder} and "
+                        f"{free_bytes / GB:.1f} GB are: free some space (`reprokit cache prune` removes unused "
+                        f"environments), or set REPROKIT_CACHE to a folder on another disk.")
+
+
+def writable(root: Path) -> None:
+    """Refuse an environment cache that cannot be written, in one sentence, before waiting or building."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        raise UserError(f"the environment cache {root} cannot be written ({exc.strerror or exc}): make it "
+                        f"writable, or set REPROKIT_CACHE to a folder you can write.") from None
+
+
+def size_bytes(folder: Path) -> int:
+    """What the folder's files take on disk (a file linked twice counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for parent, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(parent, name))
+            except FileNotFoundError:
+                continue              # removed meanwhile (a build or a prune at work)
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def shown_size(size: float) -> str:
+    return f"{size / GB:.1f} GB" if size >= 0.05 * GB else f"{size / 1e6:.0f} MB"

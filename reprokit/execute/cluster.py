@@ -427,8 +427,8 @@ def _node_runner(job: Job, node_dir: Path) -> DockerRunner | LocalRunner:
                     gpus="all" if job.device == "gpu" else "none", extra_dirs=extra, build_missing=False,
                     client=docker.from_env(timeout=120), log=lambda line: None, mem_limit=job.memory_limit,
                     pinned_images={fw: i["ref"] for fw, i in job.images.items()})
-    return make("local", data_dir=node_dir / "data", device=job.device, extra_dirs=extra,
-                envs_root=provenance.REPO / ".reprokit" / "envs")
+    # the envs: make's default, this node's per-user cache, built there from the same lock files
+    return make("local", data_dir=node_dir / "data", device=job.device, extra_dirs=extra)
 
 
 def _differs(job: Job, runner: Runner, spec: Spec) -> str | None:
