@@ -7,7 +7,9 @@
 --jobs certifies several experiments in one process. JOBS.json is a list of {"name", "spec"}, the
 spec's path relative to JOBS.json's folder (so the list holds no path of the machine that wrote it),
 and optionally "parts": "structure", which stops a job after the fp32 logits (the host certifies
-the dropout passes and the trajectories of a model too large for them at a reduced width).
+the dropout passes and the trajectories of a model too large for them at a reduced width), and "steps",
+which replaces --steps for that job. As each job ends it prints a progress line (kits/common/progress.py):
+the job, how many are done of how many, its seconds and how it ended.
 Job NAME writes OUT/NAME/side.json and OUT/NAME/after-steps.npz, and OUT/NAME/layer-outputs.npz and
 gradients.npz (kits/common/parting.py); it exports its initial weights to OUT/NAME/initial-weights.npz, or
 with --weights-from starts from IN/NAME/initial-weights.npz.
@@ -66,6 +68,7 @@ from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
 from kits.common.names import FRAMEWORKS, kit_module
+from kits.common.progress import Progress
 from kits.common.spec import RunSpec
 
 
@@ -372,17 +375,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.jobs} is not a readable list of certificate jobs: {exc}", file=sys.stderr)
         return 2
     codes = []
-    for job in jobs:
+    progress = Progress(min_interval_s=0)
+    for done, job in enumerate(jobs, 1):
+        t0 = time.perf_counter()
         out = args.out_dir / job["name"]
         out.mkdir(parents=True, exist_ok=True)
         weights_in = args.weights_from / job["name"] / cert.WEIGHTS_NAME if args.weights_from else None
         codes.append(_run_job(args.jobs.parent / job["spec"], args.data_dir, out / cert.SIDE_NAME, weights_in,
-                              None if weights_in else out / cert.WEIGHTS_NAME, out / cert.AFTER_NAME, args.steps,
-                              args.dropout_passes, job.get("parts", "all")))
+                              None if weights_in else out / cert.WEIGHTS_NAME, out / cert.AFTER_NAME,
+                              job.get("steps", args.steps), args.dropout_passes, job.get("parts", "all")))
+        # the host names the job, its seconds and how many are left as each ends, not only when the process does
+        progress.emit(force=True, phase="certificate", job=job["name"], done=done, of=len(jobs),
+                      seconds=round(time.perf_counter() - t0, 1), status=_STATUS[codes[-1]])
     return max(codes, default=0)
 
 
+_STATUS = {0: "done", 1: "failed", 2: "stopped (refused or a bad model)"}
+
+
 if __name__ == "__main__":
+    # Before a framework loads its OpenMP runtime, which reads this once: a thread waiting for the others
+    # sleeps instead of spinning. The certificate compares numbers, not speed (the same threads and kernels
+    # either way), and on a busy machine threads spinning for a descheduled peer made the PyTorch side of the
+    # quick matrix's four jobs 73 s and 267 s against 26 s and 30 s (2 cores, load 3 to 4). A timed run
+    # (kits/run.py) keeps the framework's own policy.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     code = main()
     # The files are on disk: skip the frameworks' slow interpreter teardown (about a second).
     sys.stdout.flush()

@@ -40,7 +40,8 @@ WEIGHTS_NAME = "initial-weights.npz"    # ... the PyTorch side's initial weights
 AFTER_NAME = "after-steps.npz"          # ... each side's fp64 weights after the steps
 INPUT_NAME = "first-batch.npy"          # a script's certificate: the batch the PyTorch script's model received
 LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
-STEPS = 10                  # optimizer steps of the loss trajectory
+STEPS = 10                  # optimizer steps of the loss trajectory (a matrix on a CPU asks for CPU_STEPS
+                            # of reprokit/certify/certify_plan.py)
 TRACE_BATCH = 2             # samples in the traced forward pass (arithmetic, layers without parameters)
 DROPOUT_SAMPLES = 4         # samples, and passes, of the training-mode outputs the dropout check compares
 DROPOUT_PASSES = 128        # enough to tell dropout 0.1 from 0.2 at ALPHA (measured on a dense layer's logits)

@@ -20,13 +20,14 @@ wrote (kits/common/certificate.py holds the comparisons):
 - ``dropout``: training-mode outputs of the same weights over many passes, each framework with
   its own dropout masks, compared by a permutation test at a false-alarm rate of 1e-3
   (kits/common/stochastic.py): a dropout layer present, of another rate, kind or place fails it;
-- ``loss_trajectory``: ten optimizer steps on the kit's first training batches, dropout off, the
-  models, losses and optimizers rebuilt in float64 so that rounding neither hides nor fakes a
-  difference; max relative difference within ``loss_rtol``, judged up to the step where rounding alone
-  (the same steps from weights one float64 ulp apart, per framework) still stays within a tenth of it: a
-  deep network with BatchNorm in training mode amplifies rounding by orders of magnitude per step
-  (ResNet-50 at width 0.125: 1e-15 to 1e-2 in ten steps, within one framework), and past that horizon a
-  framework parts from itself as far as from the other; a real difference shows before it;
+- ``loss_trajectory``: ten optimizer steps (a matrix's on a CPU: five, certify_plan.matrix_steps) on the
+  kit's first training batches, dropout off, the models, losses and optimizers rebuilt in float64 so
+  that rounding neither hides nor fakes a difference; max relative difference within ``loss_rtol``,
+  judged up to the step where rounding alone (the same steps from weights one float64 ulp apart, per
+  framework) still stays within a tenth of it: a deep network with BatchNorm in training mode amplifies
+  rounding by orders of magnitude per step (ResNet-50 at width 0.125: 1e-15 to 1e-2 in ten steps, within
+  one framework), and past that horizon a framework parts from itself as far as from the other; a real
+  difference shows before it;
 - ``loss_trajectory_fp32``: the same ten steps through each kit's own fp32 train_step, gated: the
   cross-framework divergence stays within ``trajectory_factor`` times a same-framework baseline
   (the same steps with the inputs one float32 ulp up, and the framework's own fp32 rounding
@@ -52,11 +53,9 @@ float32-rounded momentum, in fp64), 8e-4 (Adam's epsilon placement) and 0.2 (Bat
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +67,10 @@ from kits.common.files import write_json_atomic
 from kits.common.names import REFERENCE, label
 from kits.common.spec import RunSpec
 from reprokit.certify import certify_plan
+from reprokit.certify.certify_sides import Job, run_jobs
+from reprokit.certify.certify_sides import pair_of as _pair
 from reprokit.errors import UserError
-from reprokit.runners.base import KitCall, Runner
+from reprokit.runners.base import Runner
 
 SCHEMA = "reprokit.certificate/1"
 DEFAULT_TOLERANCES = {"logits_rtol": 1e-4, "loss_rtol": 1e-6, "trajectory_factor": 10.0, "layer_rtol": 1e-7}
@@ -105,12 +106,6 @@ def validate_tolerances(tolerances: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _pair(specs: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """The pair's frameworks, the reference first."""
-    other = next(fw for fw in specs if fw != REFERENCE)
-    return REFERENCE, other
-
-
 def _check_inputs(specs: dict[str, dict[str, Any]], data_dir: Path) -> None:
     if len(specs) != 2 or REFERENCE not in specs:
         raise UserError(f"the certificate compares {REFERENCE} and one other framework; got specs for "
@@ -143,33 +138,6 @@ def spec_differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "",
         elif x != y and not (name == "data.file" or name.startswith("data.sha")):
             out.append(f"{name}: {labels[0]} {x!r}, {labels[1]} {y!r}")
     return out
-
-
-def _run_side(fw: str, runner: Runner, jobs_dir: Path, out: Path, timeout_s: float,
-              weights_from: Path | None = None) -> tuple[int | None, str, dict[str, Any]]:
-    """One framework process for the jobs listed in ``jobs_dir/jobs.json``, through the runner: its exit
-    status (None: it timed out), its log's tail and the launcher's facts. Job i writes ``out/i/``."""
-    extra = ("--weights-from", weights_from) if weights_from else ()
-    call = KitCall(fw, "kits.certify", ("--jobs", jobs_dir / "jobs.json", "--out-dir", out,
-                                        "--data-dir", runner.data_dir, *extra),
-                   output=out, inputs=(jobs_dir, *((weights_from,) if weights_from else ())), timeout_s=timeout_s,
-                   label=f"certify-{fw}")
-    outcome = runner.run(call, lambda event: None)
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    tail = "\n".join(outcome.log_tail[-15:])
-    if outcome.timed_out:
-        return None, f"the {label(fw)} certificate did not finish within {timeout_s:.0f} s", outcome.launcher
-    return outcome.exit_code, tail, outcome.launcher
-
-
-def _read_side(fw: str, path: Path, code: int | None, tail: str) -> tuple[dict[str, Any] | None, str]:
-    if code is None:
-        return None, tail
-    try:
-        return json.loads(path.read_text()), tail
-    except (OSError, json.JSONDecodeError):
-        return None, f"the {label(fw)} certificate exited with {code} and wrote no readable {path.name}:\n{tail}"
 
 
 # Differences every pair of PyTorch and TensorFlow kit runs has, whatever the experiment's settings (the known
@@ -358,7 +326,7 @@ def _summary(result: dict[str, Any]) -> str:
 def certify_many(pairs: list[dict[str, dict[str, Any]]], runner: Runner, work_dirs: list[Path],
                  tolerances: dict[str, Any] | None = None, timeout_s: float = TIMEOUT_S,
                  trajectory_budget: float | None = None, trajectory_budget_why: str = "given by the caller",
-                 log: Callable[[str], None] = lambda line: None) -> list[dict[str, Any]]:
+                 log: Callable[[str], None] = lambda line: None, steps: int = cert.STEPS) -> list[dict[str, Any]]:
     """Certify, for each pair of specs, that the two frameworks' runs of its experiment compute the same
     thing, with one process per framework for all of them that share their thread settings
     (``timeout_s`` per experiment). Each result is written to its own work dir
@@ -383,8 +351,10 @@ def certify_many(pairs: list[dict[str, dict[str, Any]]], runner: Runner, work_di
     certified twice in the same processes: its layers, arithmetic, layers without parameters, outputs
     and fp32 logits at the timed size, and those costly checks again at a declared reduced width
     (``trajectory_budget`` in FLOPs, made as ``trajectory_budget_why`` says, replaces the device's default
-    budget; certify_plan.trajectory_budget gives both for a GPU by name). ``log`` gets a line as each
-    framework process starts and ends, so minutes of certificates are not silent."""
+    budget; certify_plan.trajectory_budget gives both for a GPU by name). ``steps``: of each trajectory (a
+    matrix's on a CPU: certify_plan.matrix_steps). ``log`` gets a line as each framework process starts, as
+    each of its jobs ends (in how many seconds, how many left) and as it ends, so minutes of certificates are
+    not silent."""
     t0 = time.perf_counter()
     tol = validate_tolerances(tolerances)
     for specs in pairs:
@@ -392,13 +362,16 @@ def certify_many(pairs: list[dict[str, dict[str, Any]]], runner: Runner, work_di
     works = [Path(w) for w in work_dirs]
     for work in works:
         work.mkdir(parents=True, exist_ok=True)
-    plans = [certify_plan.reduced(specs, trajectory_budget, trajectory_budget_why) for specs in pairs]
+    plans = [certify_plan.reduced(specs, trajectory_budget, trajectory_budget_why, steps) for specs in pairs]
     # Jobs: each pair at its timed size, then the reduced-width pairs: (pair index, specs, parts).
-    jobs = [_Job(i, specs, "structure" if plans[i] else "all") for i, specs in enumerate(pairs)]
-    jobs += [_Job(i, plan[0], "all") for i, plan in enumerate(plans) if plan]
+    jobs = [Job(i, specs, "structure" if plans[i] else "all", part="structure at the timed size" if plans[i] else "")
+            for i, specs in enumerate(pairs)]
+    jobs += [Job(i, plan[0], "all", part=f"costly checks at width {plan[0][REFERENCE]['model']['width_multiplier']:g}")
+             for i, plan in enumerate(plans) if plan]
     for job in jobs:
         job.result = _new(job.specs, tol, runner)
-    _run_jobs(jobs, runner, works, timeout_s, log)
+    run_jobs(jobs, runner, works, timeout_s, log, steps,
+             lambda job, fw, side, text: _take_side(job.result, job.sides, fw, side, text))
     for job in jobs:
         if set(job.sides) == set(job.specs):
             _compare(job.result, job.sides, job.specs, job.folders, tol)
@@ -412,51 +385,6 @@ def certify_many(pairs: list[dict[str, dict[str, Any]]], runner: Runner, work_di
         result["wall_s"] = time.perf_counter() - t0
         write_json_atomic(works[i] / "certificate.json", result)
     return out
-
-
-@dataclass
-class _Job:
-    """One pair of specs to certify in the framework processes, and what came back."""
-    pair: int                          # the index of the pair it certifies
-    specs: dict[str, dict[str, Any]]
-    parts: str                         # "all", or "structure" (the costly checks run at a reduced width)
-    result: dict[str, Any] = field(default_factory=dict)
-    sides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    folders: dict[str, Path] = field(default_factory=dict)
-
-
-def _run_jobs(jobs: list[_Job], runner: Runner, works: list[Path], timeout_s: float,
-              log: Callable[[str], None]) -> None:
-    """One process per framework and thread setting (a process sets its thread pools once)."""
-    groups: dict[str, list[_Job]] = {}
-    for job in jobs:
-        # by the pair's frameworks too: a group is one process per framework of one pair
-        threads = {fw: job.specs[fw]["numerics"]["cpu_threads"] for fw in _pair(job.specs)}
-        groups.setdefault(json.dumps(threads, sort_keys=True), []).append(job)
-    for g, group in enumerate(groups.values()):
-        batch = works[group[0].pair] / f"batch-{g}"
-        for fw in _pair(group[0].specs):                # the reference first: it exports the initial weights
-            todo = [job for job in group if job.result["message"] is None]
-            if not todo:
-                break
-            jobs_dir = batch / f"jobs-{fw}"
-            jobs_dir.mkdir(parents=True, exist_ok=True)
-            names = [str(jobs.index(job)) for job in todo]
-            for name, job in zip(names, todo):
-                (jobs_dir / f"spec-{name}.json").write_text(json.dumps(job.specs[fw]))
-            (jobs_dir / "jobs.json").write_text(json.dumps(
-                [{"name": name, "spec": f"spec-{name}.json", "parts": job.parts} for name, job in zip(names, todo)]))
-            log(f"certificate: the {label(fw)} side of {len(todo)} job(s) running ...")
-            t0 = time.perf_counter()
-            code, tail, launcher = _run_side(fw, runner, jobs_dir, batch / fw, timeout_s * len(todo),
-                                             batch / REFERENCE if fw != REFERENCE else None)
-            log(f"certificate: the {label(fw)} side ended in {time.perf_counter() - t0:.0f} s "
-                f"({'timed out' if code is None else f'exit {code}'})")
-            for name, job in zip(names, todo):
-                job.folders[fw] = batch / fw / name
-                job.result["ran_on"][fw]["image_id"] = (launcher.get("image") or {}).get("id")
-                side, text = _read_side(fw, job.folders[fw] / SIDE_NAME, code, tail)
-                _take_side(job.result, job.sides, fw, side, text)
 
 
 REDUCED_CHECKS = ("dropout", "loss_trajectory", "loss_trajectory_fp32", "weights_after_steps", "first_parting_layer",

@@ -8,17 +8,21 @@ of the same configuration, which is what the report holds it against: ``fixed`` 
 framework only, or a kit without a certificate side) is recorded as not run, with the reason, so the report
 names it instead of leaving it out.
 
-Certificates are cached by what they certify: the model, the data and its
+Certificates are cached by what they certify: the model, the data (its checksum) and its
 preprocessing, the optimizer and loss, the numerics, the pitfalls that touch
-those parts, the environment (lock or image), and the trajectory budget, which
-decides the width the costly checks ran at. An ablation of many variants that
-share a model therefore certifies it once.
+those parts, the environment (lock or image), the code that makes and judges them (the kits'
+and this package's, by content: not the commit), the trajectory budget, which
+decides the width the costly checks ran at, and the steps they ran. An ablation of
+many variants that share a model therefore certifies it once, and a second state folder of the
+same matrix reuses it (reprokit/certify/certify_runs.py).
 """
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from kits.common import certificate as cert
@@ -26,6 +30,7 @@ from kits.common.names import FRAMEWORKS, REFERENCE, REGISTRY, label, others
 from kits.common.pitfalls import certified
 from reprokit.plan import model_cost
 from reprokit.results import runs, utilisation
+from reprokit.results.provenance import sha256_file, tree_sha256
 
 FIXED = "fixed"
 # Spec fields that do not change what the certificate checks: how long and how it is measured.
@@ -114,23 +119,39 @@ def not_run(pair: dict[str, Any], reason: str, experiment: str | None = None, va
             "status": "not-run", "summary": f"not run: {reason}", "message": reason, "checks": []}
 
 
+# Provenance that names the code rather than says what it is: the kits' content (code_sha256) and the host's
+# (_host_code) stand for it, so that another clone or a commit that changes neither reuses a certificate.
+NOT_CONTENT = ("code_commit", "code_dirty")
+
+
 def _certified_part(spec: dict[str, Any]) -> dict[str, Any]:
+    provenance = {k: v for k, v in spec["provenance"].items() if k not in NOT_CONTENT}
+    data = {k: v for k, v in spec["data"].items() if k != "file"}      # its sha256 stands for the file
     if spec.get("source") == "script":        # the scripts' files, their data and where they run
         return {"experiment": spec["experiment"], "profile": spec["profile"], "device": spec["device"],
-                "script": spec["script"], "data": {k: v for k, v in spec["data"].items() if k != "file"},
-                "provenance": spec["provenance"]}
+                "script": spec["script"], "data": data, "provenance": provenance}
     train = {k: v for k, v in spec["train"].items() if k not in UNCERTIFIED_TRAIN}
-    data = {k: v for k, v in spec["data"].items() if k != "file"}
     return {"experiment": spec["experiment"], "profile": spec["profile"], "device": spec["device"],
             "model": spec["model"], "data": data, "train": train, "numerics": spec["numerics"],
-            "pitfalls": certified(spec["pitfalls"]), "provenance": spec["provenance"]}
+            "pitfalls": certified(spec["pitfalls"]), "provenance": provenance}
+
+
+@functools.lru_cache(maxsize=1)
+def _host_code() -> str:
+    """The host code that makes and judges a certificate: this package (the comparisons, tolerances, pairing
+    and sizes) and the model costs that decide its reduced width. The kits' is in each spec's provenance."""
+    here = tree_sha256(Path(__file__).parent) + sha256_file(Path(model_cost.__file__))
+    return hashlib.sha256(here.encode()).hexdigest()
 
 
 def cache_key(pair: dict[str, Any], budget: float) -> str:
-    """What the certificate certifies, with the trajectory budget (FLOPs) it runs under: one made on an
-    H100 is not an L4's, whose budget runs the costly checks at a smaller width."""
+    """What the certificate certifies, with the trajectory budget (FLOPs) it runs under (one made on an
+    H100 is not an L4's, whose budget runs the costly checks at a smaller width), the steps a matrix runs
+    on its device, and the code that makes and judges it."""
     body: dict[str, Any] = {fw: _certified_part(spec) for fw, spec in pair.items()}
     body["trajectory_budget"] = budget
+    body["steps"] = matrix_steps(pair[REFERENCE]["device"])
+    body["host_code"] = _host_code()
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -154,22 +175,38 @@ GPU_BUDGET_S = 6.0
 STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # kits/common/certificate.py's defaults
 # fp32, fp32 perturbed, fp32 reference, fp64, and fp64 from weights one ulp apart (cert.ULP_BASELINES draws)
 TRAJECTORIES = 4 + cert.ULP_BASELINES
+# A matrix's certificates on a CPU run CPU_STEPS steps in each trajectory, not the kit's ten (the suite's
+# certificates and a GPU's keep ten): each framework process of the quick matrix then takes under 30 s on 2
+# cores (measured: PyTorch 27 s and TensorFlow 27 s for the four SimpleCNN and VGG16 jobs, 22 s for the tuned
+# VGG16; 40 s and 45 s beside another CPU-bound process), where the fp64 trajectories were the costly part.
+# Every difference the trajectories are there for still shows: a loss, a learning rate or Adam's epsilon at
+# the first point after step 1, a momentum (SGD's, Adam's beta1) at the second, whose update is the first to
+# carry the previous one; a real difference grows from there (Adam's epsilon placement: 8e-4 in ten steps,
+# 800 times loss_rtol), and fewer steps only move the chaotic horizon (ResNet-50's rounding crosses a tenth
+# of loss_rtol at step 7) out of reach. The dropout passes stay at the kit's 128 (what tells a rate of 0.1
+# from 0.2 at the false-alarm rate): a second a job.
+CPU_STEPS = 5
 
 
-def trajectory_cost(spec: dict[str, Any]) -> float | None:
+def trajectory_cost(spec: dict[str, Any], steps: int = STEPS) -> float | None:
     """FLOPs of the dropout passes and the trajectories (None: a custom model, not counted ahead)."""
     flops = model_cost.training_flops_per_sample(spec["model"], spec["data"]["input_size"])
     if flops is None:
         return None
-    steps: int = TRAJECTORIES * (STEPS + 1) * spec["train"]["batch_size"]
-    return flops * steps + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
+    samples: int = TRAJECTORIES * (steps + 1) * spec["train"]["batch_size"]
+    return flops * samples + flops / 3 * DROPOUT_PASSES * DROPOUT_SAMPLES
 
 
-def _cost(spec: dict[str, Any]) -> float:
+def _cost(spec: dict[str, Any], steps: int) -> float:
     """trajectory_cost of a built-in model's spec, which is always counted."""
-    cost = trajectory_cost(spec)
+    cost = trajectory_cost(spec, steps)
     assert cost is not None
     return cost
+
+
+def matrix_steps(device: str) -> int:
+    """The steps of each trajectory of a matrix's certificates on this device."""
+    return CPU_STEPS if device == "cpu" else STEPS
 
 
 def trajectory_budget(device: str, gpu_name: str | None) -> tuple[float, str]:
@@ -185,12 +222,12 @@ def trajectory_budget(device: str, gpu_name: str | None) -> tuple[float, str]:
                                         f"GPU, the {row['names'][0]}'s {row['fp64']:.3g} FLOP/s ({row['source']})")
 
 
-def reduced(pair: dict[str, Any], budget: float | None = None,
-            why: str = "given by the caller") -> tuple[dict[str, Any], str] | None:
-    """The pair at the widest width whose dropout passes and trajectories fit the budget (FLOPs, made as
-    ``why`` says; by default the device's without a GPU name), with why; None where they fit at the timed
-    width (or the model's cost cannot be told ahead: a custom model)."""
-    counted = [trajectory_cost(spec) for spec in pair.values()]
+def reduced(pair: dict[str, Any], budget: float | None = None, why: str = "given by the caller",
+            steps: int = STEPS) -> tuple[dict[str, Any], str] | None:
+    """The pair at the widest width whose dropout passes and trajectories (of ``steps`` steps) fit the budget
+    (FLOPs, made as ``why`` says; by default the device's without a GPU name), with why; None where they fit
+    at the timed width (or the model's cost cannot be told ahead: a custom model)."""
+    counted = [trajectory_cost(spec, steps) for spec in pair.values()]
     costs = [c for c in counted if c is not None]
     if len(costs) != len(counted):
         return None
@@ -201,7 +238,7 @@ def reduced(pair: dict[str, Any], budget: float | None = None,
     factor = 0.5
     while factor > 1 / 1024:
         small = {fw: _narrower(spec, factor) for fw, spec in pair.items()}
-        if max(_cost(s) for s in small.values()) <= budget:
+        if max(_cost(s, steps) for s in small.values()) <= budget:
             break
         factor /= 2
     width = small[REFERENCE]["model"]["width_multiplier"]

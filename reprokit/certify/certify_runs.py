@@ -1,5 +1,7 @@
-"""The equivalence certificates of a matrix, made before any timing and cached in the state folder by
-what they certify (reprokit/certify/certify_plan.py decides the pairs and their keys)."""
+"""The equivalence certificates of a matrix, made before any timing and cached by what they certify
+(reprokit/certify/certify_plan.py decides the pairs and their keys): in the per-user cache, shared by every
+state folder of this user, and copied into each state folder that uses them. Results are never shared: only
+certificates, whose key holds everything they depend on."""
 from __future__ import annotations
 
 import json
@@ -10,6 +12,7 @@ from kits.common.files import clean_stale, write_json_atomic
 from reprokit.certify import certify_plan
 from reprokit.certify.certificate import certify_many
 from reprokit.certify.script_certificate import certify_scripts
+from reprokit.environments import cache as user_cache
 from reprokit.results import quarantine
 from reprokit.runners.base import Runner
 
@@ -17,11 +20,14 @@ SCHEMA = "reprokit.certificate/1"
 
 
 def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled: bool, budget: float,
-               budget_why: str) -> dict[str, list[dict[str, Any]]]:
+               budget_why: str, shared: Path | None = None) -> dict[str, list[dict[str, Any]]]:
     """Each experiment's equivalence certificates, checked before any timing: one per variant pair
     that runs, on the specs that are timed (their profile, sizes, image or lock), cached by what
     they certify and the trajectory budget (FLOPs, made as ``budget_why`` says), the missing ones made
-    together (one process per framework). One that cannot run is recorded with its reason, never left out."""
+    together (one process per framework). One that cannot run is recorded with its reason, never left out.
+    ``shared``: the cache every state folder of this user reads (by default the per-user cache's
+    certificates/); the state folder's certificates/ holds a copy of each one this matrix uses."""
+    shared = shared or user_cache.root() / "certificates"
     entries: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []     # (experiment, pair, certificate)
     pairs_of: dict[int, dict[str, Any]] = {}                            # entry -> its pair, where one is certified
     clean_stale(state / "certificates")                                 # what writers that died left half-written
@@ -31,7 +37,8 @@ def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled
                 entries.append((experiment, None, certify_plan.not_run(pair, "skipped with --no-certify")))
                 continue
             pairs_of[len(entries)] = pair
-            entries.append((experiment, pair, cached(state / "certificates", certify_plan.cache_key(pair, budget))))
+            entries.append((experiment, pair, _found(state / "certificates", shared,
+                                                     certify_plan.cache_key(pair, budget))))
     missing = [i for i, (_, _, cert) in enumerate(entries) if cert is None]
     todo = {key: [missing[j] for j in ids]
             for key, ids in certify_plan.by_key([pairs_of[i] for i in missing], budget).items()}
@@ -43,12 +50,14 @@ def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled
         kits = {k: ids for k, ids in todo.items() if not certify_plan.is_script(pairs_of[ids[0]])}
         made = dict(zip(kits, certify_many([pairs_of[ids[0]] for ids in kits.values()], runner,
                                            [state / "work" / f"cert-{k}" for k in kits], trajectory_budget=budget,
-                                           trajectory_budget_why=budget_why, log=log)))
+                                           trajectory_budget_why=budget_why, log=log,
+                                           steps=certify_plan.matrix_steps(specs[0]["device"]))))
         made |= {k: certify_scripts(pairs_of[ids[0]], runner, state / "work" / f"cert-{k}", log=log)
                  for k, ids in todo.items() if k not in kits}
         for key, ids in todo.items():
             cert = made[key]
             write_json_atomic(state / "certificates" / f"{key}.json", cert)
+            _share(shared, key, cert)
             for i in ids:
                 entries[i] = (entries[i][0], entries[i][1], cert)
             print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}"
@@ -63,6 +72,30 @@ def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled
                      "pitfalls": {fw: spec["pitfalls"] for fw, spec in certified.items()}}
         out.setdefault(experiment, []).append(entry)
     return out
+
+
+def _found(own: Path, shared: Path, key: str) -> dict[str, Any] | None:
+    """The certificate of this key in the state folder, else in the shared cache (copied into the state
+    folder, where a resumed run finds what this one used), else None."""
+    cert = cached(own, key)
+    if cert is None and (cert := cached(shared, key)) is not None:
+        write_json_atomic(own / f"{key}.json", cert)
+        print(f"certificate: {cert['experiment']} {' / '.join(cert['variant'].values())}: {cert['status']}, "
+              f"from the cache ({shared / f'{key}.json'})", flush=True)
+    return cert
+
+
+def _share(shared: Path, key: str, cert: dict[str, Any]) -> None:
+    """Put a made certificate in the shared cache. Only a verdict (pass or fail) is shared: an error (a side
+    that timed out, an environment that failed) is of this attempt, and the next state folder tries again.
+    A cache that cannot be written (read-only, full) costs the next state folder the minutes, not this run."""
+    if cert["status"] not in ("pass", "fail"):
+        return
+    try:
+        write_json_atomic(shared / f"{key}.json", cert)
+    except OSError as exc:
+        print(f"certificate: not kept in the cache {shared} ({exc.strerror or exc}); the next state folder "
+              f"makes it again", flush=True)
 
 
 def cached(folder: Path, key: str) -> dict[str, Any] | None:
