@@ -30,18 +30,74 @@ def test_a_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    # The default: both seeds, fixed, as posted and tuned (each of its settings alone once), in both frameworks,
-    # plus the pitfalls a claim names alone, and ResNet-50 (no posted code: fixed and tuned).
-    assert "plan: 30 runs, profile quick on cpu, backend local; 0 already finished, 30 to run" in out
+    # The default: both seeds, fixed and as posted in both frameworks, plus the pitfalls a claim names alone, and
+    # tuned (each of its settings alone once) where a claim reads it: VGG16's. No claim reads SimpleCNN's tuned, and
+    # ResNet-50's claims are NVIDIA's GPU figures: both left out, and one line says so.
+    assert "plan: 16 runs, profile quick on cpu, backend local; 0 already finished, 16 to run" in out
     for line in ("vgg16_cifar10_speed        pytorch    as_posted", "simplecnn_cifar10_memory   pytorch    +pt_val_grad",
-                 "vgg16_cifar10_speed        tensorflow fixed", "resnet50_imagenet_speed    tensorflow +tuned_compile",
-                 "simplecnn_cifar10_memory   tensorflow tuned"):
+                 "vgg16_cifar10_speed        tensorflow fixed", "vgg16_cifar10_speed        tensorflow +tuned_compile",
+                 "vgg16_cifar10_speed        tensorflow tuned"):
         assert line in out
+    assert "resnet50_imagenet_speed    " not in out and "simplecnn_cifar10_memory   tensorflow tuned" not in out
+    assert ("\nleft out (no claim reads them here): tuned of simplecnn_cifar10_memory; resnet50_imagenet_speed (its "
+            "claims are comparable only on a gpu and on the standard or full profile); the ablation: add them with "
+            "--all, --only resnet50_imagenet_speed, --ablation\n") in out
     assert "(id once data is prepared)" in out and "~30s (first-run guess)" in out
     assert "dry run: nothing was started" in out
     # No dataset written or downloaded (CIFAR-10 is not there), no environment built, no report.
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
     assert not (tmp_path / "reports").exists() and not (tmp_path / "state" / "results").exists()
+
+
+@pytest.mark.parametrize("extra, resnet50, simplecnn_tuned, left_out", [
+    ([], False, False, "tuned of simplecnn_cifar10_memory; resnet50_imagenet_speed (its claims are comparable only on "
+                       "a gpu and on the standard or full profile); the ablation: add them with --all, --only "
+                       "resnet50_imagenet_speed, --ablation"),
+    (["--all"], True, True, "the ablation: add it with --ablation"),
+    (["--all", "--ablation"], True, True, None),
+    (["--claims", "none"], True, True, "the ablation: add it with --ablation"),      # no claim: everything asked
+    (["--variants", "fixed,as_posted,tuned"], False, True,
+     "resnet50_imagenet_speed (its claims are comparable only on a gpu and on the standard or full profile); the "
+     "ablation: add them with --all, --only resnet50_imagenet_speed, --ablation"),
+    (["--only", "resnet50_imagenet_speed"], True, None, "tuned of resnet50_imagenet_speed: add it with --all"),
+    (["--only", "simplecnn_cifar10_memory", "--variants", "fixed", "--ablation"], False, False, None),
+])
+def test_the_plan_runs_what_a_claim_in_play_reads_and_names_what_it_left_out(
+        tmp_path, extra, resnet50, simplecnn_tuned, left_out):
+    """On a CPU: ResNet-50 only with --all or --only; tuned of SimpleCNN only with --all or a named --variants;
+    VGG16's tuned always (s000-nvidia-similar reads it); without claims, all that is asked; the line names exactly
+    what was left out."""
+    from reprokit import cli
+    from reprokit.plan import matrix
+    m = matrix.build(cli.parse(["--dry-run", "--backend", "local", "--gpus", "none", "--state-dir",
+                                str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"), *extra]))
+    planned = {(s.experiment, s.variant) for s in m.specs}
+    assert any(e == "resnet50_imagenet_speed" for e, _ in planned) == resnet50
+    if simplecnn_tuned is not None:
+        assert (("simplecnn_cifar10_memory", "tuned") in planned) == simplecnn_tuned
+    if ("vgg16_cifar10_speed", "fixed") in planned:
+        assert {("vgg16_cifar10_speed", "tuned"), ("vgg16_cifar10_speed", "+tuned_inter_op")} <= planned
+    assert m.left_out == (left_out and f"left out (no claim reads them here): {left_out}")
+    if resnet50 and m.claims:       # run, its claims judge its runs (and say why they are not comparable here)
+        assert "resnet50_imagenet_speed" in {c.experiment for c in m.claims}
+
+
+def test_a_plan_whose_every_claim_is_for_other_hardware_is_refused_in_one_sentence(tmp_path, capsys):
+    """The seeds' claims, each made GPU-only: on a CPU no experiment is left to run, and the command says what it
+    left out and how to add it, before anything runs."""
+    from reprokit import cli
+    text = (REPO / "claims" / "seeds.toml").read_text()
+    blocks = text.split("[[claim]]")
+    gpu_only = [b if "comparable =" in b else b.rstrip("\n") + '\ncomparable = { devices = ["gpu"] }\n\n'
+                for b in blocks[1:]]
+    (tmp_path / "gpu.toml").write_text("[[claim]]".join([blocks[0], *gpu_only]))
+    status = cli.main(["reproduce", "--dry-run", "--backend", "local", "--gpus", "none", "--claims",
+                       str(tmp_path / "gpu.toml"), "--state-dir", str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and err.startswith("error: nothing to run: ")
+    assert ("add them with --all, --only resnet50_imagenet_speed, --only simplecnn_cifar10_memory, --only "
+            "vgg16_cifar10_speed\n") in err
+    assert not (tmp_path / "state").exists()
 
 
 def test_a_dataset_that_cannot_feed_an_experiment_as_it_is_leaves_it_on_its_own(tmp_path):

@@ -30,6 +30,21 @@ def _specs(tmp_path: Path) -> list:
     return matrix.on_gpu_elsewhere(req)[0]
 
 
+def test_the_default_on_a_gpu_runs_resnet50_and_tuned_only_where_a_claim_reads_it(tmp_path: Path) -> None:
+    """On a GPU NVIDIA's ResNet-50 claims are in play: ResNet-50 runs, with tuned (its claims read it), as VGG16's
+    does (s000-nvidia-similar); no claim reads SimpleCNN's tuned, so it is left out, and --all adds it back."""
+    def planned(*extra: str) -> set[tuple[str, str]]:
+        req = cli.parse(["--dry-run", "--gpu-model", "H100-SXM", "--state-dir", str(tmp_path),
+                         "--data-dir", str(tmp_path / "data"), *extra])
+        return {(s.experiment, s.variant) for s in matrix.on_gpu_elsewhere(req)[0]}
+    default, everything = planned(), planned("--all")
+    assert {("resnet50_imagenet_speed", "tuned"), ("vgg16_cifar10_speed", "tuned"),
+            ("resnet50_imagenet_speed", "+tuned_compile")} <= default
+    assert not {v for e, v in default if e == "simplecnn_cifar10_memory" and v.startswith(("tuned", "+tuned"))}
+    assert everything - default == {("simplecnn_cifar10_memory", v) for v in (
+        "tuned", "+tuned_precision", "+tuned_cudnn_autotune", "+tuned_compile", "+tuned_channels_last")}
+
+
 def test_finished_runs_on_the_model_are_measured_and_others_are_not(tmp_path: Path) -> None:
     spec = _specs(tmp_path)[0]
     finished = {"status": "ok", "launcher": {"wall_s": 123.0}, "experiment": spec.experiment,
@@ -48,10 +63,12 @@ def test_the_dry_run_prints_hours_and_cost_and_a_faster_gpu_costs_fewer_hours(
                               "--state-dir", str(tmp_path), "--data-dir", str(tmp_path / "data")])
         out = capsys.readouterr().out
         # the least: 3 repeats (each of tuned's settings alone once, but XLA alone in TensorFlow on ResNet-50, which
-        # a claim reads: 3); then the most, at the cap
-        assert code == 0 and "plan: 77 runs, profile standard on a GPU, 3 experiment(s), --repeats auto (3 " \
-            "repeats each, up to 5)" in out
-        assert "at most, if every configuration a ratio claim reads needed the cap of 5 repeats (28 more runs)" in out
+        # a claim reads: 3), tuned only where a claim reads it (not SimpleCNN's); then the most, at the cap
+        assert code == 0 and "plan: 64 runs, profile standard on a GPU, 3 experiment(s), --repeats auto (3 " \
+            "repeats each, up to 4)" in out
+        assert "at most, if every configuration a ratio claim reads needed the cap of 4 repeats (14 more runs)" in out
+        assert ("left out (no claim reads them here): tuned of simplecnn_cifar10_memory; the ablation: add them "
+                "with --all, --ablation") in out
         assert "100% from training FLOPs alone" in out            # nothing finished on it here
         h = float(re.search(r"([\d.]+) GPU-hours", out).group(1))
         return h, float(re.search(r"at 2.50 per GPU-hour: ([\d.]+)", out).group(1))

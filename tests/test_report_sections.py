@@ -769,6 +769,28 @@ def test_the_report_without_claims_or_variants_still_renders(real, experiments):
     assert f"{pt['timing']['samples_per_s']:,.1f}" in text
 
 
+def test_gpu_only_claims_of_an_experiment_not_run_on_a_cpu_are_not_comparable_and_say_why(real, experiments, seeds):
+    """The default plan leaves ResNet-50 out on a CPU: NVIDIA's claims on it, the two ratios among them, are not
+    comparable there, each with its own why, never "not measured"; a claim that could be compared here but has no run
+    is not measured."""
+    found = {v.claim.id: v for v in verdicts.evaluate(list(seeds.values()), real)}
+    nvidia = [i for i in found if i.startswith("s000-nvidia-resnet50-")]
+    assert len(nvidia) == 6 and all(found[i].status == verdicts.NOT_COMPARABLE for i in nvidia)
+    for claim_id, why in (("s000-nvidia-resnet50-tf32-ratio", "NVIDIA's figures are TF32 and XLA on an A100 GPU"),
+                          ("s000-nvidia-resnet50-similar", "NVIDIA's figures are mixed precision (AMP) and XLA")):
+        v = found[claim_id]
+        assert seeds[claim_id].comparable["devices"] == ["gpu"] and v.why.startswith(why)
+        assert "not a gpu" in v.why and "--only resnet50_imagenet_speed runs it" in v.why
+        assert (v.profile, v.device, v.ours) == ("quick", "cpu", "not run (quick, cpu)")
+    text = report.render("cpu", real, experiments, claims=list(seeds.values()))
+    row = next(line for line in text.splitlines() if line.startswith("| [s000-nvidia-resnet50-similar]"))
+    assert "**not comparable**" in row
+    on_a_gpu = [derive(r, "fixed", device="gpu", device_name="NVIDIA H100 80GB HBM3", profile="standard")
+                for r in real]
+    gpu = {v.claim.id: v for v in verdicts.evaluate(list(seeds.values()), on_a_gpu)}
+    assert gpu["s000-nvidia-resnet50-similar"].status == verdicts.NOT_MEASURED      # comparable there: not run
+
+
 def test_a_failed_run_is_listed_and_the_rest_still_reported(real, experiments, seeds):
     failed = {**copy.deepcopy(pick(real, SPEED, "tensorflow")), "status": "failed", "run_id": "f" * 16,
               "variant": "as_posted",

@@ -135,6 +135,13 @@ def _device_names(results: list[dict[str, Any]], claim: Claim, context: tuple[st
                    for r in _select(results, claim.experiment, op, context)})
 
 
+def comparable_on(claim: Claim, profile: str, device: str) -> bool:
+    """Whether the claim can be compared on this profile and device kind (a published GPU it names aside: which GPU
+    ran is known from the results only)."""
+    c = claim.comparable
+    return profile in c.get("profiles", [profile]) and device in c.get("devices", [device])
+
+
 def _incomparable(claim: Claim, context: tuple[str, str], names: list[str]) -> str | None:
     """Why the claim's quantity cannot be measured here, or None."""
     c = claim.comparable
@@ -243,12 +250,27 @@ def evaluate(claims: list[Claim], results: list[dict[str, Any]]) -> list[Verdict
     for claim in claims:
         found = contexts(claim, results)
         if not found:
-            out.append(Verdict(claim, NOT_MEASURED, "no run",
-                               f"no finished run of {claim.experiment} in these results"))
+            out.append(_not_run(claim, results))
             continue
         for context in found:
             out.append(evaluate_in(claim, results, context))
     return out
+
+
+def _not_run(claim: Claim, results: list[dict[str, Any]]) -> Verdict:
+    """A claim whose experiment has no finished run here: not comparable where it is comparable on none of the
+    (profile, device) pairs the results cover, as the plan leaves out such an experiment by default
+    (reprokit/plan/claimed.py); else not measured."""
+    here = sorted({(r["profile"], r["spec"].get("device", "cpu")) for r in results if r["status"] == "ok"})
+    if not here or any(comparable_on(claim, *context) for context in here):
+        return Verdict(claim, NOT_MEASURED, "no run", f"no finished run of {claim.experiment} in these results")
+    profile, device = here[0]
+    names = sorted({r["environment"]["device_name"] for r in results if r["status"] == "ok"
+                    and (r["profile"], r["spec"].get("device", "cpu")) == here[0]})
+    why = _incomparable(claim, here[0], names)
+    return Verdict(claim, NOT_COMPARABLE, f"not run ({profile}, {device})",
+                   f"{why}; so {claim.experiment} was not run here (--only {claim.experiment} runs it)",
+                   profile=profile, device=device, indicative=profile == "quick")
 
 
 def evaluate_in(claim: Claim, results: list[dict[str, Any]], context: tuple[str, str]) -> Verdict:

@@ -18,7 +18,7 @@ from reprokit.environments import datasets, host_checks, topology
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
-from reprokit.plan import frameworks, script_plan, tuning
+from reprokit.plan import claimed, frameworks, script_plan, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.request import DEFAULT_CLAIMS, Request, What
@@ -47,6 +47,7 @@ class Matrix:
     # what the frameworks asked for do not run, and why, one line each (no posted code in that framework)
     not_run: list[str] = dataclasses.field(default_factory=list)
     rule: sequential.Rule | None = None         # --repeats auto: repeats until each claim's ratio is decided
+    left_out: str | None = None                 # what no claim in play reads, left out, and how to add it
 
 
 def repeats_rule(what: What, device: str, claims: list[claimlib.Claim] | None) -> sequential.Rule | None:
@@ -199,7 +200,9 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
     experiment's specs are its scripts' (reprokit/plan/script_plan.py)."""
     what, how = request.what, request.how
     claims = _claims(what, experiments)
-    per_experiment = _options(what, profile, device, claims, experiments, how.data_dir, not how.offline, how.dry_run)
+    chosen = claimed.choose(what, experiments, claims, profile, device)
+    per_experiment = _options(what, profile, device, claims, {name: experiments[name] for name in chosen.kept},
+                              how.data_dir, not how.offline, how.dry_run)
     specs: list[Spec] = []
     last: list[Spec] = []           # tuned's runs, planned last: they wait for its settings alone (plan/rounds.py)
     for name, o in per_experiment.items():
@@ -211,7 +214,7 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
             continue
         mine: list[Spec] = list(planning.specs_for(exp, o, describe, here))
         specs += mine
-        if planning.TUNED in what.variants:
+        if name in chosen.tuned:
             tuned = tuning.planned(mine, frozenset((c.experiment, op.framework, op.variant) for c in claims or []
                                                    for op in c.operands.values()), mixed)
             frameworks.check_specs(tuned, exp.path)         # what a kit cannot honour (JAX's limits), refused
@@ -234,16 +237,20 @@ def _known(what: What) -> dict[str, Experiment]:
     return discover([BUILTIN_DIR, *what.experiment_dirs])
 
 
-def on_gpu_elsewhere(request: Request) -> tuple[list[Spec], str, sequential.Rule | None, list[claimlib.Claim]]:
-    """(specs, profile, repeats rule, claims) the command would plan on a GPU this host does not have, for a dry
-    run's cost: it asks nothing of this host, and the runner's facts (image, lock) are left out of the specs."""
+def on_gpu_elsewhere(request: Request) -> tuple[list[Spec], str, sequential.Rule | None, list[claimlib.Claim],
+                                                str | None]:
+    """(specs, profile, repeats rule, claims, what it leaves out) the command would plan on a GPU this host does not
+    have, for a dry run's cost: it asks nothing of this host, and the runner's facts (image, lock) are left out of
+    the specs."""
     what = request.what
     if what.from_report:
         raise UserError("--gpu-model estimates the experiments a command plans; it cannot price --from REPORT, "
                         "whose runs have a device already: leave --from out")
     profile = what.profile or "standard"
-    specs, claims = planned(request, selected(what, _known(what)), profile, "gpu", lambda framework: {})
-    return specs, profile, repeats_rule(what, "gpu", claims), claims or []
+    experiments = selected(what, _known(what))
+    specs, claims = planned(request, experiments, profile, "gpu", lambda framework: {})
+    left_out = claimed.choose(what, experiments, claims, profile, "gpu").line()
+    return specs, profile, repeats_rule(what, "gpu", claims), claims or [], left_out
 
 
 def build(request: Request) -> Matrix:
@@ -293,10 +300,14 @@ def build(request: Request) -> Matrix:
         profile = specs[0].profile
         claims = _claims(what, experiments)
         not_run: list[str] = []
+        left_out = None
     else:
         specs, claims = planned(request, experiments, profile, device, runner.describe, mixed)
-        options = _options(what, profile, device, claims, experiments, how.data_dir, False, True)
+        chosen = claimed.choose(what, experiments, claims, profile, device)
+        options = _options(what, profile, device, claims, {name: experiments[name] for name in chosen.kept},
+                           how.data_dir, False, True)
         not_run = [line for name, o in options.items() for line in planning.not_run(experiments[name], o)]
+        left_out = chosen.line()
     if device == "gpu":
         if any(s.variant == planning.TUNED for s in specs):
             host_checks.check_precision({"fp16_mixed"}, gpus, asked_by="--variants tuned (its mixed precision: "
@@ -305,4 +316,5 @@ def build(request: Request) -> Matrix:
                                                 "newer GPU with --gpus")
         host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
     rule = None if what.from_report else repeats_rule(what, device, claims)
-    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run, rule)
+    return Matrix(specs, runner, executor, why, known, claims, profile, device, gpu_name, flavors, not_run, rule,
+                  left_out)

@@ -29,6 +29,8 @@ class What:
     scripts: dict[str, Path] = field(default_factory=dict)   # --script FRAMEWORK=PATH: the only experiment
     name: str | None = None
     variants: tuple[str, ...] = DEFAULT_VARIANTS
+    variants_named: bool = False                    # --variants given: each runs for every experiment, tuned too
+    everything: bool = False                        # --all: even what no claim in play reads (reprokit/plan/claimed.py)
     ablation: bool = False
     claims: str = DEFAULT_CLAIMS                    # a name, a file, or "none"
     profile: str | None = None                      # None: the hardware's default
@@ -164,7 +166,8 @@ def from_args(ns: argparse.Namespace) -> Request:
     variants = tuple(v.strip() for v in ns.variants.split(",") if v.strip()) if ns.variants else DEFAULT_VARIANTS
     what = What(frameworks=_frameworks(ns.frameworks), experiment_dirs=tuple(d.resolve() for d in ns.experiments),
                 only=tuple(ns.only or ()), scripts=_scripts(ns.script), name=ns.name, variants=variants,
-                ablation=ns.ablation, claims=ns.claims, profile="full" if ns.full else ns.profile,
+                variants_named=bool(ns.variants), everything=ns.everything, ablation=ns.ablation, claims=ns.claims,
+                profile="full" if ns.full else ns.profile,
                 repeats=repeats, auto_repeats=auto, repeats_cap=ns.repeats_cap, dataset=ns.dataset,
                 max_steps=ns.max_steps, epochs=ns.epochs,
                 timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None)
