@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from kits.common import parent_death
 from kits.common.files import write_json_atomic
 from reprokit.console import RunProgress
 from reprokit.environments import host_checks
@@ -35,7 +36,7 @@ from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
 from reprokit.errors import UserError
 from reprokit.execute import disk_full, gpu_state, locks, stopping
 from reprokit.results import quarantine
-from reprokit.runners import live, parent_death
+from reprokit.runners import live
 from reprokit.runners.base import Runner, Spec, run_spec
 
 STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)

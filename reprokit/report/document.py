@@ -29,6 +29,7 @@ from reprokit.report import (
 )
 from reprokit.report.markdown import anchor, md
 from reprokit.results import runs, stats
+from reprokit.results.shares import Decomposition
 
 PLOT_SUFFIXES = ("-throughput.png", "-memory.png", decomposition.SUFFIX)
 
@@ -96,7 +97,7 @@ def _heading(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any]) 
 
 
 def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any], certs: list[dict[str, Any]],
-                plot_files: list[tuple[str, str]], heading: str, verdicts: list[Verdict],
+                plot_files: list[tuple[str, str]], heading: str, decs: list[Decomposition],
                 no_plots: str | None = None) -> str:
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     published = exp.resolved("full") if exp else None
@@ -127,7 +128,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     ablation = sections.ablation(by_variant)
     if ablation:
         out.append("### Ablation: which mistake cost what\n\n" + ablation)
-    shares = decomposition.section(decomposition.decompositions(exp_name, by_variant, verdicts))
+    shares = decomposition.section(decs)
     if shares:
         out.append(f"### {decomposition.heading(exp_name)}\n\n{shares}")
     for what, file in plot_files:
@@ -155,14 +156,14 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
 
 def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment], found: list[Verdict],
             plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict[str, Any]]],
-            no_plots: str | None = None, stopped: str | None = None) -> str:
-    grouped = runs.group(results)
+            grouped: runs.Grouped, decs: dict[str, list[Decomposition]], no_plots: str | None = None,
+            stopped: str | None = None) -> str:
     order = _experiment_order(grouped, experiments)
     out = [_banner(name, results)]
     if order:
         out.append("## Answers\n\n" + "\n\n".join(
             first_screen.answers(e, experiments.get(e), grouped[e], found, certificates.get(e, []),
-                                 decomposition.first_screen_line(decomposition.decompositions(e, grouped[e], found)))
+                                 decomposition.first_screen_line(decs[e]))
             for e in order) +
             f"\n\nFigures are medians over repeats; ratios are {ratios(_frameworks(results))}; brackets and "
             "tests: [how the figures are computed](details.md#how-the-figures-are-computed).")
@@ -174,7 +175,7 @@ def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Exp
         by_variant = grouped[exp_name]
         exp = experiments.get(exp_name)
         out.append(_experiment(exp_name, exp, by_variant, certificates.get(exp_name, []),
-                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant), found,
+                               plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant), decs[exp_name],
                                no_plots))
     for exp_name in sorted({r["experiment"] for r in results} - set(grouped)):
         out.append(f"## {md(exp_name)}\n\nNo run of this experiment finished; see *Failed runs*.")
@@ -193,7 +194,15 @@ def render(name: str, results: list[dict[str, Any]], experiments: dict[str, Expe
     """report.md as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs;
     ``certificates`` (by experiment, one per variant pair) adds each experiment's equivalence certificates."""
     found = evaluate(claims, results) if claims else []
-    return _render(name, results, experiments, found, plot_files or {}, certificates or {})
+    grouped = runs.group(results)
+    return _render(name, results, experiments, found, plot_files or {}, certificates or {}, grouped,
+                   _decompositions(grouped, found))
+
+
+def _decompositions(grouped: runs.Grouped, found: list[Verdict]) -> dict[str, list[Decomposition]]:
+    """Each experiment's decompositions, computed once: report.md, its waterfall and details.md all show them,
+    and each is thousands of bootstrap draws."""
+    return {e: decomposition.decompositions(e, grouped[e], found) for e in grouped}
 
 
 def _frameworks(results: list[dict[str, Any]]) -> set[str]:
@@ -201,10 +210,13 @@ def _frameworks(results: list[dict[str, Any]]) -> set[str]:
 
 
 def details(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment], found: list[Verdict],
-            certificates: dict[str, list[dict[str, Any]]]) -> str:
+            certificates: dict[str, list[dict[str, Any]]], grouped: runs.Grouped | None = None,
+            decs: dict[str, list[Decomposition]] | None = None) -> str:
     """details.md: how the figures are computed, each explanation report.md links to (once), each experiment's
-    facts in full, every claim in full, every certificate check."""
-    grouped = runs.group(results)
+    facts in full, every claim in full, every certificate check. ``grouped`` and ``decs``, where the caller has
+    them already."""
+    grouped = runs.group(results) if grouped is None else grouped
+    decs = _decompositions(grouped, found) if decs is None else decs
     out = [f"# Details of the report {md(name)}", "Back to the report: [report.md](report.md).",
            "## How the figures are computed\n\n" + stats.METHOD + f" Framework ratios are always "
            f"{ratios(_frameworks(results))}; each table row says which way is better. Memory is in MiB below 1 GiB "
@@ -214,7 +226,7 @@ def details(name: str, results: list[dict[str, Any]], experiments: dict[str, Exp
         facts = [(e, fact) for e in _experiment_order(grouped, experiments)
                  for fact in [_facts(title, grouped[e])] if fact]
         out += [f"### {title}: {md(e)}\n\n{fact}" for e, fact in facts]
-    if any(decomposition.decompositions(e, grouped[e], found) for e in grouped):
+    if any(decs.values()):
         out.append(decomposition.DETAILS)
     rebuilt = [(e, text) for e in _experiment_order(grouped, experiments)
                for text in [reconstruction.details(experiments.get(e), grouped[e])] if text]
@@ -269,15 +281,17 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
     grouped = runs.group(results)
     plot_files = plots.write_all(report_dir, grouped)
     found = evaluate(claims, results) if claims else []
+    decs = _decompositions(grouped, found)
     for exp_name in grouped:
-        waterfall = decomposition.write_plot(report_dir, exp_name, decomposition.decompositions(
-            exp_name, grouped[exp_name], found), first_screen.seed_label(experiments.get(exp_name)) or exp_name)
+        waterfall = decomposition.write_plot(report_dir, exp_name, decs[exp_name],
+                                             first_screen.seed_label(experiments.get(exp_name)) or exp_name)
         if waterfall:
             plot_files.setdefault(exp_name, []).append(waterfall)
     summary_csv.write(report_dir / "summary.csv", results)
-    write_text_atomic(report_dir / "details.md", details(name, results, experiments, found, certificates))
+    write_text_atomic(report_dir / "details.md", details(name, results, experiments, found, certificates, grouped,
+                                                         decs))
     path = report_dir / "report.md"
     stopped = claims_section.repeats(sequential.stops(claims or [], results, rule), rule) if rule else None
-    write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, plots.unavailable(),
-                                    stopped))
+    write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, grouped, decs,
+                                    plots.unavailable(), stopped))
     return path

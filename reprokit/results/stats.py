@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from collections.abc import Callable
@@ -50,17 +51,21 @@ _UNTESTED = (f"Differences are not tested: {NO_SCIPY} on this host (pip install 
 METHOD = _BRACKETS + (_TESTED if _SCIPY_STATS else _UNTESTED)
 
 
+@functools.cache      # a report asks again for each figure of the same count of repeats
 def coverage(n: int, k: int) -> float:
     """P(X(k) <= median <= X(n+1-k)) for n independent draws of a continuous distribution."""
-    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+    # Integer over integer: 2.0 ** n and a float times a tail overflow from n = 1024 repeats on.
+    total: int = 2 ** n
+    return 1.0 - 2 * sum(math.comb(n, i) for i in range(k)) / total
 
 
+@functools.cache
 def _order_index(n: int) -> int:
     """The largest k (1-based) whose interval X(k)..X(n+1-k) still covers at LEVEL or more."""
     k, tail, total = 1, 1, 2 ** n         # tail: C(n, 0) + ... + C(n, k - 1), exact integers
     while k + 1 <= n // 2:
         tail_next = tail + math.comb(n, k)
-        if 1.0 - 2.0 * tail_next / total < LEVEL:
+        if 1.0 - 2 * tail_next / total < LEVEL:
             break
         k, tail = k + 1, tail_next
     return k
@@ -154,7 +159,7 @@ class Test:
 
 def smallest_p(n: int, m: int) -> float:
     """The smallest two-sided p-value any rank or permutation test of n against m values can give."""
-    return min(1.0, 2.0 / math.comb(n + m, n))
+    return min(1.0, 2 / math.comb(n + m, n))        # int over int: no overflow past 1,000 repeats
 
 
 def difference(a: list[float] | tuple[float, ...], b: list[float] | tuple[float, ...]) -> Test:

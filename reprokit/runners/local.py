@@ -14,7 +14,6 @@ its output folder, removed once it has ended, never to /tmp.
 """
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import signal
@@ -29,7 +28,7 @@ from reprokit.environments import envs
 from reprokit.environments.host_checks import Flavor, build_facts
 from reprokit.environments.topology import parse_cpulist
 from reprokit.results.provenance import REPO, sha256_file
-from reprokit.runners import live, parent_death
+from reprokit.runners import live
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
 
@@ -85,25 +84,28 @@ class LocalRunner:
         if call.framework not in self._pythons:
             self.prepare({call.framework})
         fresh_folder(call.output)
-        cmd = [str(self._pythons[call.framework]), "-m", call.module, *map(str, call.args)]
         tmp = fresh_folder(_temp_folder(call))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
                "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp)}
-        pin = None
+        cpus = ""
         if self.visible_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_gpus
         if call.placement is not None:
             # One GPU and a CPU set of its own (the memory node needs a container's cpuset_mems).
             if call.placement.device_id is not None:
                 env["CUDA_VISIBLE_DEVICES"] = call.placement.device_id
-            pin = functools.partial(os.sched_setaffinity, 0, parse_cpulist(call.placement.cpus))
+            cpus = ",".join(map(str, sorted(parse_cpulist(call.placement.cpus))))
+        # kits/launch.py takes the CPU set and arms the kit's death with this process, then runs the kit: set-up a
+        # preexec_fn would do, which would make subprocess fork this whole process where it now uses vfork.
+        cmd = [str(self._pythons[call.framework]), "-m", "kits.launch", str(os.getpid()), cpus, call.module,
+               *map(str, call.args)]
         tail: list[str] = []
         t0 = time.perf_counter()
         try:
             # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started. This
             # thread waits for the kit below, so it outlives it: the parent-death signal follows the thread.
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True, preexec_fn=_in_child(os.getpid(), pin))
+                                    text=True, start_new_session=True)
             # A second Ctrl-C, which does not wait for the clean-up below, still ends the kit's process group.
             with live.process_group(proc.pid):
                 return self._wait(proc, call, cmd, tail, on_progress, t0)
@@ -143,15 +145,6 @@ def _temp_folder(call: KitCall) -> Path:
     """The kit process's TMPDIR: beside its output folder, inside its run's work folder (so an orchestrator
     killed before removing it leaves it where the run's next attempt starts afresh, never in /tmp)."""
     return call.output.with_name(call.output.name + ".tmp")
-
-
-def _in_child(parent: int, pin: Callable[[], None] | None) -> Callable[[], None]:
-    """What the kit's process does between fork and exec: take its CPU set, and die with its parent."""
-    def start() -> None:
-        if pin is not None:
-            pin()
-        parent_death.arm(parent)
-    return start
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:

@@ -4,6 +4,9 @@ timed beside the next command's runs, after its orchestrator was killed with ``k
 Linux's ``prctl(PR_SET_PDEATHSIG)`` has the kernel send SIGKILL when the parent ends. It follows the parent
 *thread* that forked the process, so the parent forks from a thread that outlives the child, and it does not
 reach the process's own children. Elsewhere nothing is armed.
+
+A run's slot process (reprokit/execute/schedule.py) arms it itself; a local kit process, in kits/launch.py, which
+starts it. Standard library only.
 """
 from __future__ import annotations
 
