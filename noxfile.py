@@ -1,6 +1,7 @@
 """The project's verbs: `nox -l` lists them, `nox -s NAME` runs one."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -12,9 +13,10 @@ nox.options.sessions = ["tests"]
 # lock files carry every platform's hashes, so no particular minor version is needed.
 
 
-def _host(session: nox.Session, *extra: str, ray: bool = False) -> None:
+def _host(session: nox.Session, *extra: str, ray: bool = False, test: bool = False) -> None:
     # Ray goes in the host environment only (the [ray] extra), never in the kit images.
-    session.install("-e", ".[ray]" if ray else ".", *extra)
+    extras = ",".join(name for name, wanted in (("ray", ray), ("test", test)) if wanted)
+    session.install("-e", f".[{extras}]" if extras else ".", *extra)
 
 
 @nox.session
@@ -53,9 +55,19 @@ def compare(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite: real frameworks, real files, a real Docker engine and a local Ray cluster."""
-    _host(session, "pytest>=8", ray=True)
-    session.run("python", "-m", "pytest", *session.posargs)
+    """Run the test suite: real frameworks, real files, a real Docker engine and a local Ray cluster.
+
+    With no options: the tests that share the host run on every core (pytest-xdist, up to 4 workers, a module
+    per worker at a time), then those marked `alone` or `docker` one at a time (they send signals, watch /tmp
+    and the mounts, kill the engine or run a Ray cluster). Options after -- go to one plain pytest run.
+    """
+    _host(session, ray=True, test=True)
+    if session.posargs:
+        session.run("python", "-m", "pytest", *session.posargs)
+        return
+    workers = str(min(4, len(os.sched_getaffinity(0))))
+    session.run("python", "-m", "pytest", "-n", workers, "--dist", "loadfile", "-m", "not (alone or docker)")
+    session.run("python", "-m", "pytest", "-m", "alone or docker")
 
 
 @nox.session
@@ -65,7 +77,7 @@ def faults(session: nox.Session) -> None:
     Signals to the orchestrator, damaged files, two commands at once, a full disk (a tmpfs: needs root),
     users' scripts that fail or fork without end, a container out of memory, an engine that refuses or
     is killed (needs Docker), a lost Ray node. One line per fault, then
-    `faults survived: N of N, results lost: L`. Options after --: `--fast` (the subset CI runs),
+    `faults survived: N of N, results lost: L`. Options after --: `--fast` (only the faults no test proves: CI),
     `--only NAME`, `--keep`.
     """
     _host(session, ray="--fast" not in session.posargs)          # Ray for the lost node only
@@ -82,7 +94,9 @@ def lint(session: nox.Session) -> None:
     _host(session, "ruff>=0.17,<0.18", "mypy>=2.4,<2.5",
           "types-docker", "types-jsonschema", "types-requests", "types-tabulate")
     session.run("ruff", "check", ".", *session.posargs)
-    session.run("mypy")
+    # mypy's cache in the per-user cache: a fresh clone (CI's, every time) checks in seconds what did not change.
+    root = session.run("python", "-c", "from reprokit.environments import cache; print(cache.root())", silent=True)
+    session.run("mypy", env={"MYPY_CACHE_DIR": f"{str(root).strip()}/mypy"})
 
 
 @nox.session
@@ -125,7 +139,12 @@ def bench(session: nox.Session) -> None:
     median cost at most 1% of a step, printed in microseconds and %. Options after --, e.g.
     `nox -s bench -- --max-rounds 9 --frameworks pytorch`. Where a Docker engine
     answers it also runs benchmarks/bench_docker_overhead.py (its options in
-    $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`).
+    $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`). Every (experiment,
+    framework) pair a kit can run is measured; each it cannot is named, with why.
+
+    `nox -s bench -- --small`: the form the test suite runs (tests/test_bench_small.py), in
+    under a minute: each part of bench_kit_overhead.py once, on the first framework's cheapest
+    model, a round of 3 steps; printed, not judged. The probe's and Docker's benches stay out.
 
     `nox -s bench -- --ray [options]` measures the Ray backend instead, on a
     local cluster (benchmarks/bench_ray.py): the scheduling overhead per run
@@ -136,10 +155,13 @@ def bench(session: nox.Session) -> None:
 
     env = {"PYTHONPATH": "."}
     if session.posargs[:1] == ["--ray"]:
-        _host(session, "pytest>=8", ray=True)        # the bench uses the tests' cluster and experiment
+        _host(session, ray=True, test=True)        # the bench uses the tests' cluster and experiment
         session.run("python", "benchmarks/bench_ray.py", *session.posargs[1:], env=env)
         return
     _host(session)
+    if "--small" in session.posargs:
+        session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
+        return
     try:
         session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
         session.run("python", "benchmarks/bench_probe.py",

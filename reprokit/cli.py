@@ -1,10 +1,13 @@
 """reprokit reproduce: plan the matrix, run what is not finished, write the report.
 
-By default it reproduces the seed cases: for each experiment, the `fixed`,
-`as_posted` and `tuned` (each framework at its best, its settings each also
-alone) variants in both frameworks, each pitfall that a claim names run alone,
-and the claims' verdicts (claims/seeds.toml), on the profile the hardware
-allows (standard on a GPU, quick on a CPU).
+By default it reproduces the seed cases, and runs only what a claim comparable
+on this hardware and profile reads (claims/seeds.toml): for each experiment,
+the `fixed` and `as_posted` variants in both frameworks, `tuned` (each framework
+at its best, its settings each also alone) where a claim reads it, each pitfall
+that a claim names run alone, and the claims' verdicts, on the profile the
+hardware allows (standard on a GPU, quick on a CPU). An experiment whose claims
+are all for other hardware (ResNet-50's are GPU-only) is left out; the plan says
+in one line what it left out and how to add it (--all, --only, --ablation).
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
 from reprokit.console import RunProgress, duration
-from reprokit.environments import datasets, script_requirements
-from reprokit.environments.envs import STATE
+from reprokit.environments import datasets, env_cache, script_requirements
+from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError
 from reprokit.execute import data_step, disk_full, locks, stopping
 from reprokit.plan import cost, estimate, matrix, request, rounds
@@ -50,8 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats-cap", type=int, metavar="N",
                    help=f"with --repeats auto: at most N repeats of a configuration (default {sequential.DEFAULT_CAP})")
     p.add_argument("--variants", help="comma-separated: fixed, tuned (each framework's fast path) and/or variants "
-                                      "the experiments define (default: fixed,as_posted,tuned; without each framework "
-                                      "at its best: fixed,as_posted; plain runs: --variants fixed)")
+                                      "the experiments define, each for every experiment (default: fixed,as_posted, "
+                                      "and tuned where a claim reads it; plain runs: --variants fixed)")
+    p.add_argument("--all", dest="everything", action="store_true",
+                   help="also what no claim comparable here reads: every experiment, and tuned for each")
     p.add_argument("--ablation", action="store_true",
                    help="also run every pitfall of the chosen variants alone (by default only those a claim names), "
                         "and each of as_posted's factors removed alone, for each factor's share of the gap")
@@ -132,6 +137,8 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
         print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
     for line in m.not_run:
         print(f"  {line}")
+    if m.left_out:
+        print(m.left_out)
     if more := rounds.plan_line(m):
         print(more)
     print()
@@ -163,11 +170,13 @@ def reproduce(argv: list[str] | None = None) -> int:
 def _cost(req: request.Request) -> int:
     """A dry run priced on a GPU model this host need not have: the plan, its GPU time and, with a price, its cost."""
     model = cost.gpu_model(req.how.gpu_model or "")
-    specs, profile, rule, claims = matrix.on_gpu_elsewhere(req)
+    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(req)
     history = Store(req.how.state_dir / "results").all()
     print(f"plan: {len(specs)} runs, profile {profile} on a GPU, {len({s.experiment for s in specs})} experiment(s)"
           + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})" if rule else ""))
     print("\n".join(cost.lines(cost.of_plan(specs, history, model), model, req.how.price_per_hour)))
+    if left_out:
+        print(left_out)
     if rule:
         more = rounds.to_the_cap(specs, claims, rule)
         print(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
@@ -331,14 +340,29 @@ def bisect_sides(argv: list[str]) -> int:
         return search.run(sides.start(prepared))
 
 
-VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data, "bisect": bisect_sides}
+def cache_verb(argv: list[str]) -> int:
+    """reprokit cache list|prune: the per-user cache of kit environments ($REPROKIT_CACHE, else
+    $XDG_CACHE_HOME/reprokit, else ~/.cache/reprokit), shared by every clone; prune removes the environments whose
+    lock file is no longer in locks/, the half-built ones and those unused for --unused-days, never one in use."""
+    p = argparse.ArgumentParser(prog="reprokit cache", description=cache_verb.__doc__)
+    p.add_argument("action", choices=["list", "prune"], metavar="list|prune",
+                   help="list the environments, or remove those no command needs")
+    p.add_argument("--unused-days", type=float, default=30, metavar="N",
+                   help="prune: also remove environments no command used for N days (default 30)")
+    args = p.parse_args(argv)
+    print(env_cache.list_text(ENVS) if args.action == "list" else env_cache.prune(ENVS, args.unused_days))
+    return 0
+
+
+VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data, "bisect": bisect_sides,
+         "cache": cache_verb}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in VERBS:
         print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit bisect A B [options] | "
-              "reprokit data [options]   "
+              "reprokit data [options] | reprokit cache list|prune   "
               "(see reprokit VERB --help)", file=sys.stderr)
         return 2
     # A stop from outside (kill, a CI's timeout) ends as Ctrl-C does, else the kit's process would train on, orphaned.

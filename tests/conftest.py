@@ -1,10 +1,13 @@
 """Shared fixtures: the kits' real environments and a tiny experiment that trains in seconds."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -92,9 +95,32 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: (item.nodeid.split("::")[0] in needs_env, item.nodeid.split("::")[0] in reads))
 
 
+def pytest_configure(config):
+    """A per-user cache of the suite's own, so that what a test makes (certificates) it makes here, whatever an
+    earlier run left in the user's cache; its envs/ is the user's, shared: an env is a pure function of its lock."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return                                  # xdist's workers share the one their controller made
+    folder = Path(tempfile.mkdtemp(prefix="suite-cache-"))
+    ENVS.mkdir(parents=True, exist_ok=True)
+    (folder / "envs").symlink_to(ENVS, target_is_directory=True)
+    config.stash[_CACHE] = folder, os.environ.get("REPROKIT_CACHE")
+    os.environ["REPROKIT_CACHE"] = str(folder)
+
+
 def pytest_unconfigure(config):
     _AHEAD.shutdown(wait=True, cancel_futures=True)
     _POOL.shutdown(wait=True)
+    if _CACHE not in config.stash:
+        return
+    folder, before = config.stash[_CACHE]
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop("REPROKIT_CACHE", None)
+    else:
+        os.environ["REPROKIT_CACHE"] = before
+
+
+_CACHE = pytest.StashKey[tuple]()
 
 
 # Every kit's environment, built from its lock file once, side by side and from the session's start:
@@ -202,6 +228,14 @@ def _make_batch(batch: str, builds: dict, root: Path, data_dir: Path) -> Path:
     for build in builds.values():
         build.result()                          # the kits' environments first
     out, log = root / "made.json", root / "batch.log"
+    with (root / "batch.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)        # under xdist the first worker makes it; the others wait, then read it
+        if not out.exists():
+            _run_batch(batch, root, data_dir, out, log)
+    return out
+
+
+def _run_batch(batch: str, root: Path, data_dir: Path, out: Path, log: Path) -> None:
     with log.open("w") as sink:
         done = subprocess.run(["nice", "-n", "19", sys.executable, str(Path(__file__).with_name("certified.py")),
                                batch, str(root), str(data_dir), str(out)], cwd=REPO, stdout=sink,
@@ -209,7 +243,14 @@ def _make_batch(batch: str, builds: dict, root: Path, data_dir: Path) -> Path:
                                   [str(Path(__file__).parent), str(REPO)])})
     if done.returncode != 0:
         raise RuntimeError(f"the {batch} batch failed (exit {done.returncode}): {log.read_text()[-3000:]}")
-    return out
+
+
+def _shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder every xdist worker of this run finds (their base folders share a parent), else the session's own."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared-{name}"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -219,7 +260,7 @@ def _certificates_ahead(request, tmp_path_factory, data_dir) -> dict:
     if not wanted:
         return {}
     builds = request.getfixturevalue("_env_builds")
-    return {name: _AHEAD.submit(_make_batch, name, builds, tmp_path_factory.mktemp(name), data_dir)
+    return {name: _AHEAD.submit(_make_batch, name, builds, _shared_folder(tmp_path_factory, name), data_dir)
             for name in sorted(wanted)}
 
 

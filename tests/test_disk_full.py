@@ -13,6 +13,8 @@ import stub_matrix as sm
 
 RUNS = 8
 
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture
 def small_disk(tmp_path):

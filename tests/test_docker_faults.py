@@ -65,6 +65,8 @@ print(READY, flush=True)
 time.sleep(300)
 '''.replace("READY", repr(READY))
 
+pytestmark = pytest.mark.alone
+
 
 # ---------------------------------------------------------------------------
 # Helpers: a runner whose log is kept, processes from /proc, the engine's events

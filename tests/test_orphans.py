@@ -36,6 +36,8 @@ client, test_base, probe_lock, probe_kits, dirs, make_runner = (
 GONE_WITHIN_S = 2
 ORPHAN_PREFIX = "0a7f"        # run ids of this module's containers (not test_docker_runner's, whose leftovers it checks)
 
+pytestmark = pytest.mark.alone
+
 
 def _alive(pids: list[int]) -> list[int]:
     return [p for p in pids if not sm.gone(p)]
