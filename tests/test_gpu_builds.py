@@ -14,6 +14,7 @@ import gpu_host
 import pytest
 
 from reprokit import cli
+from reprokit.claims import sequential
 from reprokit.environments import host_checks
 from reprokit.plan import matrix
 from reprokit.report import pair_findings
@@ -129,7 +130,7 @@ def test_on_a_gpu_host_repeats_are_auto_by_default_and_a_number_overrides_it(sta
     argv = ["--backend", "local", "--dry-run", "--state-dir", str(tmp_path / "state"), "--data-dir",
             str(tmp_path / "data")]
     auto = matrix.build(cli.parse(argv))
-    assert auto.rule is not None and auto.rule.cap == 5 and {s.repeat for s in auto.specs} == {0, 1, 2}
+    assert auto.rule is not None and auto.rule.cap == sequential.DEFAULT_CAP and {s.repeat for s in auto.specs} == {0, 1, 2}
     assert cli.main(["reproduce", *argv]) == 0
     assert "repeats auto: 3 of each configuration, then one more at a time" in capsys.readouterr().out
     fixed = matrix.build(cli.parse([*argv, "--repeats", "4"]))
