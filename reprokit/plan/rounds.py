@@ -31,9 +31,11 @@ def tuned(m: Matrix, store: Store) -> tuple[int, bool]:
     if not any(s.variant == tuning.TUNED for s in m.specs):
         return 0, False
     results = [r for s in m.specs if (r := store.get(s.run_id)) is not None]
-    composed = tuning.compose(m.specs, results)
+    # Only where the plan has tuned: an experiment no claim reads it of has fixed runs and nothing to compose.
+    planned = {s.experiment for s in m.specs if s.variant == tuning.TUNED}
+    composed = tuning.compose([s for s in m.specs if s.experiment in planned], results)
     m.specs = [s for s in m.specs if s.variant != tuning.TUNED] + list(composed)
-    for line in tuning.choices_said(m.specs, results):
+    for line in tuning.choices_said([s for s in m.specs if s.experiment in planned], results):
         print(f"tuned: {line}", flush=True)
     todo = [s for s in composed if not ((r := store.get(s.run_id)) and r["status"] == "ok")]
 
