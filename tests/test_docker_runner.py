@@ -503,13 +503,16 @@ def test_ctrl_c_removes_the_container_and_reports_interrupted(make_runner, tmp_p
                 return
             time.sleep(0.05)
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C, whatever the suite was started with (a shell's background job ignores SIGINT)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_when_running, daemon=True).start()
     t0 = time.perf_counter()
     try:
         outcome = runner.run(probe_call(runner, spec, spec_path), lambda e: None)
     except KeyboardInterrupt:  # pragma: no cover - the runner must catch it
         pytest.fail("the runner let KeyboardInterrupt through")
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert outcome.interrupted and time.perf_counter() - t0 < 30
     assert_removed(client, run_id)
 
