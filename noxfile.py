@@ -34,7 +34,9 @@ def reproduce(session: nox.Session) -> None:
 
 @nox.session
 def data(session: nox.Session) -> None:
-    """The separate data step (may use the network): CIFAR-10, and TFDS's cifar10 for the posted TensorFlow input."""
+    """The separate data step (may use the network): CIFAR-10, and TFDS's cifar10 for the posted TensorFlow input;
+    or, named (`nox -s data -- mnist fashion_mnist cifar100`), the datasets a script loads by name, checked against
+    their published md5s."""
     _host(session)
     session.run("python", "-m", "reprokit", "data", *session.posargs)
 
@@ -180,11 +182,11 @@ def bench(session: nox.Session) -> None:
 def wheelhouse(session: nox.Session) -> None:
     """Wheels for an offline GPU box's host side.
 
-    There: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate`.
+    There: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate packaging`.
 
     scripts/gpu_check runs the kit with the box's own Python and PyTorch (numpy comes with it); the
-    host side (planning, result validation, the report) also imports jsonschema, fastjsonschema and
-    tabulate. This downloads them and their dependencies, within pyproject.toml's ranges, as binary
+    host side (planning, result validation, the report) also imports jsonschema, fastjsonschema,
+    tabulate and packaging. This downloads them and their dependencies, within pyproject.toml's ranges, as binary
     wheels for the box's Python and platform, so it runs on any machine with network. matplotlib and
     scipy (about 50 MB) stay out: without them the report leaves out its plots and significance tests
     and says so; the docker SDK is not needed there (--backend local). The seeds' scripts' extra
@@ -196,7 +198,7 @@ def wheelhouse(session: nox.Session) -> None:
     import re
     import tomllib
 
-    names = ("jsonschema", "fastjsonschema", "tabulate")
+    names = ("jsonschema", "fastjsonschema", "tabulate", "packaging")
     p = argparse.ArgumentParser(prog="nox -s wheelhouse --")
     p.add_argument("--python-version", default="3.12", help="the box's Python, X.Y (default %(default)s)")
     p.add_argument("--platform", default="manylinux2014_x86_64", help="its wheel platform (default %(default)s)")

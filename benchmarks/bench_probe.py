@@ -3,9 +3,11 @@
     PYTHONPATH=. python benchmarks/bench_probe.py [--rounds 12] [--steps 60] [--frameworks pytorch,tensorflow]
         [--json OUT]
 
-benchmarks/probe_scripts/ holds a PyTorch and a Keras training script (the quick profile's size of model,
-batch 64, a DataLoader or a tf.data loop, a tf.function step in Keras) that time their own steps, after 5
-warmup steps, and print the seconds per step. Each round runs the script once plain (`python SCRIPT`, in
+benchmarks/probe_scripts/ holds two PyTorch and two Keras training scripts (the quick profile's size of
+model) that time their own steps, after 5 warmup steps, and print the seconds per step: a DataLoader loop in
+the process and one with 2 worker processes and shuffling, as the tutorials write it; a tf.data loop with a
+tf.function step, and `model.fit` on numpy arrays with Keras's default batch, as the beginner tutorial calls it.
+Each round runs the script once plain (`python SCRIPT`, in
 the framework's real environment) and once under the probe (`python -m kits.probe`, through the local
 runner, with the full profile's bounds: none), in fresh processes, in alternating order. A round's cost is
 the probed step's time minus the plain one's, in microseconds and as a share of the plain step; the rounds'
@@ -39,7 +41,9 @@ from reprokit.runners.base import KitCall, spec_call
 from reprokit.runners.local import LocalRunner
 
 SCRIPTS = Path(__file__).parent / "probe_scripts"
-FILES = {"pytorch": "torch_timed.py", "tensorflow": "keras_timed.py"}
+# Per framework: a loop over a loader in the process, then the tutorials' forms (loader workers; fit on arrays).
+FILES = {"pytorch": ("torch_timed.py", "torch_workers_timed.py"),
+         "tensorflow": ("keras_timed.py", "keras_fit_timed.py")}
 GATE = 0.01
 
 
@@ -72,8 +76,8 @@ def probed(runner: LocalRunner, spec: ScriptSpec, work: Path) -> tuple[float, fl
     return _seconds(outcome.log_tail), own
 
 
-def bench(framework: str, rounds: int, work: Path) -> dict:
-    script = SCRIPTS / FILES[framework]
+def bench(framework: str, name: str, rounds: int, work: Path) -> dict:
+    script = SCRIPTS / name
     runner = LocalRunner(ENVS, work / "data", "cpu")
     runner.prepare({framework})
     python = runner.python_of(framework)
@@ -82,7 +86,8 @@ def bench(framework: str, rounds: int, work: Path) -> dict:
     exp = from_scripts("bench", {framework: script})
     (spec,) = specs_for(exp.name, exp.scripts, opts, runner.describe, code())
     spec = dataclasses.replace(spec, measure=dataclasses.replace(spec.measure, memory_every_steps=5))
-    m = {"framework": framework, "own_us": [], "own_shares": [], "costs_us": [], "shares": [], "plain_ms": []}
+    m = {"framework": framework, "script": name, "own_us": [], "own_shares": [], "costs_us": [], "shares": [],
+         "plain_ms": []}
     for r in range(rounds + 1):                          # round 0 warms the page cache: dropped
         order = ("plain", "probed") if r % 2 else ("probed", "plain")
         got = {side: plain(python, script) if side == "plain" else probed(runner, spec, work) for side in order}
@@ -94,7 +99,7 @@ def bench(framework: str, rounds: int, work: Path) -> dict:
         m["costs_us"].append((seconds - base) * 1e6)
         m["shares"].append(seconds / base - 1)
         m["plain_ms"].append(base * 1e3)
-        print(f"  {framework:<10} round {r} [{', '.join(order)}]: plain {base * 1e3:.2f} ms/step, probed "
+        print(f"  {framework:<10} {name:<24} round {r} [{', '.join(order)}]: plain {base * 1e3:.2f} ms/step, probed "
               f"{seconds * 1e3:.2f} ms/step ({m['shares'][-1]:+.2%}); the probe's own code {own * 1e6:.0f} us/step "
               f"({m['own_shares'][-1]:.3%})", flush=True)
     return m
@@ -106,10 +111,10 @@ def summary(m: dict) -> tuple[list[str], bool]:
     own, own_share = stats.estimate(m["own_us"]), stats.estimate(m["own_shares"])
     share, cost, step = stats.estimate(m["shares"]), stats.estimate(m["costs_us"]), stats.estimate(m["plain_ms"])
     ok = own_share.high <= GATE
-    return ([f"  {m['framework']:<10} the probe's own code {own.text('{:.0f} us'.format)} per step, "
+    return ([f"  {m['framework']:<10} {m['script']:<24} the probe's own code {own.text('{:.0f} us'.format)} per step, "
              f"{own_share.text('{:.3%}'.format)} of a {step.median:.2f} ms step; gate (the bracket's top) <= "
              f"{GATE:.0%}: {'ok' if ok else 'MISSED'}",
-             f"  {'':<10} plain against probed, whole steps: {cost.text('{:+.0f} us'.format)}, "
+             f"  {'':<35} plain against probed, whole steps: {cost.text('{:+.0f} us'.format)}, "
              f"{share.text('{:+.2%}'.format)} over {len(m['shares'])} rounds (fresh processes each: their own biases "
              f"are in this spread)"], ok)
 
@@ -126,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = []
     with tempfile.TemporaryDirectory(prefix="reprokit-bench-probe-") as tmp:
         for fw in args.frameworks.split(","):
-            measured.append(bench(fw, args.rounds, Path(tmp) / fw))
+            for name in FILES[fw]:
+                measured.append(bench(fw, name, args.rounds, Path(tmp) / Path(name).stem))
     print("== summary")
     ok = True
     for m in measured:

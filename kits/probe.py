@@ -18,7 +18,6 @@ import json
 import os
 import runpy
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,39 +27,20 @@ from pathlib import Path
 import numpy as np
 
 from kits.certify import certify_captured, guarded
+from kits.common import bounds, detectors, environment, report, work_folder
 from kits.common import certificate as cert
 from kits.common import data as datalib
-from kits.common import detectors, environment, report
 from kits.common.energy import Energy
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
 from kits.common.names import kit_module
+from kits.common.network_guard import NO_NETWORK, block_network
 from kits.common.nvml import DeviceSampler
 from kits.common.observe import HookClock, Observer, StopScript
 from kits.common.phases import WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import ScriptSpec
-
-NO_NETWORK = "the run has no network: stage the data with `nox -s data`"
-
-
-class NoNetwork(OSError):
-    """A connection the script tried: runs have no network (in a container none exists; here it is refused)."""
-
-
-def block_network(tried: list[str]) -> str:
-    """Refuse every outbound connection and name lookup, recording what was tried, as a container without
-    a network would: local and Docker runs then fail alike."""
-    def refuse(where: int):
-        def fail(*args, **kwargs):
-            target = args[where] if len(args) > where else "?"
-            tried.append(":".join(map(str, target[:2])) if isinstance(target, tuple) else str(target))
-            raise NoNetwork(NO_NETWORK)
-        return fail
-    socket.socket.connect = socket.socket.connect_ex = refuse(1)         # (self, address)
-    socket.getaddrinfo = refuse(0)                                       # (host, port, ...)
-    socket.create_connection = refuse(0)                                 # (address, ...)
-    return "outbound connections and name lookups refused (the run has no network, as in a container)"
+from kits.common.staged_data import StagedData
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -74,6 +54,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "optimizer step, and stop there")
     p.add_argument("--weights-from", type=Path,
                    help="with --certify: the PyTorch side's folder, whose initial weights and batch to start from")
+    p.add_argument("--mount", nargs=2, action="append", default=[], metavar=("WHERE", "FOLDER"),
+                   help="a folder of the user's own data (read-only) shown where the script reads WHERE (repeatable)")
     return p.parse_args(argv)
 
 
@@ -82,45 +64,42 @@ def _probe_for(framework: str, script_dir: Path):
 
 
 def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
-    """A writable copy of the script's folder (scripts write checkpoints beside themselves), checked against
-    the files the spec hashed."""
+    """The run's writable copy of the script's folder (kits/common/work_folder.py), checked against the files
+    the spec hashed."""
     work = out.parent / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(script_dir, work, ignore=shutil.ignore_patterns("__pycache__"))
+    work_folder.make(script_dir, work)
     for name, sha256 in spec.script.files.items():
         if datalib._sha256(work / name) != sha256:
             raise datalib.DataError(f"{name} changed since the run was planned; plan it again")
     return work
 
 
-def _stage(spec: ScriptSpec, data_dir: Path, work: Path) -> tuple[Path, list[str], int]:
-    """Where the script's readers find CIFAR-10: the verified batches, or the generated stand-in written in
-    CIFAR-10's format (declared); and its number of classes."""
-    d = spec.data
-    arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
-    staged = work / ".reprokit-data"
-    classes = int(max(arrays.y_train.max(), arrays.y_test.max())) + 1
-    if d.dataset == "cifar10" and (data_dir / datalib.CIFAR10_BATCHES).is_dir():
-        staged.mkdir(exist_ok=True)
-        (staged / datalib.CIFAR10_BATCHES).symlink_to((data_dir / datalib.CIFAR10_BATCHES).resolve())
-        return staged, [], classes
-    datalib.write_cifar10_batches(arrays, staged)
-    return staged, [f"the generated {d.dataset} stand-in ({d.train_samples} training, {d.test_samples} test images) "
-                    f"in CIFAR-10's file format, not CIFAR-10"], classes
+def _keep_figures(work: Path, out: Path, since: float) -> list[dict]:
+    """The images the script saved (its plots), copied beside the result file and listed in it."""
+    kept = []
+    for path in work_folder.figures(work, since):
+        name = path.relative_to(work).as_posix()
+        target = out.parent / "figures" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        kept.append({"name": name, "bytes": path.stat().st_size, "sha256": datalib._sha256(path)})
+    return kept
 
 
 def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, certify: bool = False,
-        weights_from: Path | None = None) -> dict:
+        weights_from: Path | None = None, mounts: list[tuple[str, Path]] | None = None) -> dict:
     spec = ScriptSpec.from_dict(raw)
     tried: list[str] = []
     shims = [block_network(tried)]
+    copied_at = time.time()
     work = _workdir(spec, script_dir, out)
-    staged, stand_in, classes = _stage(spec, data_dir, work)
+    shims += work_folder.mount(work, mounts or [])
+    named = StagedData(spec.data, data_dir, work, shims)     # the named datasets, each declared once the script asks
     probe = _probe_for(spec.framework, work)
     tfds = spec.data.tfds                     # TFDS's own cifar10, where the data step prepared it: checked
     tfds_root = data_dir / datalib.TFDS_ROOT if tfds and datalib.verified_folder(data_dir / tfds.dir, tfds.sha256) \
         else None
-    shims += stand_in + probe.stage_data(staged, bool(stand_in), tfds_root)
+    shims += probe.stage_data(named, tfds_root)
     # on a GPU: the framework's allocator and the device through NVML (its baseline before the framework starts)
     sampler = DeviceSampler() if spec.device == "gpu" else None
     counters = [*probe.gpu_counters(), sampler] if sampler else [ResidentPeak()]
@@ -129,8 +108,8 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     observer.at_first_step.append(lambda: _on_its_device(spec, probe, sampler))
     probe.install(observer)
     if certify:
-        probe.at_first_update(lambda: certify_side(spec, probe, classes, out.parent, weights_from))
-    shims += _bounds(spec) + _requirements(spec, data_dir, work)
+        probe.at_first_update(lambda: certify_side(spec, probe, named.classes, out.parent, weights_from))
+    shims += _bounds(spec) + getattr(probe, "bound_shims", list)() + _requirements(spec, data_dir, work)
     if spec.script.shim:
         shims.append(f"the declared shim {spec.script.shim} runs first, in the script's namespace")
     # the shim runs where the script does: its relative paths (a dataset root "./") land in the work folder
@@ -138,7 +117,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     sys.path.insert(0, str(work))
     os.chdir(work)
     phases.start(WARMUP)
-    ended, failure, running = "the script ran to its end", None, f"the declared shim {spec.script.shim}"
+    late, failure, running = None, None, f"the declared shim {spec.script.shim}"
     try:
         globals_ = runpy.run_path(str(work / spec.script.shim)) if spec.script.shim else {}
         running = "the script"
@@ -146,22 +125,29 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     except Certified:
         return report.header(raw, "certified", None) | {"probe": {"shims": shims, "models": probe.models}}
     except StopScript:
-        ended = f"the probe stopped the script at its bound ({', '.join(sorted(observer.bounded))})"
+        pass                         # the probe's bound: observer.stopped says so
     except NoGpu as exc:
         return _failed(spec, str(exc), [], kind="no-gpu")
     except SystemExit as exc:
         if exc.code not in (None, 0):
             failure = _failed(spec, f"{running} exited with status {exc.code}", tried)
     except BaseException as exc:     # noqa: BLE001 - whatever the script raises is its result
-        failure = _failed(spec, f"{running} raised {type(exc).__name__}: {exc}", tried)
+        late = bounds.after_training(observer, exc, work)      # after training: the run keeps its figures, noted
+        failure = None if late else _failed(spec, f"{running} raised {type(exc).__name__}: {exc}", tried)
     if failure:
         return failure
     probe.finish()
-    observer.finish(probe.as_float, stopped=bool(observer.bounded & {"epochs", "steps"}))
+    observer.finish(probe.as_float, stopped=observer.stopped)
     if not observer.steps:
         return _failed(spec, "no training step observed (no optimizer step ran)", tried, kind="invalid-output")
     device = sampler.stop() if sampler else None
-    return _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims, device, sampler)
+    ended = late["ended"] if late else bounds.ended(observer, observer.stopped)
+    result = _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims, device, sampler)
+    if late:
+        result["probe"]["notes"].append(late["note"])
+        result["probe"]["error_after_training"] = late["error"]
+    result["probe"]["figures"] = _keep_figures(work, out, copied_at)
+    return result
 
 
 class Certified(StopScript):
@@ -216,35 +202,40 @@ def _on_its_device(spec: ScriptSpec, probe, sampler) -> None:
 
 def _requirements(spec: ScriptSpec, data_dir: Path, work: Path) -> list[str]:
     """The script's extra requirements, installed from the wheels the host fetched (no index, each wheel's hash
-    checked) into the work folder, which the script's imports then search after the lock's packages."""
-    req = spec.script.requirements
-    if not req or not req.install:
-        return [f"its requirements {req.file}: all already in the framework's lock ({', '.join(req.in_lock)})"] \
-            if req else []
-    wheels = data_dir / datalib.SCRIPT_WHEELS / datalib.wheels_key(req.install)
-    target, listed = work / ".reprokit-requirements", work / ".reprokit-requirements.txt"
-    listed.write_text("\n".join(req.install) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
-                           "--require-hashes", "--no-deps", "--no-compile", "--no-cache-dir",
-                           "--disable-pip-version-check", "--target", str(target), "-r", str(listed)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise datalib.DataError(f"the requirements of {spec.script.path} did not install from {wheels}: "
-                                f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    sys.path.append(str(target))
-    names = [line.split()[0] for line in req.install]
-    return [f"its requirements {req.file} installed from hash-checked wheels, after the lock's packages: "
-            f"{', '.join(names)}" + (f" (already in the lock: {', '.join(req.in_lock)})" if req.in_lock else "")]
+    checked) into a folder beside the work folder (not in it: the script's own files and figures are there),
+    which the script's imports then search after the lock's packages; and matplotlib, where the script has it,
+    drawing off screen: a run has no display."""
+    import importlib.util
+    req, shims = spec.script.requirements, []
+    if req and not req.install:
+        shims.append(f"its requirements {req.file}: all already in the framework's lock ({', '.join(req.in_lock)})")
+    elif req:
+        wheels = data_dir / datalib.SCRIPT_WHEELS / datalib.wheels_key(req.install)
+        target = work.with_name("requirements")
+        listed = target.with_suffix(".txt")
+        listed.write_text("\n".join(req.install) + "\n")
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+                               "--require-hashes", "--no-deps", "--no-compile", "--no-cache-dir",
+                               "--disable-pip-version-check", "--target", str(target), "-r", str(listed)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise datalib.DataError(f"the requirements of {spec.script.path} did not install from {wheels}: "
+                                    f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        sys.path.append(str(target))
+        names = ", ".join(line.split()[0] for line in req.install)
+        in_lock = f" (already in the lock: {', '.join(req.in_lock)})" if req.in_lock else ""
+        shims.append(f"its requirements {req.file} installed from hash-checked wheels, after the lock's packages: "
+                     f"{names}{in_lock}")
+    if importlib.util.find_spec("matplotlib"):
+        os.environ["MPLBACKEND"] = "Agg"
+        shims.append("matplotlib draws off screen (MPLBACKEND=Agg): plt.show() shows nothing and returns")
+    return shims
 
 
 def _bounds(spec: ScriptSpec) -> list[str]:
-    b = spec.bounds
-    parts = [f"{b.max_steps} training steps per epoch" if b.max_steps else None,
-             f"{b.epochs} epoch(s)" if b.epochs else None,
-             f"{b.eval_steps} evaluation batches per pass" if b.eval_steps else None]
-    parts = [p for p in parts if p]
-    return [f"bounded to {', '.join(parts)}: each loader's pass ends there, and the script stops at the first "
-            f"training step past the last epoch"] if parts else []
+    """The bounds as declared shims (kits/common/bounds.py): each loader's pass ends at its bound, so the script's
+    evaluation after training runs; evaluation passes take at least Bounds.eval_samples samples."""
+    return bounds.declared(spec.bounds)
 
 
 def _failed(spec: ScriptSpec, message: str, tried: list[str], kind: str = "error") -> dict:
@@ -303,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     try:
         result = run(raw, args.data_dir.resolve(), args.script_dir.resolve(), out, started, args.certify,
-                     args.weights_from.resolve() if args.weights_from else None)
+                     args.weights_from.resolve() if args.weights_from else None,
+                     [(at, Path(folder).resolve()) for at, folder in args.mount])
     except Exception as exc:     # noqa: BLE001 - the probe itself failed: still a result
         tail = traceback.format_exc().splitlines()[-40:]
         result = report.header(raw, "failed", {"kind": "error", "message": f"{type(exc).__name__}: {exc}",

@@ -22,7 +22,7 @@ from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
 from reprokit.console import RunProgress, duration
-from reprokit.environments import datasets, env_cache, script_requirements
+from reprokit.environments import datasets, env_cache, published_datasets, script_requirements
 from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError
 from reprokit.execute import data_step, disk_full, locks, stopping
@@ -92,9 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
     p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (recorded in the spec; "
                                                  "a script's evaluation passes too)")
-    p.add_argument("--script", action="append", metavar="FRAMEWORK=PATH",
+    p.add_argument("--script", action="append", metavar="FRAMEWORK=PATH [ARGS]",
                    help="run this script of your own, unmodified, under the probe (repeatable: one per framework); "
-                        "the two scripts are then the experiment")
+                        "the two scripts are then the experiment. Its arguments follow the path, split as a shell "
+                        "splits them: --script \"pytorch=main.py --epochs 1 --lr 0.01\"")
+    p.add_argument("--require", action="append", metavar="FRAMEWORK=NAME[,NAME...]",
+                   help="packages that framework's script imports beyond its lock, each a name with an optional "
+                        "version range (repeatable, or comma-separated: --require pytorch=matplotlib,tqdm); "
+                        "replaces the requirements.txt beside the script. Resolved against the lock into "
+                        "hash-pinned wheels before any run; a line for a package of the lock is left to the lock")
+    p.add_argument("--data", action="append", metavar="[FRAMEWORK:]WHERE=FOLDER",
+                   help="a folder of your own data, shown to a script where it reads it (WHERE relative to the "
+                        "script's folder, e.g. --data pytorch:./data=/datasets/mine; repeatable; without FRAMEWORK "
+                        "for both scripts): read-only in Docker, a link on the local runner. The datasets the kit "
+                        "knows by name are still served by the kit")
     p.add_argument("--epochs", type=int, help="a script experiment: stop each script after this many epochs")
     p.add_argument("--memory-limit", default="auto", metavar="auto|SIZE|none",
                    help="each container's memory limit (Docker runner): auto is a share of this host's memory, "
@@ -275,8 +286,14 @@ def prepare_data(argv: list[str]) -> int:
     p.add_argument("--python", type=Path, help="a TensorFlow interpreter with tensorflow-datasets (default: the "
                                                "local TensorFlow environment, built from its lock file)")
     p.add_argument("--offline", action="store_true", help="never download: the archives must be in --data-dir")
+    p.add_argument("names", nargs="*", metavar="NAME", help="stage these datasets a script may load by name instead "
+                   "(mnist, fashion_mnist, cifar10, cifar100), each from its published files, checked")
     args = p.parse_args(argv)
     data_dir = args.data_dir.resolve()
+    for name in args.names:
+        print(published_datasets.stage(name, data_dir, allow_download=not args.offline))
+    if args.names:
+        return 0
     wanted = {"dataset": "cifar10", "train_samples": None, "test_samples": None, "seed": 0}
     print(f"data: {datasets.prepare(wanted, data_dir, allow_download=not args.offline).file} and "
           f"{datasets.cifar10_batches(data_dir, allow_download=not args.offline).name}/ in {data_dir}")

@@ -142,7 +142,7 @@ def test_stale_checksum_sidecar_is_recomputed(tmp_path: Path) -> None:
 
 def test_unknown_dataset_lists_the_allowed_names(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cifar10, synthetic, learnable"):
-        datasets.prepare({"dataset": "mnist", "train_samples": None, "test_samples": None, "seed": 0},
+        datasets.prepare({"dataset": "svhn", "train_samples": None, "test_samples": None, "seed": 0},
                          tmp_path)
 
 

@@ -840,6 +840,33 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     assert cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, 1e-4)["passed"]
 
 
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_tutorial_style_keras_script_loads_mnist_by_name_in_the_cpu_image(client, test_base, data_dir, tmp_path):
+    """The corpus's Keras beginner script (tests/corpus/mnist_examples/) in the pinned TensorFlow image: MNIST
+    through keras.datasets with no network, fit's own batch of 32 under the bounds, its evaluate after training."""
+    from reprokit.plan import script_plan
+    from reprokit.plan.experiments import from_scripts
+    from reprokit.plan.plan import Options
+    from reprokit.results.provenance import code
+
+    runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base, extra_ca=_extra_ca_path(),
+                             client=client, log=print)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
+                   allow_download=False)
+    exp = from_scripts("corpus", {"tensorflow": REPO / "tests" / "corpus" / "mnist_examples" / "beginner_keras.py"})
+    (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, runner.describe, code())
+    runner.prepare({"tensorflow"})
+    result = base.run_spec(runner, spec, tmp_path / "work", lambda event: None)
+    assert result["status"] == "ok" and results.problems(result) is None, result.get("failure")
+    assert result["launcher"]["backend"] == "docker"
+    assert result["effective"]["batch_size"]["min"] == result["effective"]["batch_size"]["max"] == 32
+    assert result["effective"]["test_samples"] >= 300
+    assert any("the generated MNIST stand-in" in s for s in result["probe"]["shims"]), result["probe"]["shims"]
+    assert "the script ran to its end" in result["probe"]["ended"]
+    assert_removed(client, spec.run_id)
+
+
 # ---------------------------------------------------------------------------
 # Backend choice (what `nox -s reproduce` calls once an engine answers)
 

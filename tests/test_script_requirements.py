@@ -1,8 +1,10 @@
-"""A script's extra requirements (reprokit/environments/script_requirements.py): hash-pinned, layered on the lock, installed
-from wheels the host fetched, with no network in the run.
+"""A script's extra requirements (reprokit/environments/script_requirements.py): plain names resolved against the
+lock into hash-pinned wheels (script_packages.py), or a hash-pinned file as written, installed with no network in
+the run; and the import scan that refuses, before any run, a module the environment lacks (import_scan.py).
 
-The package is a real wheel the test builds; pip fetches it from a local folder (PIP_FIND_LINKS, PIP_NO_INDEX),
-as a user behind a mirror would, and the probe installs it with the kit environment's own pip.
+The tutorials' requirement, matplotlib, is resolved against the real index once per test session (the suite's
+own per-user cache keeps the set); the hash-pinned form's package is a real wheel the test builds, which pip
+fetches from a local folder (PIP_FIND_LINKS, PIP_NO_INDEX), as a user behind a mirror would.
 """
 from __future__ import annotations
 
@@ -12,18 +14,21 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from reprokit import cli
-from reprokit.environments import script_requirements
+from reprokit.environments import cache, script_packages, script_requirements
 from reprokit.errors import UserError
 from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
+CORPUS = Path(__file__).parent / "corpus"
 NAME, VERSION = "reprokit_probe_extra", "1.0"
+LOCKED_NUMPY = script_requirements.locked("pytorch")["numpy"]
 
 
 def _wheel(folder: Path) -> str:
@@ -57,8 +62,141 @@ def _numpy_pin() -> str:
     return next(line for line in lines if line.startswith("numpy=="))
 
 
+def _reproduce(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reprokit", "reproduce", *args, "--backend", "local", "--profile",
+                           "quick"], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def matplotlib_set() -> dict:
+    """The tutorials' requirements.txt (a bare ``matplotlib``) resolved against the PyTorch lock: the real
+    index, once a session (the suite's per-user cache keeps it for the runs after)."""
+    settled = script_requirements.settle(script_requirements.from_file(CORPUS / "cifar10_tutorials",
+                                                                       "requirements.txt"), "pytorch")
+    assert settled is not None
+    return settled
+
+
 @pytest.mark.slow
-def test_an_extra_requirement_is_installed_from_hash_checked_wheels(kit_python, tmp_path, data_dir, monkeypatch):
+def test_a_tutorial_that_imports_matplotlib_runs_with_the_requirements_beside_it(kit_python, matplotlib_set,
+                                                                                 tmp_path, data_dir):
+    kit_python("pytorch")
+    install = matplotlib_set["install"]
+    assert any(line.startswith("matplotlib==") and "--hash=sha256:" in line for line in install)
+    assert not any(line.startswith(("numpy==", "pillow==", "torch==")) for line in install)    # the lock's own
+    assert len(list((cache.root() / script_packages.RESOLVED).glob("*.json"))) == 1             # kept per user
+    # a short state folder: the DataLoader workers' Unix sockets live under the run's TMPDIR, inside it, and a
+    # socket's path has at most 107 bytes (pytest's tmp_path is longer: the workers hang)
+    with tempfile.TemporaryDirectory(prefix="rk-", dir="/tmp") as state:
+        proc = _reproduce("--script", f"pytorch={CORPUS / 'cifar10_tutorials' / 'train_classifier.py'}",
+                          "--frameworks", "pytorch", "--state-dir", state, "--data-dir", str(data_dir),
+                          "--reports-dir", str(tmp_path / "reports"), "--name", "tutorial")
+        (path,) = (Path(state) / "results").glob("*.json")
+        result = json.loads(path.read_text())
+    assert "resolving" not in proc.stdout, proc.stdout      # the set came from the cache
+    assert result["status"] == "ok", (result["failure"], proc.stdout[-2000:], proc.stderr[-2000:])
+    req = result["spec"]["script"]["requirements"]
+    assert req["file"] == "requirements.txt" and req["install"] == install and req["in_lock"] == []
+    shims = result["probe"]["shims"]
+    assert any(s.startswith("its requirements requirements.txt installed from hash-checked wheels") and
+               "matplotlib==" in s for s in shims), shims
+    assert "matplotlib draws off screen (MPLBACKEND=Agg): plt.show() shows nothing and returns" in shims
+
+
+def test_require_replaces_the_file_and_a_lock_pin_is_set_aside(matplotlib_set, capsys):
+    from reprokit.plan.experiments import from_scripts
+    from reprokit.plan.plan import Options
+    from reprokit.plan.script_plan import specs_for
+    exp = from_scripts("tut", {"pytorch": CORPUS / "cifar10_tutorials" / "train_classifier.py"})
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch",), data_dir=Path("unused"),
+                   allow_download=False, prepare_data=False)
+    (spec,) = specs_for(exp.name, exp.scripts, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None},
+                        {}, require={"pytorch": ("matplotlib", "numpy<2")})
+    req = spec.to_dict()["script"]["requirements"]
+    assert req["file"] == "--require pytorch=matplotlib,numpy<2"
+    assert req["install"] == matplotlib_set["install"]                   # numpy aside, the same set (cached)
+    assert req["in_lock"] == [f"numpy<2 (set aside for the lock's numpy=={LOCKED_NUMPY})"]
+    assert capsys.readouterr().out == (f"--require pytorch: numpy<2 is set aside: the pytorch lock's numpy=="
+                                       f"{LOCKED_NUMPY} decides (the kit measures the lock's libraries).\n")
+
+
+def test_require_takes_names_repeated_or_comma_separated():
+    assert cli.parse(["--require", "pytorch=matplotlib>=3.5,<4,tqdm", "--require", "pytorch=a[b,c]",
+                      "--require", "tensorflow=seaborn"]).what.requires == {
+        "pytorch": ("matplotlib>=3.5,<4", "tqdm", "a[b,c]"), "tensorflow": ("seaborn",)}
+    with pytest.raises(UserError, match=r"--require 'torch=matplotlib' is not understood; use --require "
+                                        r"FRAMEWORK=NAME\[,NAME...\]"):
+        cli.parse(["--require", "torch=matplotlib"])
+    # a comment and a version range, as the quickstarts' file has them
+    assert script_requirements.from_file(CORPUS / "fashion_quickstarts", "requirements.txt").lines == \
+        ("matplotlib>=3.5",)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("git+https://github.com/matplotlib/matplotlib\n",
+     "requirements.txt: git+https://github.com/matplotlib/matplotlib is not a package name with an optional version "
+     "range (a URL, a path or a repository is not on an index); name a released package, or give its wheel with "
+     "PIP_FIND_LINKS."),
+    ("--find-links /opt/wheels\nmatplotlib\n",
+     "requirements.txt: --find-links is not allowed in a script's requirements; name each package (a version range "
+     "is optional), and give wheels of your own with PIP_FIND_LINKS."),
+    ("matplotlib==0.0.1\n",
+     "requirements.txt: matplotlib==0.0.1 cannot be installed: no release for Python 3.11 on Linux x86_64 matches "
+     "it (the newest: "),
+])
+def test_a_line_pip_cannot_take_is_refused_before_any_run(tmp_path, capsys, text, says):
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    shutil.copy(CORPUS / "cifar10_tutorials" / "train_classifier.py", folder)
+    (folder / "requirements.txt").write_text(text)
+    code = cli.main(["reproduce", "--script", f"pytorch={folder / 'train_classifier.py'}", "--frameworks", "pytorch",
+                     "--backend", "local", "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error: ") == 1 and f"{folder}/{says}" in err, err
+    assert not (tmp_path / "state" / "results").exists()
+
+
+def test_the_import_scan_names_a_module_the_environment_lacks_before_any_run(kit_python, tmp_path, capsys):
+    kit_python("pytorch")
+    folder = tmp_path / "tutorial"                        # the tutorial, without the requirements.txt beside it
+    folder.mkdir()
+    shutil.copy(CORPUS / "cifar10_tutorials" / "train_classifier.py", folder)
+    args = ["reproduce", "--script", f"pytorch={folder / 'train_classifier.py'}", "--frameworks", "pytorch",
+            "--backend", "local", "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "d")]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err == ("error: train_classifier.py imports matplotlib, which the pytorch environment "
+                                       "lacks: add it with --require pytorch=matplotlib or a requirements.txt beside "
+                                       "the script\n")
+    assert not (tmp_path / "state" / "results").exists()
+
+
+def test_the_scan_reads_top_level_names_and_leaves_optional_imports_out(kit_python, tmp_path):
+    from reprokit.environments import import_scan
+    python = kit_python("pytorch")
+    (tmp_path / "local_helpers.py").write_text("import yaml_for_helpers\nfrom . import sibling\nimport broken\n")
+    (tmp_path / "broken.py").write_text("def (:\n")           # its run fails with its SyntaxError: not the scan's
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "inner.py").write_text("import PIL.Image\n")
+    (tmp_path / "train.py").write_text(
+        "import os, json\nimport torch.utils.data\nfrom tensorflow.keras import layers\nimport local_helpers\n"
+        "from pkg import inner\n"
+        "try:\n    import wandb\nexcept ImportError:\n    wandb = None\n"
+        "try:\n    import comet_ml\nexcept (ValueError, ModuleNotFoundError):\n    pass\n"
+        "def later():\n    import seaborn\n")
+    assert import_scan.scan(tmp_path, ["train.py"]) == {
+        "torch": "train.py", "tensorflow": "train.py", "seaborn": "train.py", "yaml_for_helpers": "local_helpers.py",
+        "PIL": "pkg/inner.py"}
+    lacking = []
+    with pytest.raises(UserError) as refused:
+        import_scan.check(tmp_path, ["train.py"], "pytorch", ["torch", "tensorflow"], {"seaborn"}, lambda: python,
+                          lambda m: lacking.append(m) or f"add {m}")
+    # PIL is pillow's (asked of the environment, which has it); the helper's import is not there
+    assert str(refused.value) == "local_helpers.py imports yaml_for_helpers, which the pytorch environment lacks: " \
+                                 "add yaml_for_helpers" and lacking == ["yaml_for_helpers"]
+
+
+@pytest.mark.slow
+def test_a_hash_pinned_file_is_installed_as_written(kit_python, tmp_path, data_dir, monkeypatch):
     kit_python("pytorch")
     digest = _wheel(tmp_path / "wheels")
     folder = _experiment(tmp_path / "exp", f"# what the script imports beyond torch\n{NAME.replace('_', '-')}=="
@@ -79,25 +217,9 @@ def test_an_extra_requirement_is_installed_from_hash_checked_wheels(kit_python, 
     assert result["model"]["parameters"]["total"] == 3 * 32 * 32 * 24 + 24 + 24 * 10 + 10    # its WIDTH, 24
     # the wheel is the one hashed: another wheel under the same name is refused at the download
     (folder / "requirements.txt").write_text(f"{NAME}=={VERSION} --hash=sha256:{'0' * 64}\n")
-    spec = {"source": "script", "script": {"path": "torch_extra.py", "requirements": script_requirements.entry(
-        folder, "requirements.txt", "pytorch", folder / "extra.toml")}}
+    settled = script_requirements.settle(script_requirements.from_file(folder, "requirements.txt"), "pytorch")
+    spec = {"source": "script", "script": {"path": "torch_extra.py", "requirements": settled}}
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
     with pytest.raises(UserError, match="could not be downloaded"):
         script_requirements.fetch([spec], tmp_path / "other-data", log=lambda line: None)
-
-
-@pytest.mark.parametrize("text, says", [
-    ("tqdm>=4\n", "tqdm>=4 is not hash-pinned: every requirement needs == and its --hash=sha256: lines"),
-    ("tqdm==4.70.1\n", "tqdm==4.70.1 is not hash-pinned"),
-    ("--index-url https://example.org/simple\n", "--index-url is not allowed in a script's requirements"),
-    (f"numpy==1.26.4 --hash=sha256:{'a' * 64}\n", "numpy==1.26.4 conflicts with the pytorch lock's numpy=="),
-])
-def test_a_requirements_file_that_is_not_hash_pinned_or_conflicts_is_refused_before_any_run(tmp_path, capsys, text,
-                                                                                              says):
-    folder = _experiment(tmp_path / "exp", text)
-    code = cli.main(["reproduce", "--experiments", str(folder), "--only", "extra", "--frameworks", "pytorch",
-                     "--backend", "local", "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "d")])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("error: ") == 1 and says in err, err
-    assert not (tmp_path / "state" / "results").exists()

@@ -11,77 +11,30 @@ same readings as a kit run, into the same ``Measurements``: steps timed in synch
 the warmup steps, memory by phase, data wait, the batches the model received, and its own count of
 the loss and the correct predictions from the loss's inputs.
 
-It also bounds the run (the spec's ``bounds``): a pass over a loader ends after N training steps, or
-after M batches where no step came (an evaluation pass), and the script stops at the first step past E
-epochs (``StopScript``, raised inside the script's own step); a loop without a loader stops after N x E
-steps.
+It also bounds the run (the spec's ``bounds``, kits/common/bounds.py): each pass over a loader is bounded
+where the script's loop takes its batches, so that after the last epoch the script goes on to what it does
+after training; the evaluation it does there (on the trained model, or a reloaded instance of its class)
+is the last epoch's. A loop without a loader is stopped after N x E steps (``StopScript``).
 """
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
+from kits.common.bounds import Bounded, LoaderPass, StopScript
 from kits.common.co_load import CoLoad
 from kits.common.energy import Energy
+from kits.common.hook_clock import HookClock, own_time, unclocked
 from kits.common.measure import WindowTimer, now
 from kits.common.phases import EVAL, TRAIN, WARMUP, PhaseMemory
 from kits.common.progress import Progress
 from kits.common.spec import ScriptSpec
 from kits.common.training import Measurements
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class HookClock:
-    """The time the probe's own code takes on the script's path (hooks, counting, bookkeeping; the outermost
-    hook call counts, so nested ones are not counted twice): the probe's direct cost per step. The Observer
-    keeps what it took over the measured steps (after warmup: a trace's one-off work is not a step's)."""
-
-    seconds = 0.0
-    _depth = 0
-    _waited = 0.0         # device waits inside the current outer hook, taken off when it ends (so a reading
-                          # between hooks never holds a wait's subtraction without its hook's addition)
-
-
-def own_time(fn: Callable[P, R]) -> Callable[P, R]:
-    """Count a hook's time on HookClock."""
-    @functools.wraps(fn)
-    def timed(*args: P.args, **kwargs: P.kwargs) -> R:
-        if HookClock._depth:
-            return fn(*args, **kwargs)
-        HookClock._depth += 1
-        t0 = now()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            HookClock.seconds += now() - t0 - HookClock._waited
-            HookClock._waited = 0.0
-            HookClock._depth -= 1
-    return timed
-
-
-def unclocked(fn: Callable[P, R]) -> Callable[P, R]:
-    """A wait for the device inside a hook (a kit run's timing waits as long, at the same edges): not the probe's
-    own work, so HookClock leaves it out."""
-    @functools.wraps(fn)
-    def waits(*args: P.args, **kwargs: P.kwargs) -> R:
-        t0 = now()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if HookClock._depth:
-                HookClock._waited += now() - t0
-    return waits
-
-
-class StopScript(BaseException):
-    """Raised inside the script's training step by the probe's bound: the run ends there, cleanly.
-
-    A BaseException, as KeyboardInterrupt is, so that a script's ``except Exception`` does not swallow it."""
+# the probe's parts import these from here (their homes: kits/common/bounds.py, kits/common/hook_clock.py)
+__all__ = ["Bounded", "Forward", "HookClock", "LoaderPass", "Observer", "StopScript", "own_time", "unclocked"]
 
 
 @dataclass
@@ -92,51 +45,9 @@ class Forward:
     wait: float = 0.0                  # seconds since the last step ended (the time it waited for this batch)
     # the loss's (summed loss, correct) for this batch, on the device
     counts: list[tuple[Any, Any]] = field(default_factory=list)
-
-
-class LoaderPass:
-    """One pass over a loader, bounded: it ends after N training steps, or after M batches where no training
-    step came (an evaluation pass)."""
-
-    def __init__(self, observer: Observer, loader_id: int, batch_size: int | None, workers: int | None,
-                 settings: dict[str, Any] | None = None) -> None:
-        self.observer, self.loader_id, self.steps0, self.fetched = observer, loader_id, observer.steps, 0
-        self.batch_size, self.workers = batch_size, workers
-        self.settings = settings or {}       # its loader.* settings (kits/common/settings.py), as the framework says
-
-    @own_time
-    def more(self) -> bool:
-        bounds, done = self.observer.spec.bounds, self.observer.steps - self.steps0
-        if bounds.max_steps and done >= bounds.max_steps:
-            self.observer.bounded.add("loader")
-            return False
-        if bounds.eval_steps and done == 0 and self.fetched >= bounds.eval_steps:
-            self.observer.bounded.add("evaluation")
-            return False
-        self.fetched += 1
-        self.observer.fetched_from = self
-        return True
-
-
-class Bounded:
-    """A loader's iterator, ended where its pass's bounds say (the script's loop sees it run out)."""
-
-    def __init__(self, inner: Any, bound: LoaderPass) -> None:     # a framework's iterator (some have a len)
-        self._inner, self._bound = inner, bound
-
-    def __iter__(self) -> Bounded:
-        return self
-
-    def __next__(self) -> Any:
-        if not self._bound.more():
-            raise StopIteration
-        return self._fetch()
-
-    def _fetch(self) -> Any:
-        return next(self._inner)
-
-    def __len__(self) -> int:
-        return len(self._inner)
+    # where the script computed no loss: the probe's own count of its outputs against the batch's labels
+    own: tuple[Any, Any] | None = None
+    source: LoaderPass | None = None   # the pass its batch came from
 
 
 class Observer:
@@ -152,7 +63,10 @@ class Observer:
         self.phase, self.epoch, self.steps, self.in_phase = WARMUP, 1, 0, 0
         self.pending: Forward | None = None          # the last forward pass, not yet known to be training or not
         self.training_modes: tuple[bool, bool] | None = None
-        self.sums: dict[str, list[tuple[Any, Any]]] = {"train": [], "eval": []}
+        self.sums: list[tuple[Any, Any]] = []          # the epoch's training counts
+        # the epoch's evaluation by loader (None: batches from no loader), each its last pass's: a pass that
+        # repeats one (a reloaded model tested again) replaces it
+        self.evals: dict[int | None, dict[str, Any]] = {}
         self.epoch_sums: list[dict[str, Any]] = []     # an epoch's sums (lists) and counts (ints)
         self.seen: dict[str, Any] = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0,
                                      "grad_enabled_in_eval": 0, "loss_input_probe": None}
@@ -161,11 +75,15 @@ class Observer:
         self.fetched_from: LoaderPass | None = None     # the pass the last batch came from, since the last step
         self.training_loader: int | None = None         # the loader the training steps' batches come from
         self.bounded: set[str] = set()
+        self.stopped = False                            # the probe's StopScript ended the script
+        self.trained_out = False                        # a pass over the training loader came after the last epoch
+        self.repeats: set[int] = set()                  # then: the loaders the last epoch evaluated
+        self.skipped: set[int] = set()                  # those whose pass ended since the last training pass
         self.t_step_end: float | None = None
         self.t_epoch: float | None = None
         self.t_eval: float | None = None
         self.t_measured: float | None = None
-        self.epoch_samples = self.epoch_steps = self.eval_steps = self.eval_samples = 0
+        self.epoch_samples = self.epoch_steps = self.eval_steps = 0
         self.train_part: dict[str, Any] | None = None  # the epoch's training, once it ended
         self.own_s = 0.0                             # the probe's own time over the measured steps (HookClock)
         self._own_mark: float | None = None
@@ -184,7 +102,7 @@ class Observer:
         elif (self.phase != EVAL and self.steps and self.training_modes is not None
               and (grad, training) != self.training_modes):
             self._to_eval()
-        self.pending = Forward(batch, grad, training)
+        self.pending = Forward(batch, grad, training, source=self.fetched_from)
         if timed and self.phase != EVAL and self.t_measured is not None and self.t_step_end is not None:
             self.pending.wait = t - self.t_step_end
 
@@ -195,23 +113,42 @@ class Observer:
             self.pending.counts.append((loss_sum, correct))
 
     @own_time
+    def outputs_counted(self, loss_sum: Any, correct: Any) -> None:
+        """The probe's own count of the pending forward pass's outputs against its batch's labels (used where the
+        script computed no loss of them: an evaluation that only takes the argmax)."""
+        if self.pending is not None:
+            self.pending.own = (loss_sum, correct)
+
+    def labels(self) -> Any:
+        """The labels of the batch the script's loop fetched last, where it has them."""
+        return self.fetched_from.labels if self.fetched_from is not None else None
+
+    @own_time
     def step_begins(self) -> None:
-        """An optimizer step begins: an evaluation before it has ended its epoch; past the bounds, stop."""
+        """An optimizer step begins: an evaluation before it has ended its epoch; past the bounds, stop (where a
+        loader's pass could not end the loop)."""
         if not self.steps:
             for call in self.at_first_step:
                 call()
-        if self.phase == EVAL:
-            self._end_epoch()
         bounds = self.spec.bounds
-        if bounds.epochs and self.epoch > bounds.epochs:
-            self.bounded.add("epochs")
-            raise StopScript
+        if self.phase == EVAL and not self.trained_out:
+            self._end_epoch()
+        if bounds.epochs and (self.trained_out or self.epoch > bounds.epochs):
+            self._stop("epochs")
         if (bounds.epochs and bounds.max_steps and self.training_loader is None
                 and self.steps >= bounds.epochs * bounds.max_steps):
-            self.bounded.add("steps")                # a loop that consumes no loader: N x E steps in all
-            raise StopScript
+            self._stop("steps")                      # a loop that consumes no loader: N x E steps in all
         if self.t_epoch is None:
             self._start_training()
+        elif self.train_part is not None:            # its training pass ran out, and training goes on in the epoch
+            self.train_part = None
+            if self.steps >= self.spec.warmup_steps:
+                self._start_clock()
+
+    def _stop(self, bound: str) -> None:
+        self.bounded.add(bound)
+        self.stopped = True
+        raise StopScript
 
     @own_time
     def step_ends(self) -> None:
@@ -221,7 +158,7 @@ class Observer:
         self.training_modes = self.training_modes or (fwd.grad, fwd.training)
         self.seen["train_forwards"] += 1
         self.seen["eval_mode_in_train"] += not fwd.training
-        self.sums["train"] += fwd.counts
+        self.sums += fwd.counts
         self.m.observed_batch_sizes.append(fwd.batch)
         if self.fetched_from is not None:
             self.training_loader, self.fetched_from = self.fetched_from.loader_id, None
@@ -250,12 +187,28 @@ class Observer:
 
     @own_time
     def loader_pass(self, loader_id: int, batch_size: int | None, workers: int | None,
-                    settings: dict[str, Any] | None = None) -> LoaderPass:
-        """A pass over a loader begins; a new pass over the training loader, with no evaluation since its
-        last training step, is a new epoch."""
-        if self.phase != EVAL and self.epoch_steps and loader_id == self.training_loader:
+                    settings: dict[str, Any] | None = None, evaluating: bool = False) -> LoaderPass:
+        """A pass over a loader begins (``evaluating``: the framework says the script evaluates in it, e.g. with
+        gradients off). A new pass over the training loader, with no evaluation since its last training step,
+        is a new epoch; past the last epoch it ends at once, and so does, after each such pass, the first pass
+        over each loader the last epoch evaluated (that epoch's evaluation of the same weights); a second one
+        runs (what the script does after its epochs: a test of the model it saved)."""
+        training = loader_id == self.training_loader and not evaluating
+        epochs = self.spec.bounds.epochs
+        if training and epochs and not self.trained_out and self.epoch >= epochs and self.epoch_steps:
+            self.training_stops()
+            self.trained_out = True
+            self.repeats = {p.loader_id for p in self.loaders if p.steps0 == self.steps and p.fetched
+                            and p.loader_id != loader_id}
+        ends = None
+        if self.trained_out and training:
+            ends, self.skipped = "epochs", set()
+        elif self.trained_out and loader_id in self.repeats - self.skipped:
+            ends = "epochs"
+            self.skipped.add(loader_id)
+        if not ends and training and self.phase != EVAL and self.epoch_steps:
             self._end_epoch()
-        p = LoaderPass(self, loader_id, batch_size, workers, settings)
+        p = LoaderPass(self, loader_id, batch_size, workers, settings, evaluating, ends)
         self.loaders.append(p)
         return p
 
@@ -281,6 +234,22 @@ class Observer:
     def host_sync(self) -> None:
         """A call in the script's own code that waits for the device (.item(), .numpy(), float(), ...)."""
         self.syncs[EVAL if self.phase == EVAL else TRAIN] += 1
+
+    def training_stops(self) -> None:
+        """The pass the training steps took their batches from ran out: the training clock stops here (what the
+        script does next, a checkpoint, a new loader's workers, is not training)."""
+        if self.phase != EVAL and self.epoch_steps:
+            self._close_training()
+
+    def training_idle(self) -> bool:
+        """Whether training has run and none is under way (its pass ran out, or the script evaluates)."""
+        return bool(self.steps) and (self.trained_out or self.phase == EVAL or self.train_part is not None)
+
+    def training_over(self) -> bool:
+        """Whether the bounded training is over: idle in or past the last epoch (unbounded, the probe cannot know
+        that the script trains no more)."""
+        epochs = self.spec.bounds.epochs
+        return self.training_idle() and bool(epochs) and (self.trained_out or self.epoch >= (epochs or 0))
 
     # -- phases ---------------------------------------------------------------------------------------
 
@@ -308,50 +277,79 @@ class Observer:
         return t
 
     def _close_training(self) -> float:
-        t = self._stop_clock()
-        self.train_part = {"train_s": t - (self.t_epoch or t), "samples": self.epoch_samples, "steps": self.epoch_steps}
-        return t
+        """The epoch's training ends (once: where its pass ran out, or at its evaluation)."""
+        if self.train_part is None:
+            t = self._stop_clock()
+            self.train_part = {"train_s": t - (self.t_epoch or t), "samples": self.epoch_samples,
+                               "steps": self.epoch_steps, "ended": t}
+        return float(self.train_part["ended"])
+
+    def _again(self) -> bool:
+        """No training step since the last epoch ended: what comes now is that epoch's (see _end_epoch)."""
+        return not (self.train_part or {}).get("steps") and not self.epoch_steps and bool(self.m.steps_per_epoch)
 
     def _to_eval(self) -> None:
+        closed = self.train_part is not None
+        label = self.epoch - self._again()
         t = self._close_training()
-        self.phases.end(self.phase, self.epoch, self.in_phase, then=EVAL)
-        self.phase, self.in_phase, self.t_eval = EVAL, 0, t
+        self.phases.end(self.phase, label, self.in_phase, then=EVAL)
+        self.phase, self.in_phase, self.t_eval = EVAL, 0, now() if closed else t
 
     def _evaluation(self, fwd: Forward) -> None:
         if self.phase != EVAL:
             self._to_eval()
         self.seen["eval_forwards"] += 1
         self.seen["grad_enabled_in_eval"] += fwd.grad
-        self.sums["eval"] += fwd.counts
+        counts = fwd.counts or ([fwd.own] if fwd.own is not None else [])
+        key = fwd.source.loader_id if fwd.source is not None else None
+        split = self.evals.get(key)
+        if split is None or split["pass"] is not fwd.source:
+            split = self.evals[key] = {"pass": fwd.source, "sums": [], "samples": 0, "counted": 0, "steps": 0}
+        split["sums"] += counts
+        split["samples"] += fwd.batch
+        split["counted"] += fwd.batch if counts else 0
+        split["steps"] += 1
         self.eval_steps += 1
-        self.eval_samples += fwd.batch
         if fwd.batch not in self.m.eval_batch_sizes:
             self.m.eval_batch_sizes.append(fwd.batch)
         self.pending = None
 
     def _end_epoch(self) -> None:
-        """Record the epoch that ends, its training and the evaluation after it (if one came)."""
+        """Record the epoch that ends, its training and the evaluation after it (if one came). An evaluation
+        with no training step since the last epoch ended (Keras's evaluate after a fit that validated) is no
+        epoch: it is the last epoch's, its time added and its test figures the last ones of those weights."""
         after = TRAIN if self.steps >= self.spec.warmup_steps else WARMUP
+        part = self.train_part or {"train_s": 0.0, "samples": 0, "steps": 0}
+        again = self._again()
+        epoch = self.epoch - again
         if self.phase == EVAL:
             self.sync()
             assert self.t_eval is not None                 # set as the evaluation began
             eval_s = now() - self.t_eval
-            self.phases.end(EVAL, self.epoch, self.eval_steps, then=after)
+            self.phases.end(EVAL, epoch, self.eval_steps, then=after)
         else:
             self._close_training()
+            part = self.train_part or part
             eval_s = 0.0
-            self.phases.end(self.phase, self.epoch, self.in_phase, then=after)
-        part = self.train_part or {"train_s": 0.0, "samples": 0, "steps": 0}
+            self.phases.end(self.phase, epoch, self.in_phase, then=after)
+        evals = self.evals.values()
+        self.m.test_samples, self.m.test_steps = sum(e["samples"] for e in evals), sum(e["steps"] for e in evals)
+        tested = {"eval": [c for e in evals for c in e["sums"]], "test_samples": sum(e["counted"] for e in evals),
+                  "test_steps": self.m.test_steps}
+        trained, self.sums, self.evals = self.sums, [], {}
+        if again:
+            self.m.epoch_times[-1]["eval_s"] += eval_s
+            self.epoch_sums[-1].update(tested)
+            self.phase, self.in_phase, self.eval_steps, self.train_part, self.t_epoch = after, 0, 0, None, None
+            return
         self.m.samples_per_epoch.append(part["samples"])
         self.m.steps_per_epoch.append(part["steps"])
         self.m.epoch_times.append({"train_s": part["train_s"], "eval_s": eval_s})
-        self.m.test_samples, self.m.test_steps = self.eval_samples, self.eval_steps
-        self.epoch_sums.append({**self.sums, "train_samples": part["samples"], "train_steps": part["steps"],
-                                "test_samples": self.eval_samples, "test_steps": self.eval_steps})
-        self.sums = {"train": [], "eval": []}
+        self.epoch_sums.append({"train": trained, **tested, "train_samples": part["samples"],
+                                "train_steps": part["steps"]})
         self.progress.emit(force=True, phase="epoch", epoch=self.epoch, epochs=self.spec.bounds.epochs)
         self.phase, self.epoch = after, self.epoch + 1
-        self.in_phase = self.epoch_steps = self.epoch_samples = self.eval_steps = self.eval_samples = 0
+        self.in_phase = self.epoch_steps = self.epoch_samples = self.eval_steps = 0
         self.train_part, self.t_epoch = None, None
 
     def finish(self, as_float: Callable[[Any], float], stopped: bool) -> None:

@@ -222,6 +222,17 @@ class Requirements:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A folder of the user's own data, shown where the script looks (--data): its place relative to the
+    script's folder, the host folder, and a manifest of its files (names, sizes, modification times)."""
+    at: str
+    folder: str
+    files: int
+    bytes: int
+    manifest_sha256: str
+
+
+@dataclass(frozen=True)
 class Script:
     """A user's own training script, run unmodified: its file in its folder (given to the probe as a path)."""
     path: str                                # relative to the folder
@@ -230,6 +241,12 @@ class Script:
     files: dict[str, str]                    # every .py under the folder, relative name -> sha256
     shim: str | None = None                  # a declared file run before the script (defines what a post left out)
     requirements: Requirements | None = None  # extra, hash-pinned, layered on the framework's lock
+    mounts: list[Mount] = field(default_factory=list)   # the user's own data folders (--data)
+
+
+# An evaluation pass's bound also counts samples, so that a loader of small batches still evaluates a few
+# hundred: eval_steps x this (300 on the quick profile, the whole CIFAR-10 test set on standard).
+EVAL_SAMPLES_PER_STEP = 100
 
 
 @dataclass(frozen=True)
@@ -238,6 +255,11 @@ class Bounds:
     max_steps: int | None
     epochs: int | None
     eval_steps: int | None
+
+    @property
+    def eval_samples(self) -> int | None:
+        """The samples an evaluation pass takes at least (besides its eval_steps batches)."""
+        return self.eval_steps * EVAL_SAMPLES_PER_STEP if self.eval_steps else None
 
 
 @dataclass(frozen=True)
@@ -283,7 +305,10 @@ class ScriptSpec:
         return spec
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not out["script"]["mounts"]:      # written only where given: a spec without keeps the run id it had
+            del out["script"]["mounts"]
+        return out
 
     def computed_run_id(self) -> str:
         """The run id this spec's content hashes to: the sha256 of its JSON (sorted keys) without run_id,

@@ -33,6 +33,7 @@ from flax import nnx  # noqa: E402
 from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
 from kits.common.observe import Observer, own_time  # noqa: E402
+from kits.common.staged_data import StagedData  # noqa: E402
 from kits.jax_kit import memory  # noqa: E402
 from kits.jax_kit.probe_steps import EVAL, TRAIN, Tracing, Watched, hook_traces, jit_hook  # noqa: E402
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, model_settings  # noqa: E402
@@ -101,7 +102,7 @@ class JaxProbe:
     def as_float(self, value) -> float:
         return float(np.asarray(value))
 
-    def stage_data(self, staged: Path, stand_in: bool, _tfds_root: Path | None) -> list[str]:
+    def stage_data(self, named: StagedData, _tfds_root: Path | None) -> list[str]:
         """JAX has no dataset reader: a script reads CIFAR-10's python batches itself, where their tarball unpacks
         (``data/cifar-10-batches-py`` or ``cifar-10-batches-py`` in its folder): linked there where absent."""
         work = Path(self.script_dir)             # the script's writable copy of its folder
@@ -109,7 +110,7 @@ class JaxProbe:
         for where in (work / "data" / CIFAR10_BATCHES, work / CIFAR10_BATCHES):
             if not where.exists():
                 where.parent.mkdir(parents=True, exist_ok=True)
-                where.symlink_to(staged / CIFAR10_BATCHES)
+                where.symlink_to(named.cifar("cifar10"))
                 linked.append(str(where.relative_to(work)))
         shims = [f"CIFAR-10's python batches linked at {', '.join(linked)} in the script's folder (where its tarball "
                  f"unpacks; JAX has no dataset reader of its own)"] if linked else []

@@ -11,7 +11,12 @@ Observation hooks (they change nothing the script computes):
   loss received (logits or probabilities);
 - Tensor.item, .cpu, .numpy, .tolist, bool() and float(): counted where the script's own files call
   them (a host synchronisation on a GPU);
-- DataLoader.__iter__: each pass (its batch size and workers), and the bounds;
+- DataLoader.__iter__: each pass (its batch size and workers, whether gradients are off), and the bounds (a
+  pass they end draws the rest of its sampler's indices, no samples, so a seeded sampler's next order is the
+  unbounded run's);
+- once training is over, a new instance of the trained model's class with its parameters (a reloaded
+  checkpoint) gets the model's hooks; an evaluation pass's outputs are counted against its batch's labels
+  where the script computes no loss (kits/pytorch_kit/evaluation.py);
 - torch.compile: whether the script compiled.
 The device is synchronised at each timing window's edges and at each phase's, as in a kit run.
 """
@@ -23,10 +28,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _DatasetKind
 
 from kits.common import settings as settings_lib
+from kits.common.bounds import Bounded
+from kits.common.hook_clock import HookClock, own_time
 from kits.common.measure import now
-from kits.common.observe import Bounded, HookClock, Observer, own_time
+from kits.common.observe import Observer
+from kits.common.staged_data import StagedData
+from kits.pytorch_kit import named_data
+from kits.pytorch_kit.evaluation import OutputCount, watch_twins
 from kits.pytorch_kit.read_settings import framework_settings, model_settings
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__")
@@ -39,6 +50,9 @@ class TorchProbe:
              "torch.nn.functional.cross_entropy and nll_loss: the probe's own count of loss and correct predictions",
              "Tensor.item, .cpu, .numpy, .tolist, bool() and float() called from the script's own files: counted",
              "DataLoader.__iter__: each pass, its batch size, workers, prefetch and pinned memory",
+             "once training is over, a new instance of the trained model's class with its parameters (a reloaded "
+             "checkpoint): the model's hooks; an evaluation's outputs counted against its batch's labels where the "
+             "script computes no loss",
              "torch.compile: whether the script compiled",
              "the device synchronised at each timing window's and phase's edges")
 
@@ -58,6 +72,7 @@ class TorchProbe:
         self.others: list[str] = []            # models outside the trained one that an optimizer steps
         self.certifying = False                # the certificate's own passes: not the script's
         self.step_settings: dict | None = None  # what a training pass of the model ran as, read inside it
+        self.count_outputs = OutputCount()     # takes the loss functions before the probe wraps them
 
     # -- what the run uses -----------------------------------------------------------------------------
 
@@ -91,30 +106,10 @@ class TorchProbe:
         return ("each waits for the GPU's queued work" if self._on_gpu() else
                 "on a CPU nothing waits; on a GPU each would wait for the queued work")
 
-    def stage_data(self, staged: Path, stand_in: bool, _tfds_root: Path | None) -> list[str]:
-        """torchvision's CIFAR10(root, download=...) finds the staged batches at its root (linked there), and
-        on a generated stand-in its md5 check passes: both declared."""
-        try:
-            from torchvision import datasets
-        except ImportError:
-            return []
-        real_init = datasets.CIFAR10.__init__
-
-        def init(dataset, root, *args, **kwargs):
-            target = Path(root).expanduser() / datasets.CIFAR10.base_folder
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(staged / datasets.CIFAR10.base_folder)
-            real_init(dataset, root, *args, **kwargs)
-        datasets.CIFAR10.__init__ = init
-        shims = ["torchvision.datasets.CIFAR10 finds the kit's CIFAR-10 batches at the root the script gives it "
-                 "(a link to the verified files; it never downloads)"]
-        if stand_in:
-            from torchvision.datasets import cifar
-            datasets.CIFAR10._check_integrity = lambda dataset: True
-            cifar.check_integrity = lambda path, md5=None: Path(path).is_file()     # its batches.meta check
-            shims.append("torchvision.datasets.CIFAR10's md5 checks pass the generated stand-in's files")
-        return shims
+    def stage_data(self, named: StagedData, _tfds_root: Path | None) -> list[str]:
+        """torchvision's named datasets read the run's data wherever the script's root points; other downloads are
+        refused, naming the file (kits/pytorch_kit/named_data.py)."""
+        return named_data.install(named)
 
     def as_float(self, value) -> float:
         return float(value) if not isinstance(value, torch.Tensor) else float(value.detach().cpu())
@@ -177,9 +172,14 @@ class TorchProbe:
         for handle in self._global:
             handle.remove()
         self.models += [_named(self.model), *self.others]
-        self._handles.append(self.model.register_forward_pre_hook(self._model_pre))
+        self._hook(self.model)
+        watch_twins(self.model, self.observer.training_idle, self._hook)
         self._model_pre(self.model, args, at_step=True)
         self._roots.clear()
+
+    def _hook(self, module: torch.nn.Module) -> None:
+        self._handles += [module.register_forward_pre_hook(self._model_pre),
+                          module.register_forward_hook(self._model_post)]
 
     @own_time
     def _model_pre(self, module, args, at_step: bool = False) -> None:
@@ -191,6 +191,17 @@ class TorchProbe:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             self.step_settings = model_settings(module, first, next(module.parameters()).device.type)
         self.observer.forward(int(batch), torch.is_grad_enabled(), module.training)
+
+    @own_time
+    def _model_post(self, module, args, output) -> None:
+        """An evaluation's pass (gradients off, or the module in eval mode): the probe's own count of its outputs,
+        used where the script computes no loss of them."""
+        if self.certifying or (torch.is_grad_enabled() and module.training):
+            return
+        seen = self.observer.seen["loss_input_probe"]
+        counts = self.count_outputs(output, self.observer.labels(), seen["expects_logits"] if seen else None)
+        if counts is not None:
+            self.observer.outputs_counted(*counts)
 
     # -- the loss, the syncs, the loaders --------------------------------------------------------------
 
@@ -235,8 +246,10 @@ class TorchProbe:
         probe = self
 
         def bounded_iter(loader):
-            return Bounded(real_iter(loader), probe.observer.loader_pass(id(loader), loader.batch_size,
-                                                                         loader.num_workers, _loader_settings(loader)))
+            model = probe.model
+            evaluating = not torch.is_grad_enabled() or (model is not None and not model.training)
+            return _Bounded(real_iter(loader), probe.observer.loader_pass(
+                id(loader), loader.batch_size, loader.num_workers, _loader_settings(loader), evaluating))
         DataLoader.__iter__ = bounded_iter
 
     # -- the certificate -------------------------------------------------------------------------------
@@ -322,6 +335,17 @@ class TorchProbe:
         """As a kit run counts them: BatchNorm's running statistics in the total, as Keras counts them."""
         from kits.pytorch_kit.canonical import parameter_counts
         return parameter_counts(self.model) if self.model is not None else {"total": 0, "trainable": 0}
+
+
+class _Bounded(Bounded):
+    """A DataLoader's pass, bounded. Where the bound ends it, the rest of its sampler's indices are drawn (no
+    samples): a sampler given the script's generator draws from it again at its end (RandomSampler), so the
+    next pass's order is the one an unbounded run gets."""
+
+    def _rest(self) -> None:
+        if getattr(self._inner, "_dataset_kind", None) == _DatasetKind.Map:      # an iterable dataset never ends
+            for _ in self._inner._sampler_iter:
+                pass
 
 
 def _loader_settings(loader: DataLoader) -> dict:

@@ -12,7 +12,8 @@ counters and a read of them per step, which waits for the device):
 - keras.losses.Loss.__call__: the probe's own count of the loss and correct predictions, and the rows
   the loss received;
 - tf.function: which functions the script compiled (and with jit_compile);
-- Keras fit, evaluate, predict: a callback for each batch and epoch; fit's bounds are its own arguments.
+- Keras fit, evaluate, predict: a callback for each batch and epoch, which also holds them to the bounds
+  (kits/tensorflow_kit/bounds.py, with the bounds of the script's own tf.data passes).
 """
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ from keras.src.layers.layer import Layer  # noqa: E402
 
 from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
-from kits.common.observe import Bounded, HookClock, Observer, own_time  # noqa: E402
+from kits.common.observe import HookClock, Observer, own_time  # noqa: E402
+from kits.common.staged_data import StagedData  # noqa: E402
+from kits.tensorflow_kit import bounds, named_data  # noqa: E402
 from kits.tensorflow_kit.read_settings import framework_settings, model_settings, pipeline_settings  # noqa: E402
 
-STEPS, FORWARDS, BATCH, TRAINING, CORRECT = range(5)       # the packed counters' places
+STEPS, FORWARDS, BATCH, TRAINING, CORRECT, LOSSES = range(6)       # the packed counters' places
 
 
 class KerasProbe:
@@ -58,17 +61,17 @@ class KerasProbe:
         self.eager_steps = 0
         self.traced = False                   # a step ran inside a traced function
         self.xla = False
-        self.fit_input = None                 # a tf.data dataset handed to fit: its own time is measured after
+        self.fit_input = None                 # the last fit's x: a tf.data dataset's own time is measured after
         self.pipeline_note: str | None = None
         self._depth = self._loss_depth = 0
         # The graph's counters, packed so that one read after a call gets them all:
-        # [steps, forward passes, the last batch's size, its training argument, correct predictions], the loss's
-        # sum, and the last rows the loss received [all non-negative, max |row sum - 1|, rows].
+        # [steps, forward passes, the last batch's size, its training argument, correct predictions, losses
+        # counted], the loss's sum, and the last rows the loss received [all non-negative, max |row sum - 1|, rows].
         with tf.device("/CPU:0"):
-            self.counts = tf.Variable(tf.zeros(5, tf.int64), trainable=False)
+            self.counts = tf.Variable(tf.zeros(6, tf.int64), trainable=False)
             self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
             self.rows = tf.Variable(tf.zeros(3, tf.float32), trainable=False)
-        self._last = np.zeros(5, np.int64), 0.0
+        self._last = np.zeros(6, np.int64), 0.0
         self._logits_loss: bool | None = None
         self.optimizer = None
         self.others: list[str] = []            # variables an optimizer steps outside the trained model
@@ -118,8 +121,7 @@ class KerasProbe:
         self._hook_steps()
         self._hook_losses()
         self._hook_functions()
-        self._hook_keras_loops()
-        self._bound_datasets()
+        bounds.install(self)
 
     def _count_syncs(self) -> None:
         """.numpy(), float() and bool() of eager tensors, called from the script's own files."""
@@ -155,7 +157,7 @@ class KerasProbe:
     def _forward(self, model, args, kwargs) -> None:
         x = args[0] if args else kwargs.get("inputs")
         first = next((t for t in tf.nest.flatten(x) if hasattr(t, "shape") and len(t.shape)), None)
-        if first is None:
+        if first is None or isinstance(first, keras.KerasTensor):    # a symbolic call builds a model: no pass
             return
         training = kwargs.get("training")
         training = bool(training) if training is not None and not tf.is_tensor(training) else training
@@ -236,7 +238,7 @@ class KerasProbe:
             self.observer.loss(loss_sum, correct)
             return
         self.loss_sum.assign_add(loss_sum)
-        self.counts.scatter_nd_add([[CORRECT]], [correct])
+        self.counts.scatter_nd_add([[CORRECT], [LOSSES]], [correct, 1])
 
     def _hook_functions(self) -> None:
         real = tf.function
@@ -251,79 +253,52 @@ class KerasProbe:
             return _Watched(real(func, **kwargs), probe)
         tf.function = function
 
-    def _hook_keras_loops(self) -> None:
-        probe = self
-        for name in ("fit", "evaluate", "predict"):
-            real = getattr(keras.Model, name)
-
-            def run(model, *args, _real=real, _name=name, **kwargs):
-                if probe.in_keras:
-                    return _real(model, *args, **kwargs)
-                kwargs = probe._bounded(_name, model, args, kwargs)
-                probe.in_keras += 1
-                try:
-                    out = _real(model, *args, **kwargs)
-                finally:
-                    probe.in_keras -= 1
-                if _name == "fit":
-                    probe._time_pipeline()
-                return out
-            setattr(keras.Model, name, run)
-
-    def _bounded(self, name: str, model, args, kwargs) -> dict:
-        """fit's and evaluate's own arguments bound them; the probe's callback reports each batch."""
-        bounds = self.observer.spec.bounds
-        kwargs = dict(kwargs)
-        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _Report(self, model)]
-        if name == "fit":
-            self.fit_input = args[0] if args else kwargs.get("x")
-            if bounds.epochs:
-                kwargs["epochs"] = min(kwargs.get("epochs", 1), bounds.epochs)
-            if bounds.max_steps:
-                kwargs["steps_per_epoch"] = min(kwargs.get("steps_per_epoch") or bounds.max_steps, bounds.max_steps)
-            if bounds.eval_steps and kwargs.get("validation_data") is not None:
-                kwargs["validation_steps"] = min(kwargs.get("validation_steps") or bounds.eval_steps,
-                                                 bounds.eval_steps)
-            self.observer.bounded.add("fit")
-        elif name == "evaluate" and bounds.eval_steps:
-            kwargs["steps"] = min(kwargs.get("steps") or bounds.eval_steps, bounds.eval_steps)
-            self.observer.bounded.add("evaluation")
-        return kwargs
-
-    def _bound_datasets(self) -> None:
-        real_iter = tf.data.Dataset.__iter__
-        probe = self
-
-        def bounded_iter(dataset):
-            inner = real_iter(dataset)
-            if probe.in_keras:
-                return inner
-            return _TimedBounded(inner, probe.observer.loader_pass(id(dataset), None, None, pipeline_settings(dataset)))
-        tf.data.Dataset.__iter__ = bounded_iter
-
     # -- the graph's counters ------------------------------------------------------------------------
 
     @own_time
-    def report_graph(self, phase: str | None = None) -> None:
-        """After a traced call: the forward passes and steps it ran, as events for the observer."""
+    def report_graph(self, phase: str | None = None) -> int:
+        """After a traced call: the forward passes and steps it ran, as events for the observer; the samples it
+        ran (its passes times the last one's batch)."""
         self.observer.sync()                 # the call's steps end first: a wait, not the probe's own work
         counts, loss = self.counts.numpy(), float(self.loss_sum.numpy())
         (last, last_loss), self._last = self._last, (counts, loss)
         steps, forwards = int(counts[STEPS] - last[STEPS]), int(counts[FORWARDS] - last[FORWARDS])
         if not forwards and not steps:
-            return
+            return 0
         training = bool(counts[TRAINING]) if phase is None else phase == "train"
         batch = int(counts[BATCH])
-        counts = (loss - last_loss, int(counts[CORRECT] - last[CORRECT]))
         self.observer.forward(batch, training, training, timed=False)
-        self.observer.loss(*counts)
+        if counts[LOSSES] > last[LOSSES]:          # predict, or a function without a loss, counts none
+            self.observer.loss(loss - last_loss, int(counts[CORRECT] - last[CORRECT]))
         for _ in range(steps):
             self.observer.step_begins()
             self.observer.step_ends()
+        return forwards * batch
+
+    def bound_shims(self) -> list[str]:
+        """How the spec's bounds act on Keras's own loops, where there are any (kits/tensorflow_kit/bounds.py)."""
+        b = self.observer.spec.bounds
+        return [bounds.declared()] if b.max_steps or b.epochs or b.eval_steps else []
+
+    def keras_loop_begins(self, model, fit_input) -> None:
+        """A Keras fit (``fit_input``: its x), evaluate or predict begins, on ``model``."""
+        self._last_model = model
+        if fit_input is not None:
+            self.fit_input = fit_input
+
+    def keras_batch_begins(self, model) -> None:
+        """Keras fit's batch begins: at the first, the trained model is known, before its first update."""
+        if self._first_update and self.model is None:
+            self._found(model, model.optimizer, [])
+            self.trained_with = True
+            self._logits_loss = _expects_logits(model.loss)
+            self.first_update()
 
     def _time_pipeline(self) -> None:
-        """The fit's input pipeline on its own, over as many batches as fit trained: inside fit it runs in
-        the traced step, so its wait cannot be told from the step's."""
+        """The last fit's input pipeline on its own, over as many batches as training took: inside fit it runs
+        in the traced step, so its wait cannot be told from the step's. Timed once the script ended: a pass
+        draws the next of a shuffled dataset's seeds, which would change the order of the script's later
+        passes."""
         m = self.observer.m
         if not isinstance(self.fit_input, tf.data.Dataset) or not self.observer.steps:
             self.pipeline_note = "the fit's input was not a tf.data dataset: its input is sliced inside the step"
@@ -372,7 +347,10 @@ class KerasProbe:
         return "Keras fit's own batches of the script's arrays"
 
     def finish(self) -> None:
-        """The loss's rows as the last call left them (a traced loss writes them to the graph's counters)."""
+        """The script ended: the last fit's pipeline timed, and the loss's rows as the last call left them (a
+        traced loss writes them to the graph's counters)."""
+        if self.fit_input is not None:
+            self._time_pipeline()
         nonneg, error, rows = (float(x) for x in self.rows.numpy())
         if self._logits_loss is not None and rows:
             self.observer.seen["loss_input_probe"] = {"expects_logits": self._logits_loss, "rows": int(rows),
@@ -453,58 +431,10 @@ class KerasProbe:
         leaves = [layer for layer in self.model._flatten_layers(include_self=False) if not layer._layers]
         return [type(layer).__name__ for layer in leaves]
 
-    def stage_data(self, staged: Path, stand_in: bool, tfds_root: Path | None) -> list[str]:
-        """Where the script's readers find CIFAR-10, each declared: keras.datasets.cifar10.load_data() reads the
-        staged batches with Keras's own load_batch (it never downloads); tfds.load('cifar10') reads TFDS's own
-        dataset where the data step prepared it (``tfds_root``, checked), else the same arrays as TFDS's elements."""
-        folder = staged / "cifar-10-batches-py"
-
-        def load_data():
-            (x_train, y_train), (x_test, y_test) = _batches(folder)
-            return (x_train, y_train.astype("uint8").reshape(-1, 1)), (x_test, y_test.astype("uint8").reshape(-1, 1))
-        from keras.src.datasets import cifar10
-        for module in (keras.datasets.cifar10, cifar10):
-            module.load_data = load_data
-        return ["keras.datasets.cifar10.load_data() reads the kit's CIFAR-10 batches with Keras's own load_batch "
-                "(it never downloads)", *_stage_tfds(folder, tfds_root)]
-
-
-def _batches(folder: Path):
-    """((x_train, y_train), (x_test, y_test)) of CIFAR-10's python batches, NHWC, read with Keras's load_batch."""
-    from keras.src.datasets import cifar10
-    parts = [cifar10.load_batch(str(folder / f"data_batch_{i}")) for i in range(1, 6)]
-    x_test, y_test = cifar10.load_batch(str(folder / "test_batch"))
-    return ((np.concatenate([x for x, _ in parts]).transpose(0, 2, 3, 1),
-             np.concatenate([np.asarray(y) for _, y in parts]).astype(np.int64)),
-            (x_test.transpose(0, 2, 3, 1), np.asarray(y_test, np.int64)))
-
-
-def _stage_tfds(folder: Path, tfds_root: Path | None) -> list[str]:
-    """tfds.load('cifar10'), which would download: TFDS's own prepared dataset, or the staged arrays."""
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError:
-        return []
-    real = tfds.load
-    if tfds_root is not None:
-        def load(name, *args, **kwargs):
-            if str(name).split(":")[0] == "cifar10":
-                kwargs.update(data_dir=str(tfds_root), download=False, try_gcs=False)
-            return real(name, *args, **kwargs)
-        tfds.load = load
-        return ["tfds.load('cifar10') reads TFDS's own cifar10, prepared by the data step and checked against the "
-                "spec (it never downloads)"]
-
-    def from_arrays(name, split=None, *args, **kwargs):
-        if str(name).split(":")[0] != "cifar10":
-            return real(name, split, *args, **kwargs)
-        (x_train, y_train), (x_test, y_test) = _batches(folder)
-        made = {"train": tf.data.Dataset.from_tensor_slices({"image": x_train, "label": y_train}),
-                "test": tf.data.Dataset.from_tensor_slices({"image": x_test, "label": y_test})}
-        return [made[s] for s in split] if isinstance(split, (list, tuple)) else made[split] if split else made
-    tfds.load = from_arrays
-    return ["tfds.load('cifar10') gives the kit's CIFAR-10 arrays as TFDS's {'image', 'label'} elements, in the "
-            "files' order (TFDS's own dataset is not prepared: `nox -s data` prepares it)"]
+    def stage_data(self, named: StagedData, tfds_root: Path | None) -> list[str]:
+        """Keras's and TFDS's named datasets read the run's data; other downloads are refused, naming the file
+        (kits/tensorflow_kit/named_data.py)."""
+        return named_data.install(named, tfds_root)
 
 
 def _expects_logits(loss) -> bool | None:
@@ -551,44 +481,6 @@ class _Watched:
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
-
-
-class _Report(keras.callbacks.Callback):
-    """The callback the probe adds to Keras fit, evaluate and predict."""
-
-    def __init__(self, probe: KerasProbe, model) -> None:
-        super().__init__()
-        self.probe = probe
-        probe._last_model = model
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.probe._first_update and self.probe.model is None:
-            self.probe._found(self.model, self.model.optimizer, [])
-            self.probe.trained_with = True
-            self.probe._logits_loss = _expects_logits(self.model.loss)
-            self.probe.first_update()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.probe.report_graph("train")
-
-    def on_test_batch_end(self, batch, logs=None):
-        self.probe.report_graph("eval")
-
-    def on_predict_batch_end(self, batch, logs=None):
-        self.probe.report_graph("eval")
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.probe.observer.epoch_ends()
-
-
-class _TimedBounded(Bounded):
-    """A tf.data iterator, bounded; the time the loop waits in it is the data wait."""
-
-    def _fetch(self):
-        t0 = time.perf_counter()
-        batch = next(self._inner)
-        self._bound.observer.fetched(time.perf_counter() - t0)
-        return batch
 
 
 class _GuardedPeak:

@@ -9,6 +9,10 @@ here too: torchvision's reader the verified archive's extracted batches
 (``cifar10_batches``), and ``tfds.load('cifar10')`` TFDS's own dataset, which a separate
 data step (``reprokit/execute/data_step.py``, the only step besides the archive's download that may use
 the network) builds in the TensorFlow environment.
+
+MNIST, Fashion-MNIST and CIFAR-100, which a script loads by name, come the same way from their published
+files (``reprokit/environments/published_datasets.py``), and each has its generated stand-in
+(``learnable-mnist`` ..., kits/common/stand_ins.py) as CIFAR-10 has ``learnable``.
 """
 from __future__ import annotations
 
@@ -29,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from kits.common import data as kitdata
+from kits.common import stand_ins
 from kits.common.files import atomic_file
+from kits.common.named_datasets import KNOWN, Named, of_dataset
 from reprokit.console import duration
 from reprokit.errors import UserError
 from reprokit.results.quarantine import set_aside
@@ -46,10 +52,10 @@ _CIFAR10_DIR = kitdata.CIFAR10_BATCHES
 _CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
 _CIFAR10_TEST = "test_batch"
 
-# (train, test) sizes used when a spec leaves the count as None.
-GENERATED_SIZES = {"synthetic": (50000, 10000), "learnable": (2000, 500)}
+# (train, test) sizes used when a spec leaves the count as None: each named dataset's stand-in is as small as
+# CIFAR-10's (``learnable``), and has its dataset's shapes.
+GENERATED_SIZES = {"synthetic": (50000, 10000), **{n.stand_in: (2000, 500) for n in KNOWN.values()}}
 SYNTHETIC_SHAPE = (32, 10)      # synthetic's side and classes unless the spec's differ (CIFAR-10's)
-CIFAR10_SIZES = (50000, 10000)
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)        # the earliest time a zip member can carry
 DOWNLOAD_TIMEOUT_S = 60
@@ -67,8 +73,8 @@ class PreparedDataset:
 
 def _path(data: dict[str, Any], cache_dir: Path) -> Path:
     name = data["dataset"]
-    if name == "cifar10":
-        return Path(cache_dir) / CIFAR10_FILE
+    if name in KNOWN:               # a published dataset: cifar10.npz, mnist.npz, ...
+        return Path(cache_dir) / f"{name}.npz"
     if name not in GENERATED_SIZES:
         raise UserError(f"Unknown dataset {name!r}: use one of {', '.join(DATASETS)}.")
     n_train, n_test = _counts_wanted(data)
@@ -92,6 +98,9 @@ def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = Tru
     if not _intact(path):
         if data["dataset"] == "cifar10":
             _write_npz(path, *_cifar10_arrays(_cifar10_archive(Path(cache_dir), allow_download)))
+        elif data["dataset"] in KNOWN:
+            from reprokit.environments import published_datasets  # it fetches with this module's download
+            _write_npz(path, *published_datasets.arrays(data["dataset"], Path(cache_dir), allow_download))
         else:
             _write_npz(path, *_generate(data["dataset"], *_counts_wanted(data), data.get("seed", 0),
                                         *_synthetic_shape(data)))
@@ -111,7 +120,7 @@ def expected_counts(data: dict[str, Any]) -> tuple[int, int]:
 
 
 def _counts_wanted(data: dict[str, Any]) -> tuple[int, int]:
-    default_train, default_test = {**GENERATED_SIZES, "cifar10": CIFAR10_SIZES}[data["dataset"]]
+    default_train, default_test = {**GENERATED_SIZES, **{n.name: n.sizes for n in KNOWN.values()}}[data["dataset"]]
     return _or_default(data.get("train_samples"), default_train), _or_default(data.get("test_samples"), default_test)
 
 
@@ -301,12 +310,19 @@ def _to_nhwc(batch: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _generate(name: str, n_train: int, n_test: int, seed: int, size: int,
               classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    # One stream, train drawn first: the test set is independent of the train set
-    # yet fixed by (n_train, n_test, seed) and synthetic's shape, which the file name records.
+    """synthetic's noise, or a named dataset's learnable stand-in (kits/common/stand_ins.py, which a probed
+    script's run also generates from). One stream each, train drawn first: the test set is independent of the
+    train set yet fixed by (n_train, n_test, seed) and synthetic's shape, which the file name records."""
+    if name != "synthetic":
+        return stand_ins.generate(_named(name).name, n_train, n_test, seed)
     rng = np.random.default_rng(seed)
-    if name == "synthetic":
-        return (*_synthetic(n_train, rng, size, classes), *_synthetic(n_test, rng, size, classes))
-    return (*_gratings(n_train, rng), *_gratings(n_test, rng))
+    return (*_synthetic(n_train, rng, size, classes), *_synthetic(n_test, rng, size, classes))
+
+
+def _named(name: str) -> Named:
+    named = of_dataset(name)
+    assert named is not None, name          # _path refused every other name
+    return named
 
 
 def _synthetic(n: int, rng: np.random.Generator, size: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -314,34 +330,3 @@ def _synthetic(n: int, rng: np.random.Generator, size: int, classes: int) -> tup
     synthetic-data benchmarks feed it): for throughput only, there is nothing to learn."""
     return (rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
             rng.integers(0, classes, n, dtype=np.int64))
-
-
-# Class c is a grating at c * 18 degrees (0..162: a grating at t and t + 180 is the
-# same) whose per-channel contrast follows a hue that turns with c.
-_ORIENTATION_STEP_DEG = 18.0
-_FREQUENCY_BAND = (0.08, 0.2)   # cycles per pixel: periods of 5 to 12 pixels
-_AMPLITUDE = 60.0
-_NOISE_STD = 30.0
-_TINT_JITTER = 0.1
-_TINTS = 0.75 + 0.25 * np.cos(2 * np.pi * (np.arange(10)[:, None] / 10 + np.arange(3)[None, :] / 3))
-
-
-def _gratings(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Noisy tinted gratings a small CNN learns in a few CPU epochs.
-
-    Random phase, frequency, tint jitter and pixel noise keep it from being a
-    lookup: colour contrast alone gets about two in three right, orientation
-    the rest, and no single pixel says anything (the phase is random).
-    """
-    labels = rng.permutation(np.arange(n) % 10)  # balanced, in random order
-    # float32 throughout: half the memory traffic of float64, which dominates the cost.
-    theta = np.deg2rad(labels * _ORIENTATION_STEP_DEG).astype(np.float32)
-    frequency = rng.uniform(*_FREQUENCY_BAND, n).astype(np.float32)
-    phase = rng.uniform(0, 2 * np.pi, n).astype(np.float32)
-    rows, cols = np.mgrid[0:32, 0:32].astype(np.float32)
-    along = np.cos(theta)[:, None, None] * cols + np.sin(theta)[:, None, None] * rows
-    grating = np.sin(np.float32(2 * np.pi) * frequency[:, None, None] * along + phase[:, None, None])
-    tint = (_TINTS[labels] + _TINT_JITTER * rng.standard_normal((n, 3))).astype(np.float32)
-    noise = rng.standard_normal((n, 32, 32, 3), dtype=np.float32)
-    image = 127.5 + _AMPLITUDE * grating[..., None] * tint[:, None, None, :] + _NOISE_STD * noise
-    return np.clip(np.rint(image), 0, 255).astype(np.uint8), labels.astype(np.int64)

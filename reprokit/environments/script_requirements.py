@@ -1,16 +1,17 @@
-"""A script's extra requirements: hash-pinned, layered on its framework's lock, installed from fetched wheels.
+"""A script's extra requirements: what it imports beyond its framework's lock, installed from fetched wheels.
 
-A script may import what its framework's lock does not hold (seed 000's PyTorch script imports tqdm).
-The experiment names a requirements file per script (``requirements = "requirements.txt"``), every
-requirement pinned with ``==`` and its ``--hash`` lines, as ``pip-compile --generate-hashes`` or
-``uv pip compile --generate-hashes`` writes them. Planning refuses a file that is not, and a package
-that a lock of the framework pins at another version (the script would run on other libraries than
-the kit measured); one the lock already pins at that version is left to the lock. What is left is
-the spec's ``install`` list, in the run id. Before any run the host downloads those wheels
-(``pip download --require-hashes --no-deps``, for the images' Python and platform) into the data
-folder, where every runner shows it to the probe, and the probe installs them from there with
-``--no-index`` into the run's work folder before the script's first line, declared: no run has a
-network.
+A script names them in a requirements.txt beside it, in the file an experiment names
+(``requirements = "requirements.txt"`` in [scripts]), or on the command line (``--require
+pytorch=matplotlib``, which replaces the file's list). A line names a package, with a version range or
+without; an option, a URL or a repository is refused, one sentence each, before any run. A line for a
+package of the framework's lock is left to the lock, and where it asks for another version it is set
+aside in one sentence (the script runs on the libraries the kit measured). The rest is resolved against
+the lock into hash-pinned lines (reprokit/environments/script_packages.py); a file whose every line is
+pinned with ``==`` and its ``--hash`` lines, as ``pip-compile --generate-hashes`` writes it, is taken as
+written. Those lines are the spec's ``install`` list, in the run id. Before any run the host downloads
+their wheels (``pip download --require-hashes --no-deps``, for the images' Python and platform) into the
+data folder, where every runner shows it to the probe, and the probe installs them from there with
+``--no-index`` into the run's work folder before the script's first line: no run has a network.
 """
 from __future__ import annotations
 
@@ -20,16 +21,40 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kits.common.data import SCRIPT_WHEELS, wheels_key
-from reprokit.environments import envs, images
-from reprokit.errors import UserError
+from packaging.requirements import InvalidRequirement, Requirement
 
-PYTHON_VERSION = "3.11"            # the images' Python (docker/*.Dockerfile) and the locks'
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+from kits.common.data import SCRIPT_WHEELS, wheels_key
+from reprokit.environments import envs, images, import_scan, script_packages
+from reprokit.environments.script_packages import TARGET
+from reprokit.errors import UserError
+from reprokit.results.provenance import sha256_file
+
+BESIDE = "requirements.txt"        # read beside a script whose entry names no file
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)")
+_HASH = "--hash=sha256:"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a script's requirement lines come from: a file in its folder, or --require."""
+    name: str                      # the spec's ``file``: the file relative to the folder, or the flag as given
+    where: str                     # how a sentence names it
+    lines: tuple[str, ...]
+    sha256: str
+
+
+def from_file(folder: Path, relative: str) -> Source:
+    path = folder / relative
+    return Source(relative, str(path), tuple(_logical_lines(path.read_text())), sha256_file(path))
+
+
+def from_flag(framework: str, names: tuple[str, ...]) -> Source:
+    flag = f"--require {framework}={','.join(names)}"
+    return Source(flag, f"--require {framework}", names, hashlib.sha256("\n".join(names).encode()).hexdigest())
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -51,68 +76,123 @@ def _name(name: str) -> str:
 
 
 def pins(path: Path) -> list[tuple[str, str, str]]:
-    """(name, version, line) of each requirement, refusing one that is not pinned with its hashes."""
-    out = []
-    for line in _logical_lines(path.read_text()):
-        match = _PIN.match(line)
-        if line.startswith("-"):
-            raise UserError(f"{path}: {line.split()[0]} is not allowed in a script's requirements; list each "
-                            f"package pinned with == and its --hash lines")
-        if not match or "--hash=sha256:" not in line:
-            raise UserError(f"{path}: {line.split()[0]} is not hash-pinned: every requirement needs == and its "
-                            f"--hash=sha256: lines (`uv pip compile --generate-hashes` writes them)")
-        out.append((_name(match.group(1)), match.group(3), line))
-    return out
+    """(name, version, line) of each requirement of a lock file."""
+    return [(_name(m.group(1)), m.group(3), line) for line in _logical_lines(path.read_text())
+            if (m := _PIN.match(line))]
 
 
-def _locked(framework: str) -> dict[str, str]:
+def _lock_files(framework: str) -> list[Path]:
+    return [envs.lock_path(Path(lock).stem) for lock in dict.fromkeys(images.load_bases()[framework]["locks"].values())]
+
+
+def locked(framework: str) -> dict[str, str]:
     """Every package each lock of the framework pins, by name: version (the first lock's where they differ)."""
     out: dict[str, str] = {}
-    for lock in dict.fromkeys(images.load_bases()[framework]["locks"].values()):
-        for name, version, _ in pins(envs.lock_path(Path(lock).stem)):
+    for lock in _lock_files(framework):
+        for name, version, _ in pins(lock):
             out.setdefault(name, version)
     return out
 
 
-def entry(folder: Path, relative: str, framework: str, experiment_file: Path) -> dict[str, Any]:
-    """A script's requirements as its spec holds them: the file, its sha256, what the lock already pins and
-    what is left to install."""
-    path = folder / relative
-    if not path.is_file():
-        raise UserError(f"{experiment_file}: scripts: the requirements file {relative} is not a file in {folder}")
-    locked = _locked(framework)
-    install, in_lock = [], []
-    for name, version, line in pins(path):
-        if name in locked and locked[name] != version:
-            raise UserError(f"{path}: {name}=={version} conflicts with the {framework} lock's {name}=={locked[name]}; "
-                            f"pin {locked[name]} (the kit measures the lock's libraries)")
-        (in_lock.append(f"{name}=={version}") if name in locked else install.append(line))
-    return {"file": relative, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "install": install,
-            "in_lock": in_lock}
+def _parsed(line: str, where: str) -> Requirement | str:
+    """The line's requirement (its --hash options aside), or the sentence that refuses it."""
+    if line.startswith("-"):
+        return (f"{where}: {line.split()[0].split('=')[0]} is not allowed in a script's requirements; name each "
+                f"package (a version range is optional), and give wheels of your own with PIP_FIND_LINKS.")
+    text = line.split(" --hash")[0].strip()
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return (f"{where}: {text} is not a package name with an optional version range (a URL, a path or a "
+                f"repository is not on an index); name a released package, or give its wheel with PIP_FIND_LINKS.")
+    if req.url:
+        return (f"{where}: {text} names {req.url}, which is not on an index; name a released package, or give its "
+                f"wheel with PIP_FIND_LINKS.")
+    return req
+
+
+def settle(source: Source, framework: str, log: Callable[[str], object] = print) -> dict[str, Any] | None:
+    """The spec's requirements of a script (its file, sha256, the hash-pinned lines to install, and what the
+    lock decides), or None where it has none; a line that cannot be installed is refused before any run."""
+    parsed = [(line, _parsed(line, source.where)) for line in source.lines]
+    refused = [why for _, why in parsed if isinstance(why, str)]
+    if refused:
+        raise UserError("\n".join(refused))
+    if not parsed:
+        return None
+    lock = locked(framework)
+    in_lock, rest = [], []
+    for line, req in parsed:
+        assert isinstance(req, Requirement)
+        name, text = _name(req.name), line.split(" --hash")[0].strip()
+        if name not in lock:
+            rest.append(line)
+        elif req.specifier.contains(lock[name], prereleases=True):
+            in_lock.append(f"{name}=={lock[name]}")
+        else:
+            log(f"{source.where}: {text} is set aside: the {framework} lock's {name}=={lock[name]} decides (the "
+                f"kit measures the lock's libraries).")
+            in_lock.append(f"{text} (set aside for the lock's {name}=={lock[name]})")
+    if rest and all(_PIN.match(line) and _HASH in line for line in rest):
+        install = rest                                 # pinned with hashes: taken as written
+    elif rest:
+        install = script_packages.resolve([line.split(" --hash")[0].strip() for line in rest], lock,
+                                          [sha256_file(p) for p in _lock_files(framework)], framework,
+                                          source.where, log)
+    else:
+        install = []
+    return {"file": source.name, "sha256": source.sha256, "install": install, "in_lock": in_lock}
+
+
+def wheels(install: list[str], data_dir: Path, script: str, log: Callable[[str], object] = print) -> Path:
+    """The folder of the wheels of one install list in the data folder, downloaded once."""
+    key = wheels_key(install)
+    folder = Path(data_dir) / SCRIPT_WHEELS / key
+    if (folder / "complete").exists():
+        return folder
+    scratch = folder.with_name(key + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    (scratch / "requirements.txt").write_text("\n".join(install) + "\n")
+    log(f"requirements: downloading {len(install)} wheel(s) for {script} into {folder}")
+    cmd = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--disable-pip-version-check",
+           *TARGET, "--dest", str(scratch), "-r", str(scratch / "requirements.txt")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"the extra requirements of {script} could not be downloaded ({tail}); "
+                        f"reach PyPI once (runs never do), or point pip at your wheels with PIP_FIND_LINKS")
+    (scratch / "complete").write_text("")
+    shutil.rmtree(folder, ignore_errors=True)
+    scratch.rename(folder)
+    return folder
+
+
+def check_imports(folder: Path, scripts: list[str], framework: str, source: Source | None,
+                  requirements: dict[str, Any] | None, data_dir: Path, facts: dict[str, Any]) -> None:
+    """Before any run: the script's extra wheels fetched, and each module it imports that its environment lacks
+    refused (reprokit/environments/import_scan.py), with the way to add it. ``facts``: the runner's description
+    of the framework's runs (its interpreter, or its lock, whose local environment answers for Docker's too)."""
+    install = (requirements or {}).get("install") or []
+    provided = script_packages.provided(wheels(install, data_dir, scripts[0])) if install else set()
+
+    def python() -> Path:
+        if facts.get("interpreter"):
+            return Path(facts["interpreter"])
+        name = Path(facts["lock"]).stem if facts.get("lock") else envs.lock_name(framework, "cpu")
+        return envs.build(envs.ENVS, name)
+
+    def way_out(module: str) -> str:
+        if source is None:
+            return f"add it with --require {framework}={module} or a {BESIDE} beside the script"
+        if source.name.startswith("--require"):
+            return f"add it with {source.name},{module}"
+        return f"add it to {source.where}"
+    import_scan.check(folder, scripts, framework, locked(framework), provided, python, way_out)
 
 
 def fetch(specs: list[dict[str, Any]], data_dir: Path, log: Callable[[str], object] = print) -> None:
-    """The wheels every script spec's ``install`` list needs, downloaded once into the data folder."""
-    wanted = {wheels_key(s["script"]["requirements"]["install"]): s for s in specs
-              if s.get("source") == "script" and (s["script"].get("requirements") or {}).get("install")}
-    for key, spec in wanted.items():
-        folder = Path(data_dir) / SCRIPT_WHEELS / key
-        if (folder / "complete").exists():
-            continue
-        lines = spec["script"]["requirements"]["install"]
-        scratch = folder.with_name(key + ".partial")
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir(parents=True)
-        (scratch / "requirements.txt").write_text("\n".join(lines) + "\n")
-        log(f"requirements: downloading {len(lines)} wheel(s) for {spec['script']['path']} into {folder}")
-        cmd = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--only-binary=:all:",
-               "--python-version", PYTHON_VERSION, "--implementation", "cp", "--dest", str(scratch),
-               *[f"--platform={p}" for p in PLATFORMS], "-r", str(scratch / "requirements.txt")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise UserError(f"the extra requirements of {spec['script']['path']} could not be downloaded ({tail}); "
-                            f"reach PyPI once (runs never do), or point pip at your wheels with PIP_FIND_LINKS")
-        (scratch / "complete").write_text("")
-        shutil.rmtree(folder, ignore_errors=True)
-        scratch.rename(folder)
+    """The wheels every script spec's ``install`` list needs, in the data folder (planning fetched most)."""
+    for spec in specs:
+        if spec.get("source") == "script" and (install := (spec["script"].get("requirements") or {}).get("install")):
+            wheels(install, data_dir, spec["script"]["path"], log)

@@ -21,6 +21,7 @@ import functools
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -275,6 +276,7 @@ class _Tally:
             raise self.full() from None
         self.stored += 1
         self.failures += result["status"] != "ok"
+        _keep_figures(self.work / result["run_id"], self.store.root.parent / "figures" / result["run_id"])
         progress.done(result["status"] if result["status"] == "ok"
                       else f"FAILED ({result['failure']['kind']}: {result['failure']['message']})")
 
@@ -293,6 +295,15 @@ class _Tally:
         progress.done("LOST (disk-full)")
         disk_full.lost(_label(spec), f"its files could not be written: {exc.strerror}")
         return self.full()
+
+
+def _keep_figures(run_dir: Path, kept: Path) -> None:
+    """A probed script's saved plots (kits/probe.py lists them in its result), beside the results."""
+    figures = run_dir / "out" / "figures"
+    if figures.is_dir():
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(figures, kept)
 
 
 def _one_at_a_time(runner: Runner, todo: Sequence[Spec], work: Path, ledger: Ledger, slot: Placement | None,

@@ -61,15 +61,16 @@ class Experiment:
         return _merge(self.doc, self.doc.get("profiles", {}).get(profile, {}))
 
 
-def from_scripts(name: str, scripts: dict[str, Path]) -> Experiment:
-    """The experiment `reprokit reproduce --script FRAMEWORK=PATH ...` makes: each script in its own folder."""
-    for framework, path in scripts.items():
+def from_scripts(name: str, scripts: dict[str, Path] | dict[str, tuple[Path, list[str]]]) -> Experiment:
+    """The experiment `reprokit reproduce --script "FRAMEWORK=PATH ARGS" ...` makes: each script in its own
+    folder, with its arguments."""
+    given = {fw: value if isinstance(value, tuple) else (value, []) for fw, value in scripts.items()}
+    for framework, (path, _) in given.items():
         if not Path(path).is_file():
             raise UserError(f"--script {framework}={path}: no such file; give the path of the script to run")
-    doc = {"experiment": {"name": name, "title": f"{name}: the users' own scripts",
-                          "frameworks": sorted(scripts)},
-           "scripts": {fw: {"path": Path(p).name, "folder": str(Path(p).resolve().parent)}
-                       for fw, p in scripts.items()}}
+    doc = {"experiment": {"name": name, "title": f"{name}: the users' own scripts", "frameworks": sorted(given)},
+           "scripts": {fw: {"path": Path(p).name, "folder": str(Path(p).resolve().parent), "args": args}
+                       for fw, (p, args) in given.items()}}
     _check(doc, "--script")
     return Experiment(path=Path.cwd() / f"{name}.toml", doc=doc)
 

@@ -210,7 +210,8 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
         here = code(what.experiment_dirs)
         if exp.scripts:
             specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs,
-                                           differences=exp.doc.get("differences", []))
+                                           differences=exp.doc.get("differences", []), require=what.requires,
+                                           mounts=what.mounts)
             continue
         mine: list[Spec] = list(planning.specs_for(exp, o, describe, here))
         specs += mine

@@ -6,12 +6,15 @@ check without looking at the host; nothing below the CLI reads argparse's namesp
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kits.common.names import FRAMEWORKS
 from reprokit.claims import sequential
 from reprokit.errors import UserError
+from reprokit.plan import data_mounts
 from reprokit.results import safe_names
 
 DEFAULT_VARIANTS = ("fixed", "as_posted", "tuned")
@@ -26,7 +29,9 @@ class What:
     frameworks: tuple[str, ...] = ()                # those --frameworks names; (): each experiment's own
     experiment_dirs: tuple[Path, ...] = ()          # resolved
     only: tuple[str, ...] = ()
-    scripts: dict[str, Path] = field(default_factory=dict)   # --script FRAMEWORK=PATH: the only experiment
+    scripts: dict[str, tuple[Path, list[str]]] = field(default_factory=dict)   # --script: the only experiment
+    requires: dict[str, tuple[str, ...]] = field(default_factory=dict)     # --require: a script's packages
+    mounts: dict[str, tuple[tuple[str, Path], ...]] = field(default_factory=dict)   # --data: a script's own data
     name: str | None = None
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     variants_named: bool = False                    # --variants given: each runs for every experiment, tuned too
@@ -90,15 +95,37 @@ def _frameworks(given: str | None) -> tuple[str, ...]:
     return chosen
 
 
-def _scripts(given: list[str] | None) -> dict[str, Path]:
-    """--script FRAMEWORK=PATH, as given (repeatable)."""
+def _scripts(given: list[str] | None) -> dict[str, tuple[Path, list[str]]]:
+    """--script "FRAMEWORK=PATH ARGS..." (repeatable): the path and its arguments, split as a shell splits them
+    (a path that names a file as given is taken whole, spaces and all)."""
     out = {}
     for one in given or []:
-        framework, sep, path = one.partition("=")
+        framework, sep, command = one.partition("=")
         if not sep or framework not in FRAMEWORKS:
             raise UserError(f"--script {one!r} is not understood; use --script FRAMEWORK=PATH with FRAMEWORK one "
                             f"of {', '.join(FRAMEWORKS)}")
-        out[framework] = Path(path)
+        try:
+            words = [command] if Path(command).is_file() else shlex.split(command)
+        except ValueError as exc:
+            raise UserError(f"--script {one!r}: its arguments do not split as a shell would ({exc}); quote them "
+                            f"as you would on a command line") from None
+        if not words:
+            raise UserError(f"--script {one!r} names no script; use --script FRAMEWORK=PATH")
+        out[framework] = (Path(words[0]), words[1:])
+    return out
+
+
+def _requires(given: list[str] | None) -> dict[str, tuple[str, ...]]:
+    """--require FRAMEWORK=NAME[,NAME...] (repeatable): the packages by framework, split at each comma that
+    starts another name (a comma of a version range, >=3.5,<4, or of extras, a[b,c], does not)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for one in given or []:
+        framework, _, names = one.partition("=")
+        split = [n.strip() for n in re.split(r",(?![^\[]*\])(?=\s*[A-Za-z0-9])", names) if n.strip()]
+        if framework not in FRAMEWORKS or not split:
+            raise UserError(f"--require {one!r} is not understood; use --require FRAMEWORK=NAME[,NAME...] with "
+                            f"FRAMEWORK one of {', '.join(FRAMEWORKS)}, e.g. --require pytorch=matplotlib")
+        out[framework] = (*out.get(framework, ()), *split)
     return out
 
 
@@ -166,7 +193,9 @@ def from_args(ns: argparse.Namespace) -> Request:
     variants = tuple(v.strip() for v in ns.variants.split(",") if v.strip()) if ns.variants else DEFAULT_VARIANTS
     what = What(frameworks=_frameworks(ns.frameworks), experiment_dirs=tuple(d.resolve() for d in ns.experiments),
                 only=tuple(ns.only or ()), scripts=_scripts(ns.script), name=ns.name, variants=variants,
-                variants_named=bool(ns.variants), everything=ns.everything, ablation=ns.ablation, claims=ns.claims,
+                requires=_requires(ns.require), mounts=data_mounts.parse(getattr(ns, "data", None)),
+                variants_named=bool(ns.variants), everything=ns.everything,
+                ablation=ns.ablation, claims=ns.claims,
                 profile="full" if ns.full else ns.profile,
                 repeats=repeats, auto_repeats=auto, repeats_cap=ns.repeats_cap, dataset=ns.dataset,
                 max_steps=ns.max_steps, epochs=ns.epochs,

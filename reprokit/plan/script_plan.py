@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kits.common import work_folder
 from kits.common.spec import ScriptSpec
-from reprokit.environments import datasets, script_requirements
+from reprokit.environments import datasets, published_datasets, script_requirements
 from reprokit.errors import UserError
+from reprokit.plan import data_mounts, script_datasets
 from reprokit.plan.plan import TIMEOUT_S, Options, identified
 
 SCHEMA = "reprokit.scriptspec/1"
@@ -42,31 +44,43 @@ def script_entry(value: str | dict[str, Any], experiment_file: Path, framework: 
     shim = entry.get("shim")
     if shim and not (folder / shim).is_file():
         raise UserError(f"{experiment_file}: scripts: the shim {shim} is not a file in {folder}")
-    requirements = entry.get("requirements")
+    named = entry.get("requirements")
+    if named and not (folder / named).is_file():
+        raise UserError(f"{experiment_file}: scripts: the requirements file {named} is not a file in {folder}")
+    # the file the entry names, else a requirements.txt beside the script (--require replaces either: specs_for)
+    requirements = named or (path.parent / script_requirements.BESIDE).relative_to(folder).as_posix()
     return {"folder": folder, "path": path.relative_to(folder).as_posix(), "args": list(entry.get("args", [])),
-            "shim": shim, "requirements": script_requirements.entry(folder, requirements, framework, experiment_file)
-            if requirements else None}
+            "shim": shim, "requirements": script_requirements.from_file(folder, requirements)
+            if (folder / requirements).is_file() else None}
 
 
 def _files(folder: Path) -> dict[str, str]:
-    """Every .py file under the script's folder, by relative name, with its sha256 (the script imports them)."""
-    found = {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(folder.rglob("*.py"))
-             if "__pycache__" not in p.parts and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
-    return found
+    """Every .py file of the script's folder that a run copies (kits/common/work_folder.py), by relative name,
+    with its sha256 (the script imports them); a folder that would copy more than the limit is refused."""
+    copied = work_folder.copied_bytes(folder)
+    if copied > work_folder.COPY_LIMIT_BYTES:
+        raise UserError(f"{folder} would copy {copied >> 20} MiB into every run's work folder, more than the "
+                        f"{work_folder.COPY_LIMIT_BYTES >> 20} MiB a run allows: keep the scripts in a folder of "
+                        f"their own, with their data and checkpoints elsewhere (the kit serves the datasets it "
+                        f"knows by name)")
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for here, names in work_folder.walk(folder) for p in (here / n for n in names) if p.suffix == ".py"}
 
 
-def _data(opts: Options, setting: dict[str, Any] | None) -> dict[str, Any]:
-    """A script experiment's data by profile (the stand-in on quick), or the experiment's own where its
-    posted scripts run beside the kit (``setting``: the resolved profile), so both read the same file."""
-    given = setting["data"] if setting else {"dataset": STAND_IN if opts.profile == "quick" else "cifar10"}
+def _data(opts: Options, setting: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any]:
+    """A script's data by profile: the first of the kit's named datasets its folder loads (CIFAR-10 where none;
+    reprokit/plan/script_datasets.py), its generated stand-in on quick; or the experiment's own where its posted
+    scripts run beside the kit (``setting``: the resolved profile), so both read the same file."""
+    found = [] if setting else script_datasets.loaded(entry["folder"], entry["path"])
+    given = setting["data"] if setting else {"dataset": script_datasets.planned(found, opts.profile)
+                                             or (STAND_IN if opts.profile == "quick" else "cifar10")}
     name = opts.dataset or given["dataset"]
     request = {"dataset": name, "train_samples": given.get("train_samples"), "test_samples": given.get("test_samples"),
                "seed": setting["train"]["seed"] if setting else 0}
     if opts.prepare_data:              # the data step, before planning reads what it prepared
         datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download)
-        if name == "cifar10":
-            datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)   # where torchvision reads
+        published_datasets.readers_files(name, opts.data_dir, opts.allow_download)   # where torchvision reads
+        script_datasets.prepare_others(found, name, opts.data_dir, opts.allow_download)
     prepared = datasets.prepared(request, opts.data_dir)
     if prepared is None:
         train, test = datasets.expected_counts(request)
@@ -98,19 +112,29 @@ def _bounds(opts: Options, epochs: int | None, setting: dict[str, Any] | None) -
 def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
               describe: Callable[[str], dict[str, Any]], code: dict[str, Any],
               epochs: int | None = None, variant: str = VARIANT, setting: dict[str, Any] | None = None,
-              differences: list[dict[str, Any]] | None = None) -> list[ScriptSpec]:
+              differences: list[dict[str, Any]] | None = None,
+              require: dict[str, tuple[str, ...]] | None = None,
+              mounts: dict[str, tuple[tuple[str, Path], ...]] | None = None) -> list[ScriptSpec]:
     """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each;
     ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds;
-    ``differences``, the experiment's declared ones (docs/settings.md)."""
-    data = _data(opts, setting)
+    ``differences``, the experiment's declared ones (docs/settings.md); ``require``, --require's packages by
+    framework, in place of a script's requirements file; ``mounts``, --data's folders by framework."""
     bounds, warmup = _bounds(opts, epochs, setting)
     out = []
     for framework, entry in scripts.items():
         if framework not in opts.frameworks:
             continue
         files = _files(entry["folder"])
+        data = _data(opts, setting, entry)
+        flag = (require or {}).get(framework)
+        source = script_requirements.from_flag(framework, flag) if flag else entry["requirements"]
+        requirements = script_requirements.settle(source, framework) if source else None
+        if opts.prepare_data:           # before any run (a dry run starts nothing): its wheels, and its imports
+            script_requirements.check_imports(entry["folder"], [entry["path"], *filter(None, [entry["shim"]])],
+                                              framework, source, requirements, opts.data_dir, describe(framework))
         script = {"path": entry["path"], "args": entry["args"], "folder": str(entry["folder"]), "files": files,
-                  "shim": entry["shim"], "requirements": entry["requirements"]}
+                  "shim": entry["shim"], "requirements": requirements,
+                  "mounts": data_mounts.mounts_for(framework, mounts or {})}
         for repeat in range(opts.repeats):
             spec = {"schema": SCHEMA, "run_id": "", "experiment": name, "variant": variant, "framework": framework,
                     "profile": opts.profile, "device": opts.device, "repeat": repeat, "source": "script",

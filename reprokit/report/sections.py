@@ -362,8 +362,8 @@ def model_sizes(published: dict[str, Any] | None, by_fw: dict[str, list[dict[str
 
 
 def probed(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
-    """Each probed script: what ran, how it ended, and every shim that changed its behaviour, one by one; the
-    observation hooks (which change nothing the script computes) once."""
+    """Each probed script: what ran, how it ended, every shim that changed its behaviour, one by one, and its notes
+    (an error it raised after training); the observation hooks (which change nothing the script computes) once."""
     parts: list[str] = []
     hooks: list[str] = []
     for variant, by_fw in by_variant.items():
@@ -378,7 +378,8 @@ def probed(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None
                     f"{md(', '.join(probe.get('models') or []) or 'no model')}; host synchronisations in its own code: "
                     f"{syncs.get('per_training_step', 0):.2g} per training step ({md(syncs.get('meaning', ''))}). "
                     f"Declared shims (they change what it does):")
-            parts.append("\n".join([line, *(f"  - {md(s)}" for s in probe["shims"])]))
+            parts.append("\n".join([line, *(f"  - {md(s)}" for s in probe["shims"]),
+                                     *(f"  - **Note:** {md(n)}" for n in probe.get("notes") or [])]))
             hooks = hooks or probe["hooks"]
     if not parts:
         return None

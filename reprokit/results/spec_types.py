@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kits.common.pitfalls import Pitfalls
-from kits.common.spec import Numerics, RunSpec, ScriptSpec, read_older
+from kits.common.spec import Numerics, RunSpec, Script, ScriptSpec, read_older
 
 # dotted field -> its types, where the result has the field (the schema says which it must have)
 READ: dict[str, tuple[type, ...]] = {
@@ -31,7 +31,7 @@ READ: dict[str, tuple[type, ...]] = {
     "launcher.image.base_digest": (str, type(None)),
 }
 # spec fields the kit writes only where set (RunSpec.to_dict), so older specs read as they were
-WRITTEN_WHERE_SET = {(Numerics, "channels_last")}
+WRITTEN_WHERE_SET = {(Numerics, "channels_last"), (Script, "mounts")}
 # fields that must be there where their parent is
 NAMED = ("environment.host.hostname", "launcher.image.ref", "launcher.image.id")
 # lists, and the type of each of their items
@@ -75,8 +75,9 @@ def _hints(kind: type) -> dict[str, Any]:
 def _fields(kind: type) -> tuple[tuple[str, Any, type | None, Callable[[Any], bool]], ...]:
     """Each field's name, type hint, nested spec type (or None) and value check, worked out once per spec type: a
     report of 10,000 results checks 10,000 specs."""
-    return tuple((name, hint, next((t for t in typing.get_args(hint) or (hint,)
-                                    if isinstance(t, type) and dataclasses.is_dataclass(t)), None), _check(hint))
+    return tuple((name, hint, None if typing.get_origin(hint) is list else
+                  next((t for t in typing.get_args(hint) or (hint,)
+                        if isinstance(t, type) and dataclasses.is_dataclass(t)), None), _check(hint))
                  for name, hint in _hints(kind).items())
 
 
@@ -120,6 +121,8 @@ def _check(hint: Any) -> Callable[[Any], bool]:
         return lambda value: any(fits(value) for fits in options)
     if hint is type(None):
         return lambda value: value is None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):         # a list's items (a script's mounts)
+        return lambda value: spec_problem(hint, value) is None
     origin = typing.get_origin(hint) or hint
     if origin is float:         # a spec's figures are finite: NaN is no size, rate or step
         return lambda value: isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -114,6 +114,8 @@ def spec_call(spec: dict[str, Any], spec_path: Path, output: Path, data_dir: Pat
     if spec.get("source") == "script":
         folder = Path(spec["script"]["folder"])
         module, args, inputs = "kits.probe", (*args, "--script-dir", folder), (spec_path, folder)
+        for mount in spec["script"].get("mounts", ()):      # the user's own data (--data), read-only as inputs are
+            args, inputs = (*args, "--mount", mount["at"], Path(mount["folder"])), (*inputs, Path(mount["folder"]))
     return KitCall(spec["framework"], module, args, output=output, inputs=inputs,
                    timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"], placement=placement)
 

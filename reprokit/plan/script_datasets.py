@@ -1,0 +1,75 @@
+"""Which of the kit's named datasets a script loads, read from its folder's code when the run is planned.
+
+The plan reads the script (first) and the other .py files a run copies with ast, for the datasets' API
+names: ``datasets.MNIST(...)`` and ``from torchvision.datasets import FashionMNIST``, ``keras.datasets.mnist``,
+``tf.keras.datasets.cifar100`` and ``from tensorflow.keras.datasets import fashion_mnist`` (names in comments
+and strings are not code, and do not count). Read at plan time, the first one found becomes the spec's data:
+the host prepares it (the published dataset, or its stand-in on quick) and checksums it, so the report names
+the data the script trained on and the run id covers it; the plan refuses, before any run, a standard run
+whose dataset is not there and cannot be downloaded. A script that loads another of them as well (chosen by
+its arguments) still gets it in the run (kits/common/staged_data.py): the plan prepares those too.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from kits.common import work_folder
+from kits.common.named_datasets import KNOWN
+from reprokit.environments import published_datasets
+
+_TORCHVISION = {n.torchvision: n.name for n in KNOWN.values()}
+_KERAS = {n.keras: n.name for n in KNOWN.values()}
+
+
+def _dotted_tail(node: ast.expr) -> str | None:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+def _named_in(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """(line, column, dataset) of each use of a named dataset's API in a module."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            # torchvision's class names are distinctive; Keras's module names only after ``datasets.``
+            name = _TORCHVISION.get(node.attr) or (_KERAS.get(node.attr) if _dotted_tail(node.value) == "datasets"
+                                                   else None)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").rsplit(".", 1)[-1] == "datasets":
+            name = next((_TORCHVISION.get(a.name) or _KERAS.get(a.name) for a in node.names
+                         if a.name in _TORCHVISION or a.name in _KERAS), None)
+        else:
+            continue
+        if name:
+            found.append((node.lineno, node.col_offset, name))
+    return sorted(found)
+
+
+def loaded(folder: Path, script: str) -> list[str]:
+    """The named datasets the script's folder loads, in the order they first appear (the script's own file first)."""
+    others = sorted(p for here, names in work_folder.walk(folder) for p in (here / n for n in names)
+                    if p.suffix == ".py" and p != folder / script)
+    out: list[str] = []
+    for path in [folder / script, *others]:
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):        # not Python this interpreter reads: the run will say so
+            continue
+        out += [name for _, _, name in _named_in(tree)]
+    return list(dict.fromkeys(out))
+
+
+def planned(found: list[str], profile: str) -> str | None:
+    """The spec's data.dataset for a script that loads these: the first one, published (its stand-in on quick);
+    None where it loads none, or CIFAR-10 first (the profile's own data, as before)."""
+    if not found or found[0] == "cifar10":
+        return None
+    return KNOWN[found[0]].stand_in if profile == "quick" else found[0]
+
+
+def prepare_others(found: list[str], planned_name: str, data_dir: Path, allow_download: bool) -> None:
+    """On standard and full, the published datasets the script loads besides the spec's: a run reads them from the
+    host's copies (a quick run generates their stand-ins itself)."""
+    if planned_name in KNOWN:
+        for name in found:
+            if name != planned_name:
+                published_datasets.prepare(name, data_dir, allow_download)
