@@ -75,6 +75,8 @@ def _data(opts: Options, setting: dict[str, Any] | None, entry: dict[str, Any]) 
     given = setting["data"] if setting else {"dataset": script_datasets.planned(found, opts.profile)
                                              or (STAND_IN if opts.profile == "quick" else "cifar10")}
     name = opts.dataset or given["dataset"]
+    if opts.dataset == STAND_IN and found:     # --dataset learnable: the stand-in of the dataset the script loads
+        name = script_datasets.planned(found, "quick") or name
     request = {"dataset": name, "train_samples": given.get("train_samples"), "test_samples": given.get("test_samples"),
                "seed": setting["train"]["seed"] if setting else 0}
     if opts.prepare_data:              # the data step, before planning reads what it prepared
