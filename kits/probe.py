@@ -34,7 +34,7 @@ from kits.common.energy import Energy
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
 from kits.common.names import kit_module
-from kits.common.network_guard import NO_NETWORK, block_network
+from kits.common.network_guard import NO_NETWORK, block_network, sockets_fit
 from kits.common.nvml import DeviceSampler
 from kits.common.observe import HookClock, Observer, StopScript
 from kits.common.phases import WARMUP, PhaseMemory
@@ -90,7 +90,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
         weights_from: Path | None = None, mounts: list[tuple[str, Path]] | None = None) -> dict:
     spec = ScriptSpec.from_dict(raw)
     tried: list[str] = []
-    shims = [block_network(tried)]
+    shims = [block_network(tried), *sockets_fit()]
     copied_at = time.time()
     work = _workdir(spec, script_dir, out)
     shims += work_folder.mount(work, mounts or [])

@@ -55,3 +55,26 @@ def test_local_traffic_works_and_only_what_leaves_the_machine_is_refused():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ("['download.pytorch.org:443', 'example.com:443', 'example.com', '192.0.2.1:80', "
                                    "'2001:db8::1:80']")
+
+
+def test_a_deep_tmpdir_still_gives_multiprocessing_its_unix_sockets(tmp_path):
+    """A state folder deep in a project tree makes the run's TMPDIR too long for a socket's path: the listeners a
+    DataLoader's workers hand tensors over by then bind in the abstract namespace, and still connect."""
+    deep = tmp_path / ("a-folder-deep-in-a-project-tree" * 3)
+    deep.mkdir()
+    script = textwrap.dedent("""
+        from multiprocessing.connection import Client, Listener
+        from kits.common.network_guard import block_network, sockets_fit
+        block_network([])
+        said = sockets_fit()
+        with Listener(family="AF_UNIX") as listener:
+            with Client(listener.address) as client, listener.accept() as served:
+                client.send("batch")
+                assert served.recv() == "batch"
+        print(said)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"TMPDIR": str(deep), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert "abstract socket namespace" in proc.stdout
+    assert not list(deep.iterdir()) or all(p.name.startswith("pymp-") for p in deep.iterdir())

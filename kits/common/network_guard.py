@@ -9,7 +9,10 @@ look-ups of names other than this host's. Unix sockets and socket pairs (a DataL
 from __future__ import annotations
 
 import ipaddress
+import os
+import secrets
 import socket
+import tempfile
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -96,3 +99,25 @@ def _is_address(host: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+# A Unix socket's path holds 107 bytes; multiprocessing binds its listeners at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX.
+SOCKET_PATH_ROOM = 107 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def sockets_fit() -> list[str]:
+    """Where the run's TMPDIR (inside its state folder) is too deep for a Unix socket's path, multiprocessing's
+    listeners (a DataLoader's workers handing tensors over) bind in Linux's abstract socket namespace instead:
+    no file and no path limit, the same connection. Returns the shim's declaration, if one was needed."""
+    if len(tempfile.gettempdir()) <= SOCKET_PATH_ROOM:
+        return []
+    from multiprocessing import connection
+    real = getattr(connection, "arbitrary_address")    # noqa: B009 - not in typeshed's stubs
+
+    def arbitrary_address(family: str) -> Any:
+        if family == "AF_UNIX":
+            return f"\0listener-{os.getpid()}-{secrets.token_hex(8)}"
+        return real(family)
+    setattr(connection, "arbitrary_address", arbitrary_address)    # noqa: B010 - as above
+    return ["multiprocessing's listeners bind in Linux's abstract socket namespace (the run's TMPDIR is too deep "
+            "for a socket's path)"]

@@ -14,12 +14,10 @@ its output folder, removed once it has ended, never to /tmp.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -87,9 +85,8 @@ class LocalRunner:
             self.prepare({call.framework})
         fresh_folder(call.output)
         tmp = fresh_folder(_temp_folder(call))
-        short = _short(tmp)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
-               "PYTHONUNBUFFERED": "1", "TMPDIR": str(short)}
+               "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp)}
         cpus = ""
         if self.visible_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_gpus
@@ -114,8 +111,6 @@ class LocalRunner:
                 return self._wait(proc, call, cmd, tail, on_progress, t0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            if short != tmp:
-                short.unlink(missing_ok=True)
 
     @staticmethod
     def _wait(proc: subprocess.Popen[str], call: KitCall, cmd: list[str], tail: list[str], on_progress: ProgressFn,
@@ -150,22 +145,6 @@ def _temp_folder(call: KitCall) -> Path:
     """The kit process's TMPDIR: beside its output folder, inside its run's work folder (so an orchestrator
     killed before removing it leaves it where the run's next attempt starts afresh, never in /tmp)."""
     return call.output.with_name(call.output.name + ".tmp")
-
-
-# A Unix socket's path holds 107 bytes; multiprocessing binds its listeners (a DataLoader's workers) at
-# TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, 34 more than TMPDIR.
-SOCKET_ROOM = 107 - 34
-
-
-def _short(tmp: Path) -> Path:
-    """TMPDIR as a path short enough for the sockets made in it: a deep state folder's is reached through a
-    link in the system's temporary folder (named by the folder, replaced by the run's next attempt)."""
-    if len(str(tmp)) <= SOCKET_ROOM:
-        return tmp
-    link = Path(tempfile.gettempdir(), f"reprokit-{hashlib.sha256(str(tmp).encode()).hexdigest()[:12]}")
-    link.unlink(missing_ok=True)
-    link.symlink_to(tmp, target_is_directory=True)
-    return link
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
