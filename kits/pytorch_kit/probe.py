@@ -36,7 +36,7 @@ from kits.common.hook_clock import HookClock, own_time
 from kits.common.measure import now
 from kits.common.observe import Observer
 from kits.common.staged_data import StagedData
-from kits.pytorch_kit import named_data
+from kits.pytorch_kit import lightning_hooks, named_data
 from kits.pytorch_kit.evaluation import OutputCount, watch_twins
 from kits.pytorch_kit.read_settings import framework_settings, model_settings
 
@@ -73,6 +73,7 @@ class TorchProbe:
         self.certifying = False                # the certificate's own passes: not the script's
         self.step_settings: dict | None = None  # what a training pass of the model ran as, read inside it
         self.count_outputs = OutputCount()     # takes the loss functions before the probe wraps them
+        self.notes: list[str] = []             # what the run changed where the script made it (a Lightning Trainer)
 
     # -- what the run uses -----------------------------------------------------------------------------
 
@@ -127,6 +128,7 @@ class TorchProbe:
         self._wrap_losses()
         self._count_syncs()
         self._bound_loaders()
+        lightning_hooks.install(self)
         real_compile = torch.compile
 
         def compile_(*args, **kwargs):

@@ -8,7 +8,8 @@ each call of a function the script made with tf.function, and in Keras fit, eval
 a callback the probe adds. Observation hooks (no change to what the script computes, but the graph's
 counters and a read of them per step, which waits for the device):
 - keras.Model.__call__ (outermost call): the batch size (from the tensors) and the training argument;
-- Optimizer.apply_gradients: every training step; eagerly, whether the loop runs eagerly;
+- Optimizer.apply_gradients and Optimizer.apply (kits/tensorflow_kit/optimizer_steps.py): every training step;
+  eagerly, whether the loop runs eagerly;
 - keras.losses.Loss.__call__: the probe's own count of the loss and correct predictions, and the rows
   the loss received;
 - tf.function: which functions the script compiled (and with jit_compile);
@@ -35,16 +36,16 @@ from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
 from kits.common.observe import HookClock, Observer, own_time  # noqa: E402
 from kits.common.staged_data import StagedData  # noqa: E402
-from kits.tensorflow_kit import bounds, named_data  # noqa: E402
+from kits.tensorflow_kit import bounds, named_data, optimizer_steps  # noqa: E402
 from kits.tensorflow_kit.read_settings import framework_settings, model_settings, pipeline_settings  # noqa: E402
 
-STEPS, FORWARDS, BATCH, TRAINING, CORRECT, LOSSES = range(6)       # the packed counters' places
+STEPS, FORWARDS, BATCH, TRAINING, CORRECT, LOSSES, LOSS_SUM = range(7)     # the packed counters' places
 
 
 class KerasProbe:
     HOOKS = (".numpy(), float() and bool() of eager tensors called from the script's own files: counted",
-             "Optimizer.apply_gradients: every training step, whatever the loop (Keras fit, a custom loop, eager "
-             "or traced)",
+             "Optimizer.apply_gradients and Optimizer.apply (the outermost): every training step, whatever the loop "
+             "(Keras fit, a train_step of the script's own, a custom loop, eager or traced)",
              "keras.Model.__call__ (outermost): each forward pass's batch size and training argument",
              "keras.losses.Loss.__call__: the probe's own count of loss and correct predictions",
              "inside a traced function: counters added to the graph (steps, forward passes, the last batch's size "
@@ -64,14 +65,14 @@ class KerasProbe:
         self.fit_input = None                 # the last fit's x: a tf.data dataset's own time is measured after
         self.pipeline_note: str | None = None
         self._depth = self._loss_depth = 0
-        # The graph's counters, packed so that one read after a call gets them all:
-        # [steps, forward passes, the last batch's size, its training argument, correct predictions, losses
-        # counted], the loss's sum, and the last rows the loss received [all non-negative, max |row sum - 1|, rows].
+        # The graph's counters, packed in one float64 variable so that the one read that waits after a call gets
+        # them all (counts stay exact up to 2**53): [steps, forward passes, the last batch's size, its training
+        # argument, correct predictions, losses counted, the loss's sum]; and the last rows the loss received
+        # [all non-negative, max |row sum - 1|, rows], read once at the end.
         with tf.device("/CPU:0"):
-            self.counts = tf.Variable(tf.zeros(6, tf.int64), trainable=False)
-            self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+            self.counts = tf.Variable(tf.zeros(7, tf.float64), trainable=False)
             self.rows = tf.Variable(tf.zeros(3, tf.float32), trainable=False)
-        self._last = np.zeros(6, np.int64), 0.0
+        self._read = self._last = np.zeros(7)
         self._logits_loss: bool | None = None
         self.optimizer = None
         self.others: list[str] = []            # variables an optimizer steps outside the trained model
@@ -82,7 +83,8 @@ class KerasProbe:
     # -- what the run uses -----------------------------------------------------------------------------
 
     def sync(self) -> None:
-        self.counts.numpy()                   # reading a variable waits for the steps that wrote it
+        # reading a variable waits for the steps that wrote it; report_graph uses this read, not a second one
+        self._read = self.counts.numpy()
 
     def memory_now(self) -> int:
         if tf.config.list_physical_devices("GPU"):
@@ -169,31 +171,14 @@ class KerasProbe:
             self._last_model = model
             self.observer.forward(int(first.shape[0]), bool(training), bool(training), timed=False)
             return
-        flag = tf.cast(training if training is not None else False, tf.int64)
+        flag = tf.cast(training if training is not None else False, tf.float64)
         self.counts.scatter_nd_add([[FORWARDS]], [1])
-        self.counts.scatter_nd_update([[BATCH], [TRAINING]], [tf.cast(tf.shape(first)[0], tf.int64), flag])
+        self.counts.scatter_nd_update([[BATCH], [TRAINING]], [tf.cast(tf.shape(first)[0], tf.float64), flag])
         self._last_model = model
 
     def _hook_steps(self) -> None:
-        real = keras.optimizers.Optimizer.apply_gradients
-        probe = self
-
-        def apply_gradients(optimizer, grads_and_vars, *args, **kwargs):
-            pairs = list(grads_and_vars)
-            if probe.model is None:
-                probe._find_model(optimizer, [v for _, v in pairs])
-            if tf.executing_eagerly() and not probe.in_keras:
-                probe.first_update()
-                probe.observer.step_begins()
-                out = real(optimizer, pairs, *args, **kwargs)
-                probe.eager_steps += 1
-                probe.observer.step_ends()
-                return out
-            probe.traced = True
-            out = real(optimizer, pairs, *args, **kwargs)
-            probe.counts.scatter_nd_add([[STEPS]], [1])
-            return out
-        keras.optimizers.Optimizer.apply_gradients = apply_gradients
+        """Optimizer.apply_gradients and apply: the outermost is a step (kits/tensorflow_kit/optimizer_steps.py)."""
+        optimizer_steps.install(self, lambda: self.counts.scatter_nd_add([[STEPS]], [1]))
 
     @own_time
     def _find_model(self, optimizer, variables) -> None:
@@ -237,8 +222,7 @@ class KerasProbe:
         if tf.executing_eagerly() and not self.in_keras:
             self.observer.loss(loss_sum, correct)
             return
-        self.loss_sum.assign_add(loss_sum)
-        self.counts.scatter_nd_add([[CORRECT], [LOSSES]], [correct, 1])
+        self.counts.scatter_nd_add([[CORRECT], [LOSSES], [LOSS_SUM]], [tf.cast(correct, tf.float64), 1, loss_sum])
 
     def _hook_functions(self) -> None:
         real = tf.function
@@ -260,8 +244,8 @@ class KerasProbe:
         """After a traced call: the forward passes and steps it ran, as events for the observer; the samples it
         ran (its passes times the last one's batch)."""
         self.observer.sync()                 # the call's steps end first: a wait, not the probe's own work
-        counts, loss = self.counts.numpy(), float(self.loss_sum.numpy())
-        (last, last_loss), self._last = self._last, (counts, loss)
+        counts, last = self._read, self._last   # the sync's read of the counters (KerasProbe.sync)
+        self._last = counts
         steps, forwards = int(counts[STEPS] - last[STEPS]), int(counts[FORWARDS] - last[FORWARDS])
         if not forwards and not steps:
             return 0
@@ -269,7 +253,7 @@ class KerasProbe:
         batch = int(counts[BATCH])
         self.observer.forward(batch, training, training, timed=False)
         if counts[LOSSES] > last[LOSSES]:          # predict, or a function without a loss, counts none
-            self.observer.loss(loss - last_loss, int(counts[CORRECT] - last[CORRECT]))
+            self.observer.loss(float(counts[LOSS_SUM] - last[LOSS_SUM]), int(counts[CORRECT] - last[CORRECT]))
         for _ in range(steps):
             self.observer.step_begins()
             self.observer.step_ends()

@@ -29,7 +29,10 @@ from reprokit.environments import cache
 from reprokit.errors import UserError
 
 PYTHON_VERSION = "3.11"            # the images' Python (docker/*.Dockerfile) and the locks'
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+# every manylinux tag the images' glibc 2.28 runs: given --platform, pip takes only the tags named (torch's own
+# dependencies, nvidia-cudnn-cu13 among them, publish manylinux_2_27 wheels)
+PLATFORMS = (*(f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)), "manylinux2014_x86_64",
+             "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64")
 WHERE = f"Python {PYTHON_VERSION} on Linux x86_64"
 # the options that make pip choose wheels for the images, not for this host
 TARGET = ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp",
