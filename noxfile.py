@@ -182,12 +182,12 @@ def bench(session: nox.Session) -> None:
 def wheelhouse(session: nox.Session) -> None:
     """Wheels for an offline GPU box's host side.
 
-    There: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate packaging`.
+    There: `pip install --no-index --find-links DIR jsonschema fastjsonschema tabulate packaging jupytext`.
 
     scripts/gpu_check runs the kit with the box's own Python and PyTorch (numpy comes with it); the
     host side (planning, result validation, the report) also imports jsonschema, fastjsonschema,
-    tabulate and packaging. This downloads them and their dependencies, within pyproject.toml's ranges, as binary
-    wheels for the box's Python and platform, so it runs on any machine with network. matplotlib and
+    tabulate, packaging and jupytext. This downloads them and their dependencies, within pyproject.toml's ranges,
+    as binary wheels for the box's Python and platform, so it runs on any machine with network. matplotlib and
     scipy (about 50 MB) stay out: without them the report leaves out its plots and significance tests
     and says so; the docker SDK is not needed there (--backend local). The seeds' scripts' extra
     requirements (kits/experiments/*/requirements-*.txt) come too. Options after --, e.g.
@@ -198,7 +198,7 @@ def wheelhouse(session: nox.Session) -> None:
     import re
     import tomllib
 
-    names = ("jsonschema", "fastjsonschema", "tabulate", "packaging")
+    names = ("jsonschema", "fastjsonschema", "tabulate", "packaging", "jupytext")   # jupytext: notebooks as scripts
     p = argparse.ArgumentParser(prog="nox -s wheelhouse --")
     p.add_argument("--python-version", default="3.12", help="the box's Python, X.Y (default %(default)s)")
     p.add_argument("--platform", default="manylinux2014_x86_64", help="its wheel platform (default %(default)s)")

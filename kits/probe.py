@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from kits.certify import certify_captured, guarded
-from kits.common import bounds, detectors, environment, report, work_folder
+from kits.common import bounds, detectors, environment, notebook_script, report, work_folder
 from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common.energy import Energy
@@ -113,7 +113,9 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     if spec.script.shim:
         shims.append(f"the declared shim {spec.script.shim} runs first, in the script's namespace")
     # the shim runs where the script does: its relative paths (a dataset root "./") land in the work folder
-    sys.argv = [str(work / spec.script.path), *map(str, spec.script.args)]
+    script, said = notebook_script.script_file(spec, work)     # a notebook: the script its code cells make
+    shims += said
+    sys.argv = [str(script), *map(str, spec.script.args)]
     sys.path.insert(0, str(work))
     os.chdir(work)
     phases.start(WARMUP)
@@ -121,7 +123,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     try:
         globals_ = runpy.run_path(str(work / spec.script.shim)) if spec.script.shim else {}
         running = "the script"
-        runpy.run_path(str(work / spec.script.path), init_globals=globals_, run_name="__main__")
+        runpy.run_path(str(script), init_globals=globals_, run_name="__main__")
     except Certified:
         return report.header(raw, "certified", None) | {"probe": {"shims": shims, "models": probe.models}}
     except StopScript:

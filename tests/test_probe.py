@@ -132,10 +132,10 @@ def test_keras_loops_are_seen_whether_eager_traced_or_fit(kit_python, tmp_path, 
     assert seen["keras_fit"]["bounded"] == ["fit"]
     assert runs["keras_fit"]["probe"]["ended"] == "the script ran to its end, bounded (fit)"
     assert "Dense" in seen["keras_graph"]["layers"] and "Dropout" not in seen["keras_graph"]["layers"]
-    # tfds.load('cifar10') would download: on the stand-in it gets the same arrays as TFDS's elements, declared
+    # tfds.load('cifar10') would download: TFDS reads the stand-in as its own prepared cifar10, declared
     assert seen["keras_tfds"]["input"] == "Keras fit over the script's own tf.data dataset"
-    assert any(s.startswith("tfds.load('cifar10') gives the kit's CIFAR-10 arrays") for s in
-               runs["keras_tfds"]["probe"]["shims"])
+    assert any(s.startswith("the generated CIFAR-10 stand-in (") and "as TFDS's prepared cifar10 3.0.2" in s
+               for s in runs["keras_tfds"]["probe"]["shims"])
 
 
 def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):

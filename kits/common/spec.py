@@ -233,6 +233,16 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class Notebook:
+    """A notebook run as one script of its code cells, in order (reprokit/environments/notebooks.py): its sha256,
+    the text the host converted it to (what the probe runs) and that text's sha256, and the IPython lines left out."""
+    sha256: str
+    code: str
+    code_sha256: str
+    left_out: list[str]
+
+
+@dataclass(frozen=True)
 class Script:
     """A user's own training script, run unmodified: its file in its folder (given to the probe as a path)."""
     path: str                                # relative to the folder
@@ -242,6 +252,7 @@ class Script:
     shim: str | None = None                  # a declared file run before the script (defines what a post left out)
     requirements: Requirements | None = None  # extra, hash-pinned, layered on the framework's lock
     mounts: list[Mount] = field(default_factory=list)   # the user's own data folders (--data)
+    notebook: Notebook | None = None          # where path is a notebook (.ipynb): the script its code cells make
 
 
 # An evaluation pass's bound also counts samples, so that a loader of small batches still evaluates a few
@@ -308,6 +319,8 @@ class ScriptSpec:
         out = dataclasses.asdict(self)
         if not out["script"]["mounts"]:      # written only where given: a spec without keeps the run id it had
             del out["script"]["mounts"]
+        if out["script"]["notebook"] is None:
+            del out["script"]["notebook"]
         return out
 
     def computed_run_id(self) -> str:

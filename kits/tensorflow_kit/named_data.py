@@ -3,8 +3,8 @@
 ``keras.datasets.mnist / fashion_mnist / cifar100.load_data()`` (``tf.keras.datasets`` too) run as Keras wrote
 them, on the run's files of the dataset in Keras's own formats (kits/common/staged_data.py): their ``get_file``
 gives the run's file instead of fetching it. CIFAR-10's load_data expects the published 50,000 training
-images, so it is replaced by a reader of the run's batches with Keras's own load_batch. ``tfds.load('cifar10')``
-reads TFDS's own dataset where the data step prepared it, else the same arrays as TFDS's elements. Anything
+images, so it is replaced by a reader of the run's batches with Keras's own load_batch. ``tfds.load`` of the four
+reads TFDS's own prepared datasets (kits/common/tfds_named.py). Anything
 else Keras would download (another dataset, ``keras.applications``' pretrained weights) is refused, naming the
 file, unless it is in Keras's cache already.
 """
@@ -15,8 +15,8 @@ import urllib.parse
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
 
+from kits.common import tfds_named
 from kits.common.named_datasets import KNOWN, not_provided
 from kits.common.staged_data import NotProvided, StagedData, replace_everywhere
 
@@ -45,7 +45,7 @@ def install(named: StagedData, tfds_root: Path | None) -> list[str]:
     names = ", ".join(n.keras for n in KNOWN.values())
     return [f"keras.datasets' {names} load_data() read the run's files of the dataset in Keras's own formats "
             f"(CIFAR-10's batches with Keras's load_batch); they never download, and other downloads (datasets, "
-            f"pretrained weights) are refused, naming the file", *_stage_tfds(named, tfds_root)]
+            f"pretrained weights) are refused, naming the file", *tfds_named.install(named, tfds_root)]
 
 
 def _batches(folder: Path):
@@ -56,31 +56,3 @@ def _batches(folder: Path):
     return ((np.concatenate([x for x, _ in parts]).transpose(0, 2, 3, 1),
              np.concatenate([np.asarray(y) for _, y in parts]).astype(np.int64)),
             (x_test.transpose(0, 2, 3, 1), np.asarray(y_test, np.int64)))
-
-
-def _stage_tfds(named: StagedData, tfds_root: Path | None) -> list[str]:
-    """tfds.load('cifar10'), which would download: TFDS's own prepared dataset, or the run's CIFAR-10 arrays."""
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError:
-        return []
-    real = tfds.load
-    if tfds_root is not None:
-        def load(name, *args, **kwargs):
-            if str(name).split(":")[0] == "cifar10":
-                kwargs.update(data_dir=str(tfds_root), download=False, try_gcs=False)
-            return real(name, *args, **kwargs)
-        tfds.load = load
-        return ["tfds.load('cifar10') reads TFDS's own cifar10, prepared by the data step and checked against the "
-                "spec (it never downloads)"]
-
-    def from_arrays(name, split=None, *args, **kwargs):
-        if str(name).split(":")[0] != "cifar10":
-            return real(name, split, *args, **kwargs)
-        (x_train, y_train), (x_test, y_test) = _batches(named.cifar("cifar10"))
-        made = {"train": tf.data.Dataset.from_tensor_slices({"image": x_train, "label": y_train}),
-                "test": tf.data.Dataset.from_tensor_slices({"image": x_test, "label": y_test})}
-        return [made[s] for s in split] if isinstance(split, (list, tuple)) else made[split] if split else made
-    tfds.load = from_arrays
-    return ["tfds.load('cifar10') gives the kit's CIFAR-10 arrays as TFDS's {'image', 'label'} elements, in the "
-            "files' order (TFDS's own dataset is not prepared: `nox -s data` prepares it)"]

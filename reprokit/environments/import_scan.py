@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from reprokit.environments import notebooks
 from reprokit.errors import UserError
 
 OPTIONAL = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
@@ -78,7 +79,7 @@ def scan(folder: Path, scripts: Iterable[str]) -> dict[str, str]:
             continue
         seen.add(path)
         try:
-            tree = ast.parse(path.read_bytes(), str(path))
+            tree = ast.parse(notebooks.source(path), str(path))      # a notebook: its code cells
         except (SyntaxError, ValueError):
             continue                    # the run says so: its result is the script's SyntaxError
         for name in imports(tree):

@@ -2,7 +2,8 @@
 
 The plan reads the script (first) and the other .py files a run copies with ast, for the datasets' API
 names: ``datasets.MNIST(...)`` and ``from torchvision.datasets import FashionMNIST``, ``keras.datasets.mnist``,
-``tf.keras.datasets.cifar100`` and ``from tensorflow.keras.datasets import fashion_mnist`` (names in comments
+``tf.keras.datasets.cifar100``, ``from tensorflow.keras.datasets import fashion_mnist`` and TFDS's
+``tfds.load('mnist', ...)`` or ``tfds.builder('cifar100')`` (a literal name; names in comments
 and strings are not code, and do not count). Read at plan time, the first one found becomes the spec's data:
 the host prepares it (the published dataset, or its stand-in on quick) and checksums it, so the report names
 the data the script trained on and the run id covers it; the plan refuses, before any run, a standard run
@@ -16,14 +17,26 @@ from pathlib import Path
 
 from kits.common import work_folder
 from kits.common.named_datasets import KNOWN
-from reprokit.environments import published_datasets
+from reprokit.environments import notebooks, published_datasets
 
 _TORCHVISION = {n.torchvision: n.name for n in KNOWN.values()}
 _KERAS = {n.keras: n.name for n in KNOWN.values()}
+_TFDS_MODULES = ("tfds", "tensorflow_datasets")      # as TFDS's guides import it, or by its own name
 
 
 def _dotted_tail(node: ast.expr) -> str | None:
     return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+def _tfds_name(call: ast.Call) -> str | None:
+    """The dataset of ``tfds.load('mnist:3.*.*', ...)`` or ``tfds.builder('mnist')``, a literal name TFDS shares."""
+    func, args = call.func, call.args
+    if not (isinstance(func, ast.Attribute) and func.attr in ("load", "builder")
+            and _dotted_tail(func.value) in _TFDS_MODULES and args and isinstance(args[0], ast.Constant)
+            and isinstance(args[0].value, str)):
+        return None
+    name = args[0].value.split(":")[0]
+    return name if name in KNOWN else None
 
 
 def _named_in(tree: ast.AST) -> list[tuple[int, int, str]]:
@@ -37,6 +50,8 @@ def _named_in(tree: ast.AST) -> list[tuple[int, int, str]]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").rsplit(".", 1)[-1] == "datasets":
             name = next((_TORCHVISION.get(a.name) or _KERAS.get(a.name) for a in node.names
                          if a.name in _TORCHVISION or a.name in _KERAS), None)
+        elif isinstance(node, ast.Call):
+            name = _tfds_name(node)
         else:
             continue
         if name:
@@ -51,7 +66,7 @@ def loaded(folder: Path, script: str) -> list[str]:
     out: list[str] = []
     for path in [folder / script, *others]:
         try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
+            tree = ast.parse(notebooks.source(path), filename=str(path))   # a notebook: its code cells
         except (SyntaxError, ValueError):        # not Python this interpreter reads: the run will say so
             continue
         out += [name for _, _, name in _named_in(tree)]

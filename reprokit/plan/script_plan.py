@@ -19,7 +19,7 @@ from typing import Any
 
 from kits.common import work_folder
 from kits.common.spec import ScriptSpec
-from reprokit.environments import datasets, published_datasets, script_requirements
+from reprokit.environments import datasets, notebooks, published_datasets, script_requirements
 from reprokit.errors import UserError
 from reprokit.plan import data_mounts, script_datasets
 from reprokit.plan.plan import TIMEOUT_S, Options, identified
@@ -51,7 +51,9 @@ def script_entry(value: str | dict[str, Any], experiment_file: Path, framework: 
     requirements = named or (path.parent / script_requirements.BESIDE).relative_to(folder).as_posix()
     return {"folder": folder, "path": path.relative_to(folder).as_posix(), "args": list(entry.get("args", [])),
             "shim": shim, "requirements": script_requirements.from_file(folder, requirements)
-            if (folder / requirements).is_file() else None}
+            if (folder / requirements).is_file() else None,
+            # a notebook's code cells as one script, its IPython lines settled (refused here, before any run)
+            "notebook": notebooks.convert(path) if notebooks.is_notebook(path) else None}
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -131,12 +133,17 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
         flag = (require or {}).get(framework)
         source = script_requirements.from_flag(framework, flag) if flag else entry["requirements"]
         requirements = script_requirements.settle(source, framework) if source else None
+        # a notebook's install lines: left out where these requirements or the lock give them, else refused here
+        notebook = entry["notebook"] and notebooks.for_spec(entry["notebook"], framework,
+                                                            source.lines if source else ())
         if opts.prepare_data:           # before any run (a dry run starts nothing): its wheels, and its imports
             script_requirements.check_imports(entry["folder"], [entry["path"], *filter(None, [entry["shim"]])],
                                               framework, source, requirements, opts.data_dir, describe(framework))
         script = {"path": entry["path"], "args": entry["args"], "folder": str(entry["folder"]), "files": files,
                   "shim": entry["shim"], "requirements": requirements,
                   "mounts": data_mounts.mounts_for(framework, mounts or {})}
+        if notebook:
+            script["notebook"] = notebook
         for repeat in range(opts.repeats):
             spec = {"schema": SCHEMA, "run_id": "", "experiment": name, "variant": variant, "framework": framework,
                     "profile": opts.profile, "device": opts.device, "repeat": repeat, "source": "script",

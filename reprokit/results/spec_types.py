@@ -31,7 +31,7 @@ READ: dict[str, tuple[type, ...]] = {
     "launcher.image.base_digest": (str, type(None)),
 }
 # spec fields the kit writes only where set (RunSpec.to_dict), so older specs read as they were
-WRITTEN_WHERE_SET = {(Numerics, "channels_last"), (Script, "mounts")}
+WRITTEN_WHERE_SET = {(Numerics, "channels_last"), (Script, "mounts"), (Script, "notebook")}
 # fields that must be there where their parent is
 NAMED = ("environment.host.hostname", "launcher.image.ref", "launcher.image.id")
 # lists, and the type of each of their items
