@@ -124,7 +124,8 @@ def test_a_jax_script_that_raises_is_a_failed_run_with_its_reason(probed):
 
 def test_a_pytorch_and_jax_pair_runs_end_to_end(kit_python, tmp_path, data_dir):
     """The user's pair through the CLI (quick bounds, local runner): both measured, the report renders, and the
-    certificate, which does not capture a JAX script's model yet (docs/scripts.md), is not run, with why."""
+    certificate, on the nnx.Module the JAX script trains and the PyTorch model, captured at their first steps,
+    certifies them as the same model (docs/scripts.md)."""
     kit_python("pytorch"), kit_python("jax")
     proc = subprocess.run(
         [sys.executable, "-m", "reprokit", "reproduce", "--script", f"pytorch={SCRIPTS / 'torch_fixed.py'}",
@@ -139,4 +140,5 @@ def test_a_pytorch_and_jax_pair_runs_end_to_end(kit_python, tmp_path, data_dir):
     assert jax_run["effective"]["train_steps_per_epoch"] == runs["pytorch"]["effective"]["train_steps_per_epoch"] == [3]
     assert jax_run["effective"]["batch_size"]["configured"] == 32 and jax_run["probe"]["bounded"] == ["steps"]
     report = (tmp_path / "reports" / "jax_pair" / "report.md").read_text()
-    assert "JAX" in report and "certificate: not run**: the JAX side: the certificate does not capture a JAX script" in report
+    assert "JAX" in report and "**Equivalence certificate: pass**" in report
+    assert "- layers pass: 5,418 parameters" in report and "- logits pass:" in report and "- dropout pass:" in report

@@ -117,13 +117,17 @@ class Canonical:
     who: str
     x_trace: np.ndarray
     _inputs: Callable[[np.ndarray], jax.Array]
+    traced_in: bool | None = True        # the trace's mode: training (None: the modes its modules are in)
+
+    def _set_mode(self, training: bool, dropout: bool) -> None:
+        set_mode(self.model, training, dropout)
 
     def _canonical(self) -> None:
         self.dtype = jax.tree.leaves(nnx.state(self.model, nnx.Param))[0].dtype
         if self.trace is None:
-            set_mode(self.model, True, dropout=True)
+            self._set_mode(True, dropout=True)
             try:
-                self.trace = trace.trace(self.model, self._inputs(self.x_trace), training=True)
+                self.trace = trace.trace(self.model, self._inputs(self.x_trace), training=self.traced_in)
             except Exception as exc:
                 if custom.from_the_kit(exc):
                     raise
@@ -206,12 +210,12 @@ class Canonical:
     def logits(self, x: np.ndarray, training: bool) -> list[list[float]]:
         """Evaluation or training mode, dropout off; a training-mode pass updates BatchNorm's running
         statistics, as the other kits' do (the caller loads the weights again)."""
-        set_mode(self.model, training, dropout=False)
+        self._set_mode(training, dropout=False)
         return np.asarray(self._run(self._inputs(x))[0], np.float64).tolist()
 
     def train_outputs(self, x: np.ndarray, passes: int) -> list[list[list[float]]]:
         """``passes`` forward passes in training mode, dropout as the kit trains (a new key each pass)."""
-        set_mode(self.model, True, dropout=True)
+        self._set_mode(True, dropout=True)
         return [np.asarray(o, np.float64).tolist() for o in self._run(self._inputs(x), passes)]
 
     def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict, np.ndarray]]:
@@ -219,7 +223,7 @@ class Canonical:
         layers = getattr(self.model, "layers", None)
         if not isinstance(self.model, nnx.Sequential) or layers is None:
             raise TypeError(f"the layers of {type(self.model).__name__} are read one by one only in an nnx.Sequential")
-        set_mode(self.model, training, dropout=False)
+        self._set_mode(training, dropout=False)
         names = {id(m): p for p, m in modules(self.model).items()}
         out: list[tuple[dict, np.ndarray]] = []
         h = self._inputs(x)

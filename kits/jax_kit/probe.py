@@ -30,12 +30,13 @@ import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from kits.common import certificate as cert  # noqa: E402
 from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
 from kits.common.observe import Observer, own_time  # noqa: E402
 from kits.common.staged_data import StagedData  # noqa: E402
 from kits.jax_kit import memory  # noqa: E402
-from kits.jax_kit.probe_steps import EVAL, TRAIN, Tracing, Watched, hook_traces, jit_hook  # noqa: E402
+from kits.jax_kit.probe_steps import EVAL, LOGITS_LOSS, TRAIN, Tracing, Watched, hook_traces, jit_hook  # noqa: E402
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, model_settings  # noqa: E402
 
 CIFAR10_BATCHES = "cifar-10-batches-py"
@@ -46,7 +47,7 @@ class JaxProbe:
              "trace JAX keeps for that call); its calls are the training steps (a trace that updates parameters) "
              "and evaluations (a function given the trained state), each call's batch from its array arguments",
              "optax.apply_updates (nnx.Optimizer.update calls it), jax.grad and jax.value_and_grad: marked inside "
-             "those traces",
+             "those traces; optax's softmax cross-entropies too (the certificate's loss of logits)",
              "each function's executables counted after each call: a call that compiled is counted and timed",
              "the device waited for (jax.block_until_ready on the last call's outputs) at each timing window's and "
              "phase's edges")
@@ -59,6 +60,8 @@ class JaxProbe:
         self.models: list[str] = []
         self.others: list[str] = []
         self.model: nnx.Module | None = None          # the Flax module the training step received, if one
+        self.optimizer: nnx.Optimizer | None = None   # ... and the nnx.Optimizer, if one
+        self.first_batch: np.ndarray | None = None    # the first samples of the first step's inputs
         self.step: Watched | None = None              # the first training step seen
         self.compilations: list[dict[str, Any]] = []
         self.notes: list[str] = []
@@ -74,7 +77,10 @@ class JaxProbe:
         jax.block_until_ready(live)
 
     def _device(self):
-        arrays = [x for x in jax.tree.leaves(self._trained[0] if self._trained else None) if isinstance(x, jax.Array)]
+        """Where the trained state is: the step's outputs, or the Flax module's (a step may return nothing)."""
+        state = nnx.state(self.model, nnx.Param) if self.model is not None else None
+        arrays = [x for x in jax.tree.leaves((self._trained[0] if self._trained else None, state))
+                  if isinstance(x, jax.Array)]
         return next(iter(arrays[0].devices())) if arrays else None
 
     def on_gpu(self) -> bool:
@@ -154,8 +160,8 @@ class JaxProbe:
         if compiled_s is not None and fn.kind in (TRAIN, EVAL):
             self._record_compile(fn, compiled_s)
         if fn.kind == TRAIN:
-            self._last = out
             self._trained = out, [a for a in args if isinstance(a, (nnx.Module, nnx.Optimizer))]
+            self._last = self._trained        # a Flax step may return nothing: its module's new state is waited for
             obs.step_ends()
         elif fn.kind == EVAL:
             self._last = out
@@ -181,6 +187,11 @@ class JaxProbe:
         modules = [a for a in args if isinstance(a, nnx.Module)]
         optimizers = [a for a in args if isinstance(a, nnx.Optimizer)]
         self.model = modules[0] if modules else getattr(optimizers[0], "model", None) if optimizers else None
+        self.optimizer = optimizers[0] if optimizers else None
+        inputs = [a for i, a in enumerate(args) if i not in (fn.state_args or ()) and not isinstance(a, nnx.Pytree)]
+        batch = next((x for x in jax.tree.leaves(inputs) if getattr(x, "ndim", 0) >= 2), None)
+        # a copy of its first samples now: the step may donate its buffers
+        self.first_batch = None if batch is None else np.array(batch[:cert.LOGITS_SAMPLES])
         if self.model is not None:
             self.models.append(f"{type(self.model).__name__} with {self.parameters()['total']:,} parameters")
             self.others = [f"{type(m).__name__}" for m in modules[1:]]
@@ -195,10 +206,20 @@ class JaxProbe:
         """``call()`` before the first training step runs (the Observer's first step)."""
         self.observer.at_first_step.append(call)
 
-    def captured(self, _other_input=None):
-        from kits.common.certificate import NotCaptured
-        raise NotCaptured("the certificate does not capture a JAX script's model yet (kits/jax_kit has no "
-                          "Captured form of a script's nnx.Module or parameter pytree)")
+    def captured(self, other_input: np.ndarray | None):
+        """The Flax module the script trains in the certificate's canonical form (kits/jax_kit/captured.py), its
+        input the PyTorch side's batch where the model takes that shape, else the first samples of its own."""
+        if self.model is None:
+            raise cert.NotCaptured(f"the certificate captures a JAX script's nnx.Module only: this script's jitted "
+                                   f"{self.step.name if self.step else 'step'} trains a parameter pytree")
+        if self.first_batch is None:
+            raise ValueError("the first training step received no batch of arrays (N, ...) to run the model on")
+        from kits.jax_kit.captured import Captured
+        own = other_input is None or tuple(other_input.shape[1:]) != self.first_batch.shape[1:]
+        self.own_input = other_input is not None and own
+        seen = self.step.seen if self.step else set()
+        return Captured(self.model, self.optimizer, self.first_batch if own else other_input,
+                        True if LOGITS_LOSS in seen else None, f"the JAX script's {type(self.model).__name__}")
 
     # -- what it saw -------------------------------------------------------------------------------------
 

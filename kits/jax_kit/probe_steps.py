@@ -31,6 +31,8 @@ from flax import nnx
 from kits.common.measure import now
 
 TRAIN, EVAL, OTHER = "train step", "evaluation", "not the model's"
+LOGITS_LOSS = "a loss of logits"          # what the training step's trace marks where it calls one
+LOGITS_LOSSES = ("softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels")
 
 
 class Tracing:
@@ -55,12 +57,18 @@ def _marking(real: Callable, tracing: Tracing, what: str, takes_params: bool = F
 
 
 def hook_traces(tracing: Tracing) -> list[str]:
-    """optax.apply_updates and the gradients, which mark the trace they run in (outside one they do nothing)."""
+    """optax.apply_updates, the gradients and optax's losses of logits, which mark the trace they run in (outside
+    one they do nothing)."""
     optax.apply_updates = _marking(optax.apply_updates, tracing, "update", takes_params=True)
     for name in ("grad", "value_and_grad"):
         setattr(jax, name, _marking(getattr(jax, name), tracing, "grad"))
+    for name in LOGITS_LOSSES:              # optax.X and optax.losses.X are one function: one mark for both
+        marked = _marking(getattr(optax.losses, name), tracing, LOGITS_LOSS)
+        setattr(optax, name, marked)
+        setattr(optax.losses, name, marked)
     return ["optax.apply_updates (nnx.Optimizer.update calls it), jax.grad and jax.value_and_grad: marked when they "
-            "run inside the trace of a function the script jitted (its update, its gradient)"]
+            "run inside the trace of a function the script jitted (its update, its gradient)",
+            f"optax's {' and '.join(LOGITS_LOSSES)}: marked where they run in such a trace (a loss of logits)"]
 
 
 def _cache_size(compiled: Any) -> int | None:
