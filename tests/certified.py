@@ -12,6 +12,7 @@ tests/test_certificate_controls.py.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import sys
@@ -224,7 +225,7 @@ def certify_all(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict[str, 
     pairs["momentum"]["tensorflow"]["train"]["optimizer"]["momentum"] = 0.95
     work = _folder(root, "certificates")
     works = {name: work / name for name in pairs}
-    runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder,))
+    runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder, *_recorder()))
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     results = certificate.certify_many(list(pairs.values()), runner, list(works.values()),
                                        trajectory_budget=REDUCED_BUDGET)
@@ -251,12 +252,18 @@ def certify_jax(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict]:
         pairs[name] = _planned(folder / f"{name}.toml", opts)
     pairs["momentum"]["jax"]["train"]["optimizer"]["momentum"] = 0.95
     work = _folder(root, "jax-certificates")
-    runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder,))
+    runner = LocalRunner(ENVS, data_dir, "cpu", extra_paths=(folder, *_recorder()))
     t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     results = certificate.certify_many(list(pairs.values()), runner, [work / name for name in pairs])
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     cost = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime}
     return dict(zip(pairs, results)), cost
+
+
+def _recorder() -> tuple[Path, ...]:
+    """The folder whose sitecustomize records what the kit processes read, where the suite asked for it."""
+    import batch_cache
+    return (batch_cache.RECORDER,) if os.environ.get(batch_cache.RECORD_ENV) else ()
 
 
 BATCHES = {"certified": certify_all, "certified_jax": certify_jax}

@@ -218,29 +218,36 @@ def nvidia_smi_replay(tmp_path, monkeypatch):
 
 
 # The suite's real-kit certificates (tests/certified.py) are made in the background from the session's first
-# test, a batch at a time, each in a process of its own (one kit process at a time), at the lowest CPU priority:
-# they take what the tests in front leave idle, and are read last.
-_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="certificates")
+# test, both batches at once, each in a process of its own (one kit process at a time), at the lowest CPU
+# priority: they take what the tests in front leave idle, and are read last. A batch whose reads are unchanged
+# since a run kept it is taken from the per-user cache (tests/batch_cache.py).
+_AHEAD = ThreadPoolExecutor(max_workers=2, thread_name_prefix="certificates")
 _CERTIFICATES = pytest.StashKey[set]()
 
 
 def _make_batch(batch: str, builds: dict, root: Path, data_dir: Path) -> Path:
     for build in builds.values():
         build.result()                          # the kits' environments first
+    import batch_cache
     out, log = root / "made.json", root / "batch.log"
     with (root / "batch.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)        # under xdist the first worker makes it; the others wait, then read it
-        if not out.exists():
+        if not out.exists() and not batch_cache.lookup(batch, root, out, data_dir):
             _run_batch(batch, root, data_dir, out, log)
+            batch_cache.store(batch, root, out, root / "read", data_dir)
     return out
 
 
 def _run_batch(batch: str, root: Path, data_dir: Path, out: Path, log: Path) -> None:
+    import batch_cache
+    (root / "read").mkdir()
     with log.open("w") as sink:
         done = subprocess.run(["nice", "-n", "19", sys.executable, str(Path(__file__).with_name("certified.py")),
                                batch, str(root), str(data_dir), str(out)], cwd=REPO, stdout=sink,
-                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                  [str(Path(__file__).parent), str(REPO)])})
+                              stderr=subprocess.STDOUT, env={
+                                  **os.environ, batch_cache.RECORD_ENV: str(root / "read"),
+                                  "PYTHONPATH": os.pathsep.join([str(batch_cache.RECORDER), str(Path(__file__).parent),
+                                                                 str(REPO)])})
     if done.returncode != 0:
         raise RuntimeError(f"the {batch} batch failed (exit {done.returncode}): {log.read_text()[-3000:]}")
 
