@@ -161,3 +161,13 @@ def test_eval_mode_in_training_is_the_kits_reproduction_of_the_post(kit_python, 
     (finding,) = json.loads(out.read_text())["findings"]
     assert finding["code"] == "eval-mode-in-train" and "16 of 16 forward passes during training" in finding["message"]
     assert "only the kit's reproduction" in finding["declared"]
+
+
+@pytest.mark.parametrize("wait_s,train_s,fires", [(0.02, 0.04, False), (0.2, 0.3, False), (0.3, 0.5, True),
+                                                  (0.3, 2.0, False)])
+def test_input_bound_needs_a_wait_above_the_schedulers_noise(wait_s, train_s, fires):
+    """A wait of milliseconds over millisecond steps (a batch of one on a busy host) is no finding; a wait of
+    a quarter second or more that is over 30% of the training time is."""
+    from kits.common.training import Measurements
+    found = detectors.input_bound(Measurements(data_wait_s=wait_s, measured_train_s=train_s))
+    assert [f["code"] for f in found] == (["input-bound"] if fires else [])

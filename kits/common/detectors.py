@@ -20,6 +20,9 @@ from kits.common.spec import RunSpec
 from kits.common.training import Measurements
 
 INPUT_BOUND_FRACTION = 0.3               # of training time spent waiting for the next batch
+# and at least this long: a few milliseconds of waiting over steps of a millisecond (a batch of one) are the
+# scheduler's noise on a busy host, not a pipeline that sets the speed
+INPUT_BOUND_MIN_S = 0.25
 # Memory growth: a trend over windows of the sampled memory, not one jump. The rise over the fitted
 # steps must exceed a share of the model's own training footprint (parameters, gradients and the
 # optimizer's state), and at least the allocator's noise.
@@ -137,7 +140,7 @@ def metric_averaging(reported: list[dict[str, Any]], counted: list[dict[str, Any
 
 
 def input_bound(m: Measurements) -> list[dict[str, Any]]:
-    if m.measured_train_s > 0 and m.data_wait_s / m.measured_train_s > INPUT_BOUND_FRACTION:
+    if m.data_wait_s >= INPUT_BOUND_MIN_S and m.data_wait_s / m.measured_train_s > INPUT_BOUND_FRACTION:
         return [_finding("input-bound", "warning",
                          f"{m.data_wait_s / m.measured_train_s:.0%} of training time was spent waiting for the "
                          f"next batch ({m.data_wait_s:.1f} s of {m.measured_train_s:.1f} s): the input pipeline, "
@@ -181,6 +184,23 @@ def eager_custom_loop(eager: bool) -> list[dict[str, Any]]:
                      "the custom training loop's steps ran eagerly (Optimizer.apply_gradients was called outside any "
                      "tf.function): TensorFlow dispatches each op from Python, where its fast path traces the step "
                      "once into a graph")]
+
+
+def model_not_on_gpu(framework: str, gpu: str | None, utilization: dict[str, Any] | None,
+                     why_not: str | None) -> list[dict[str, Any]]:
+    """A GPU run whose model stayed on the CPU, as the script chose: measured there. The evidence of the idle GPU
+    is NVML's utilisation of the first visible GPU, sampled over the training phases after warmup."""
+    u = utilization or {}
+    n = u.get("samples") or 0
+    if n:
+        seen = (f"NVML sampled it idle (utilisation 0%) in {u['idle_samples']} of {n} samples "
+                f"({u['idle_samples'] / n:.0%}) over the measured training steps, {u['mean_percent']}% busy on average")
+    else:
+        seen = f"its idle time was not measured ({why_not or u.get('unread') or 'NVML took no sample'})"
+    return [_finding("model-not-on-gpu", "warning",
+                     f"the script's {framework} model trained on the CPU while a GPU was available "
+                     f"({gpu or 'the first visible GPU'}): the run is measured on the CPU, as the script chose; "
+                     f"{seen}")]
 
 
 def script_findings(m: Measurements, configured: int, seen: dict[str, Any], warmup: int, series: str,
