@@ -96,6 +96,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     shims += work_folder.mount(work, mounts or [])
     named = StagedData(spec.data, data_dir, work, shims)     # the named datasets, each declared once the script asks
     probe = _probe_for(spec.framework, work)
+    shims += _requirements(spec, data_dir, work)     # first: a package they bring (TFDS) may be staged data's reader
     tfds = spec.data.tfds                     # TFDS's own cifar10, where the data step prepared it: checked
     tfds_root = data_dir / datalib.TFDS_ROOT if tfds and datalib.verified_folder(data_dir / tfds.dir, tfds.sha256) \
         else None
@@ -105,11 +106,11 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     counters = [*probe.gpu_counters(), sampler] if sampler else [ResidentPeak()]
     phases = PhaseMemory(counters)
     observer = Observer(spec, probe.sync, phases, probe.memory_now, Progress(), Energy(sampler))
-    observer.at_first_step.append(lambda: _on_its_device(spec, probe, sampler))
+    observer.at_first_step.append(lambda: _on_its_device(spec.framework, probe, sampler, observer))
     probe.install(observer)
     if certify:
         probe.at_first_update(lambda: certify_side(spec, probe, named.classes, out.parent, weights_from))
-    shims += _bounds(spec) + getattr(probe, "bound_shims", list)() + _requirements(spec, data_dir, work)
+    shims += _bounds(spec) + getattr(probe, "bound_shims", list)()
     if spec.script.shim:
         shims.append(f"the declared shim {spec.script.shim} runs first, in the script's namespace")
     # the shim runs where the script does: its relative paths (a dataset root "./") land in the work folder
@@ -143,6 +144,8 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     if not observer.steps:
         return _failed(spec, "no training step observed (no optimizer step ran)", tried, kind="invalid-output")
     device = sampler.stop() if sampler else None
+    if sampler and not probe.on_gpu():        # measured on the CPU: NVML's device memory is the idle GPU's
+        device = None
     ended = late["ended"] if late else bounds.ended(observer, observer.stopped)
     result = _result(raw, spec, observer, probe, phases, time.perf_counter() - started, ended, shims, device, sampler)
     if late:
@@ -189,17 +192,27 @@ def certify_side(spec: ScriptSpec, probe, classes: int, folder: Path, weights_fr
 
 
 class NoGpu(RuntimeError):
-    """The spec asks for a GPU and the script's model trains on the CPU."""
+    """The spec asks for a GPU and the run sees none."""
 
 
-def _on_its_device(spec: ScriptSpec, probe, sampler) -> None:
-    """At the first step, the model is known: a GPU run on the CPU stops here; NVML watches its device."""
-    if spec.device == "gpu" and not probe.on_gpu():
-        raise NoGpu(f"the spec asks for a GPU but the script's {spec.framework} model trains on the CPU "
-                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); refusing to measure it")
-    if sampler:
-        uuid, pci = probe.device_ids()
-        sampler.watch(uuid, pci)
+def _on_its_device(framework: str, probe, sampler: DeviceSampler | None, observer: Observer) -> None:
+    """At the first step, the model is known and NVML watches its device. A GPU run whose model stayed on the CPU
+    is measured on the CPU, as the script chose (model-not-on-gpu): the process's resident memory and the CPU's
+    energy are its own, and NVML watches the first visible GPU, whose idle time is the finding's evidence. Where
+    the run sees no GPU at all, it stops here."""
+    if not sampler:
+        return
+    if probe.on_gpu():
+        sampler.watch(*probe.device_ids())
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not sampler.listed() or (visible is not None and visible.split(",")[0].strip() in ("", "-1")):
+        raise NoGpu(f"the spec asks for a GPU but the script's {framework} model trains on the CPU and the run sees "
+                    f"no GPU (CUDA_VISIBLE_DEVICES={visible!r}; {sampler.unavailable or 'NVML lists no GPU'})")
+    sampler.watch_first_visible(visible)
+    observer.phases.counters = [ResidentPeak(), sampler]
+    observer.phases.start(WARMUP)
+    observer.energy = Energy()
 
 
 def _requirements(spec: ScriptSpec, data_dir: Path, work: Path) -> list[str]:
@@ -286,6 +299,9 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: Phas
     result["findings"] = detectors.script_findings(m, configured, observer.seen, spec.warmup_steps,
                                                    probe.memory_series(), footprint,
                                                    loader.workers if loader else None, probe.eager_loop())
+    if sampler and not probe.on_gpu():
+        result["findings"] += detectors.model_not_on_gpu(spec.framework, sampler.name, sampler.utilization(),
+                                                         sampler.unavailable)
     return result
 
 

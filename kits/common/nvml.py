@@ -10,8 +10,9 @@ framework starts, then watches the one the framework names, by UUID (or PCI
 bus id), MIG devices included. A device whose baseline cannot be read (a MIG-mode
 GPU's own memory is denied to users) gets none, and a run watched on it says so.
 While the run trains it also samples the clock-event ("throttle") reasons, so a
-slowdown during the run is seen, not only one before or after it. An NVML error
-marks the sampler unavailable with its reason; it never fails the run.
+slowdown during the run is seen, not only one before or after it, and the GPU's utilisation
+(nvmlDeviceGetUtilizationRates) in its training phases: a GPU the script's model never used shows idle
+there. An NVML error marks the sampler unavailable with its reason; it never fails the run.
 
 It is also one of the per-phase memory counters (kits/common/phases.py): ``reset()`` starts a
 phase's peak from the memory used now, ``read()`` gives the highest used since.
@@ -19,6 +20,7 @@ phase's peak from the memory used now, ``read()`` gives the highest used since.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any
 
@@ -37,6 +39,10 @@ _TEXT = 96          # NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_DEVICE_NAME_V2_BUFFE
 
 class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
 class NvmlError(OSError):
@@ -60,6 +66,9 @@ class DeviceSampler:
         self.samples = 0
         self.slowdowns = dict.fromkeys(SLOWDOWNS.values(), 0)
         self.power_management = dict.fromkeys(POWER_MANAGEMENT.values(), 0)
+        self.busy_samples: list[int] = []      # utilization.gpu (%) of each sample in a training phase
+        self.busy_unread: str | None = None    # why NVML gives no utilisation of the device
+        self._phase = ""
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -195,6 +204,37 @@ class DeviceSampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
+    def watch_first_visible(self, visible: str | None) -> None:
+        """Follow the first GPU that CUDA_VISIBLE_DEVICES (``visible``) shows, where no framework names one (its
+        model stayed on the CPU): by the UUID given there, else by index where NVML's order is CUDA's (one GPU,
+        or CUDA_DEVICE_ORDER=PCI_BUS_ID); otherwise which GPU it is stays unsaid, not guessed."""
+        first = (visible if visible is not None else "0").split(",")[0].strip()
+        if self.unavailable is not None:
+            return
+        try:
+            uuid = first if first.startswith(("GPU-", "MIG-")) else self._nth(first, visible)
+        except (OSError, AttributeError) as exc:
+            self._fail(f"NVML could not find the first visible GPU ({exc})")
+            return
+        self.watch(uuid)
+        if self.unavailable is None:
+            self.found_by = "the first GPU CUDA_VISIBLE_DEVICES shows (the script's model stayed on the CPU)"
+
+    def listed(self) -> bool:
+        """Whether NVML listed any GPU (or MIG device) before the run."""
+        return bool(self._baselines or self._unread)
+
+    def _nth(self, index: str, visible: str | None) -> str:
+        """The UUID of CUDA's GPU ``index``, where NVML numbers the GPUs as CUDA does."""
+        count = ctypes.c_uint()
+        self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
+        if not index.isdigit() or int(index) >= count.value:
+            raise NvmlError(f"CUDA_VISIBLE_DEVICES={visible!r} shows no GPU NVML lists")
+        if count.value > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+            raise NvmlError("CUDA numbers GPUs fastest first and NVML by PCI bus: which one CUDA shows first is "
+                            "not certain")
+        return self._text("nvmlDeviceGetUUID", self._handle("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(int(index))))
+
     def _by_uuid(self, uuid: str) -> ctypes.c_void_p:
         names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]
         for name in names[:-1]:
@@ -210,6 +250,13 @@ class DeviceSampler:
             self.peak = max(self.peak, used)
             self._phase_peak = max(self._phase_peak, used)
         active = self._reasons(self._clocks)
+        if self._phase == "train" and self.busy_unread is None:
+            rates = _Utilization()
+            try:        # a MIG device has none (NOT_SUPPORTED): its memory and clocks are still read
+                self._call("nvmlDeviceGetUtilizationRates", self._device, ctypes.byref(rates))
+                self.busy_samples.append(int(rates.gpu))
+            except NvmlError as exc:
+                self.busy_unread = str(exc)
         self.samples += 1
         for counts, reasons in ((self.slowdowns, SLOWDOWNS), (self.power_management, POWER_MANAGEMENT)):
             for bit, text in reasons.items():
@@ -223,8 +270,9 @@ class DeviceSampler:
                 self._fail(f"NVML failed during the run ({exc})")
                 return
 
-    def reset(self, _phase: str = "") -> None:
+    def reset(self, phase: str = "") -> None:
         """A new phase: its peak starts from the device memory used now."""
+        self._phase = phase
         if self._thread is None or self.unavailable is not None:
             return
         try:
@@ -284,4 +332,12 @@ class DeviceSampler:
         """Which device was watched and how, and the clock-event reasons seen while training, by group."""
         return {"uuid": self.uuid, "name": self.name, "found_by": self.found_by, "unavailable": self.unavailable,
                 "clock_events": {"samples": self.samples, "slowdown_samples": dict(self.slowdowns),
-                                 "power_samples": dict(self.power_management)}}
+                                 "power_samples": dict(self.power_management)},
+                "utilization": self.utilization()}
+
+    def utilization(self) -> dict[str, Any]:
+        """The GPU's utilisation (NVML's share of time a kernel ran) over the samples taken in training phases."""
+        busy = self.busy_samples
+        return {"samples": len(busy), "idle_samples": sum(b == 0 for b in busy),
+                "mean_percent": round(sum(busy) / len(busy), 1) if busy else None, "unread": self.busy_unread,
+                "source": "nvmlDeviceGetUtilizationRates, sampled every 20 ms in the training phases"}

@@ -12,6 +12,7 @@ Runs wherever tensorflow_datasets imports: the TensorFlow kit, and the JAX kit w
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kits.common.named_datasets import CIFAR_FOLDERS, KNOWN
-from kits.common.staged_data import StagedData
+from kits.common.staged_data import NotProvided, StagedData
 
 Examples = dict[str, Iterator[tuple[Any, dict[str, Any]]]]
 # Each split's files of CIFAR's python version, in the order TFDS's builder reads their binary twins, and each
@@ -108,6 +109,10 @@ def install(named: StagedData, tfds_root: Path | None) -> list[str]:
         if base == "cifar10" and tfds_root is not None:
             return str(tfds_root)
         if base not in ready:
+            if importlib.util.find_spec("tensorflow") is None:     # TFDS writes and reads its format with TF
+                raise NotProvided(f"the script loads '{base}' through tensorflow_datasets, which needs TensorFlow to "
+                                  f"prepare and read it, and its packages bring none: add tensorflow-cpu to its "
+                                  f"requirements (--require)")
             built = prepare(named, base, root)
             ready.add(base)
             named.declared.append(_declaration(named, base, built))

@@ -32,6 +32,7 @@ from flax import nnx  # noqa: E402
 
 from kits.common import certificate as cert  # noqa: E402
 from kits.common import settings as settings_lib  # noqa: E402
+from kits.common import tfds_named  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
 from kits.common.observe import Observer, own_time  # noqa: E402
 from kits.common.staged_data import StagedData  # noqa: E402
@@ -108,9 +109,11 @@ class JaxProbe:
     def as_float(self, value) -> float:
         return float(np.asarray(value))
 
-    def stage_data(self, named: StagedData, _tfds_root: Path | None) -> list[str]:
+    def stage_data(self, named: StagedData, tfds_root: Path | None) -> list[str]:
         """JAX has no dataset reader: a script reads CIFAR-10's python batches itself, where their tarball unpacks
-        (``data/cifar-10-batches-py`` or ``cifar-10-batches-py`` in its folder): linked there where absent."""
+        (``data/cifar-10-batches-py`` or ``cifar-10-batches-py`` in its folder): linked there where absent. Where
+        the script's requirements bring TFDS, ``tfds.load`` of the four datasets reads them as in the TensorFlow
+        kit (kits/common/tfds_named.py)."""
         work = Path(self.script_dir)             # the script's writable copy of its folder
         linked = []
         for where in (work / "data" / CIFAR10_BATCHES, work / CIFAR10_BATCHES):
@@ -120,6 +123,7 @@ class JaxProbe:
                 linked.append(str(where.relative_to(work)))
         shims = [f"CIFAR-10's python batches linked at {', '.join(linked)} in the script's folder (where its tarball "
                  f"unpacks; JAX has no dataset reader of its own)"] if linked else []
+        shims += tfds_named.install(named, tfds_root)
         if PREALLOCATE_SET:
             shims.append("XLA_PYTHON_CLIENT_PREALLOCATE=false (the script's environment set none): JAX would take 75% "
                          "of a GPU at its start, and no memory reading would mean anything")

@@ -27,7 +27,7 @@ from reprokit.report import (
     summary_csv,
     tuned_section,
 )
-from reprokit.report.markdown import anchor, md
+from reprokit.report.markdown import anchor, device_label, md, on_cpu_instead
 from reprokit.results import runs, stats
 from reprokit.results.shares import Decomposition
 
@@ -38,9 +38,8 @@ def _banner(name: str, results: list[dict[str, Any]]) -> str:
     ok = [r for r in results if r["status"] == "ok"]
     profiles = sorted({r["profile"] for r in results})
     devices = sorted({r["environment"]["device_name"] for r in ok})
-    kinds = sorted({r["spec"].get("device", "cpu") for r in results})
     lines = [f"# Reproducibility report: {md(name)}",
-             f"**Profile:** {', '.join(profiles)} · **device:** {', '.join(kinds)} "
+             f"**Profile:** {', '.join(profiles)} · **device:** {device_label(results)} "
              f"({'; '.join(md(d) for d in devices) or 'none finished'}) · {len(results)} runs, "
              f"{len(results) - len(ok)} failed · one row per run: [summary.csv](summary.csv) · "
              f"long evidence: [details.md](details.md)"]
@@ -59,7 +58,7 @@ def _not_published(results: list[dict[str, Any]], profiles: list[str]) -> list[s
     generated data, a shorter profile)."""
     specs = [r["spec"] for r in results]
     why = []
-    if any(s.get("device", "cpu") == "cpu" for s in specs):
+    if any(s.get("device", "cpu") == "cpu" for s in specs) or any(map(on_cpu_instead, results)):
         why.append("it ran on a CPU")
     # a kit run's cap, or the probe's bound on a script
     bounded = sorted({s["train"].get("max_steps_per_epoch") if "train" in s else s["bounds"]["max_steps"]
@@ -90,10 +89,14 @@ def _heading(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any]) 
     r = runs.first(by_variant)
     ran, differs = runs.as_run(r["spec"], exp.resolved("full") if exp else None)
     label = first_screen.seed_label(exp) or md(exp_name)
-    where = f"{r['profile']} profile, {r['spec'].get('device', 'cpu')}"
+    where = f"{r['profile']} profile, {device_label(_all(by_variant))}"
     if differs:
         return f"{label}, as run: {ran} ({where})"
     return f"{md(meta['title'])} ({where})"
+
+
+def _all(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    return [r for by_fw in by_variant.values() for rs in by_fw.values() for r in rs]
 
 
 def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any], certs: list[dict[str, Any]],

@@ -10,7 +10,7 @@ from kits.common.names import FRAMEWORKS, LABELS, REFERENCE
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 from reprokit.plan import tuning
 from reprokit.report import reconstruction
-from reprokit.report.markdown import md
+from reprokit.report.markdown import device_label, md
 from reprokit.results import metrics, runs, stats
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import FIXED, POSTED, SCRIPT, TUNED, VERBATIM
@@ -161,7 +161,8 @@ def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[st
     head = f"### {label + ': ' if label else ''}{md(meta.get('question') or meta['title'])}"
     any_run = runs.first(by_variant)
     ran, differs = runs.as_run(any_run["spec"], exp.resolved("full") if exp else None)
-    where = f"{any_run['profile']} profile on {any_run['spec'].get('device', 'cpu')}"
+    runs_here = [r for by_fw in by_variant.values() for rs in by_fw.values() for r in rs]
+    where = f"{any_run['profile']} profile on {device_label(runs_here)}"
     lines = [head, "",
              f"- **Ran:** {ran} ({where})" + (f"; published: {md(meta['title'])}." if differs else ".")]
     posted = by_variant.get(POSTED, {})

@@ -1,6 +1,8 @@
 """Markdown pieces: escaping text that came from a run, code fences, tables with short cells."""
 from __future__ import annotations
 
+from typing import Any
+
 from tabulate import tabulate
 
 CELL = 120          # a table cell longer than this is cut; the full text lives in details.md
@@ -45,3 +47,18 @@ def anchor(heading: str) -> str:
     """The fragment GitHub gives a heading: lower case, spaces to dashes, punctuation dropped."""
     kept = "".join(ch for ch in heading.lower() if ch.isalnum() or ch in " -_")
     return kept.replace(" ", "-")
+
+
+def device_label(results: list[dict[str, Any]]) -> str:
+    """The device the runs asked for and, where a script's model stayed on the CPU (model-not-on-gpu), that it
+    trained there: that run's figures are the CPU's, not the GPU's."""
+    asked = ", ".join(sorted({r["spec"].get("device", "cpu") for r in results}))
+    on_cpu = sorted({r["framework"] for r in results if on_cpu_instead(r)})
+    if not on_cpu:
+        return asked
+    return f"{asked}; {', '.join(on_cpu)} trained on the CPU, its model never on the GPU (model-not-on-gpu)"
+
+
+def on_cpu_instead(r: dict[str, Any]) -> bool:
+    """A GPU run whose script kept its model on the CPU, measured there (kits/probe.py)."""
+    return any(f.get("code") == "model-not-on-gpu" for f in r.get("findings") or [])
