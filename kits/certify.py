@@ -305,9 +305,12 @@ def certify_captured(side, out: dict, classes: int, device: str, weights_in: Pat
 def _outputs(side, logits: list, n: int, classes: int) -> dict:
     arr = np.asarray(logits, np.float64)
     probabilities = bool(arr.ndim == 2 and np.all(arr >= 0) and np.allclose(arr.sum(axis=1), 1.0, atol=1e-4))
+    # log_softmax's rows (what PyTorch's nll_loss takes): non-positive, their exponentials sum to 1
+    log_probabilities = bool(arr.ndim == 2 and np.all(arr <= 0)
+                             and np.allclose(np.exp(arr).sum(axis=1), 1.0, atol=1e-4))
     return {"builder": side.who, "last_layer": side.last_layer(), "shape": list(arr.shape),
             "expected": [n, classes], "expects_logits": side.expects_logits(),
-            "probabilities": probabilities}
+            "probabilities": probabilities, "log_probabilities": log_probabilities}
 
 
 def _run_job(spec_path: Path, data_dir: Path, out_path: Path, weights_in=None, weights_out=None,

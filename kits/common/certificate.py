@@ -567,8 +567,15 @@ def script_outputs(fw: str, outputs: dict[str, Any]) -> str | None:
     if outputs["expects_logits"] and outputs["probabilities"]:
         return (f"{who} returns probabilities (every row of its outputs is non-negative and sums to 1; the last "
                 f"layer it calls is {layer}) into a {label(fw)} loss that takes logits")
-    if outputs["expects_logits"] is False and not outputs["probabilities"]:
-        return f"{who} returns logits from its last layer {layer} into a {label(fw)} loss that takes probabilities"
+    if outputs["expects_logits"] is False:
+        # PyTorch's nll_loss takes log-probabilities (log_softmax's); Keras's losses without from_logits take
+        # probabilities
+        takes = "log_probabilities" if fw == "pytorch" else "probabilities"
+        if not outputs.get(takes):
+            given = "probabilities" if outputs["probabilities"] else "log-probabilities" if outputs.get(
+                "log_probabilities") else "logits"
+            return (f"{who} returns {given} (the last layer it calls is {layer}) into a {label(fw)} loss that takes "
+                    f"{takes.replace('_', '-')}")
     return None
 
 
