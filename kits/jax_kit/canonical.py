@@ -29,7 +29,7 @@ _ROLES = {nnx.Conv: ("conv", [("kernel", "kernel"), ("bias", "bias")]),
 
 
 @dataclass
-class _Param:
+class Param:
     record: dict
     path: str                                       # "layers/0/kernel", as the trace and the gradients name it
     variable: Any                                   # the nnx.Variable in the model
@@ -37,7 +37,7 @@ class _Param:
     from_canonical: Callable[[np.ndarray], np.ndarray]
 
 
-def _same(a: np.ndarray) -> np.ndarray:
+def same(a: np.ndarray) -> np.ndarray:
     return a
 
 
@@ -136,7 +136,7 @@ class Canonical:
                                       f"{custom.one_line(exc)}{custom.where(exc)}") from None
         self.params = self._map()
 
-    def _map(self) -> list[_Param]:
+    def _map(self) -> list[Param]:
         """The parametric modules in the order the forward pass first uses them, as canonical records."""
         by_path = modules(self.model)
         order: list[str] = []
@@ -162,13 +162,13 @@ class Canonical:
                 variable = getattr(module, attr, None)
                 if variable is None:
                     continue
-                to_c, from_c = _same, _same
+                to_c, from_c = same, same
                 if role == "kernel" and kind == "dense":
                     to_c = lambda k, r=rows: arithmetic.rows_to_canonical(k, r)        # noqa: E731
                     from_c = lambda k, r=rows: arithmetic.rows_from_canonical(k, r)    # noqa: E731
                 shape = tuple(variable.get_value().shape)
                 rec = cert.record(kind, counters[kind], role, shape, f"{where}.{attr}".lstrip("."), shape)
-                params.append(_Param(rec, f"{where}/{attr}".lstrip("/"), variable, to_c, from_c))
+                params.append(Param(rec, f"{where}/{attr}".lstrip("/"), variable, to_c, from_c))
         mapped = {id(p.variable) for p in params}
         unused = ["/".join(map(str, path)) for path, v in nnx.iter_graph(self.model)
                   if isinstance(v, nnx.Param) and id(v) not in mapped]

@@ -1,11 +1,13 @@
-"""A Flax NNX module's settings, read from the built object, under the keys the other kits give
+"""A Flax NNX (or linen) module's settings, read from the built object, under the keys the other kits give
 (kits/common/parting.py): padding as (top, bottom, left, right), BatchNorm's momentum as the weight of
 the new batch (Flax keeps the weight of the old running value, as Keras), axes of the NHWC layout.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import flax.linen as nn
 from flax import nnx
 
 from kits.jax_kit import models
@@ -33,9 +35,12 @@ def _padding(p: Any, size: list[int], kernel: list[int], stride: list[int], dila
     return [v for pair in pairs for v in pair]
 
 
-def read(m: nnx.Module, in_shape: list[int]) -> tuple[str, dict[str, Any]]:
-    """(family, settings) of a module called on an input of (NHWC) shape ``in_shape``."""
+def read(m: nnx.Module | nn.Module, in_shape: list[int]) -> tuple[str, dict[str, Any]]:
+    """(family, settings) of a module (NNX, or linen: the same fields, ``features`` for ``out_features``) called
+    on an input of (NHWC) shape ``in_shape``."""
     size = in_shape[1:3] if len(in_shape) == 4 else [1, 1]
+    if isinstance(m, nn.Module):
+        return _linen(m, size, in_shape)
     if isinstance(m, nnx.Conv):
         kernel, stride = _pair(m.kernel_size), _pair(m.strides or 1)
         dilation = _pair(m.kernel_dilation or 1)
@@ -64,6 +69,29 @@ def read(m: nnx.Module, in_shape: list[int]) -> tuple[str, dict[str, Any]]:
     if isinstance(m, models.Flatten):
         return "flatten", {}
     return type(m).__name__.lower(), _own(m)
+
+
+def _linen(m: nn.Module, size: list[int], in_shape: list[int]) -> tuple[str, dict[str, Any]]:
+    if isinstance(m, nn.Conv):
+        kernel, stride = _pair(m.kernel_size), _pair(m.strides or 1)
+        dilation = _pair(m.kernel_dilation or 1)
+        return "conv", {"filters": int(m.features), "kernel": kernel, "strides": stride,
+                        "padding": _padding(m.padding, size, kernel, stride, dilation), "dilation": dilation,
+                        "groups": int(m.feature_group_count), "bias": bool(m.use_bias), "padding_mode": "zeros"}
+    if isinstance(m, nn.Dense):
+        return "dense", {"units": int(m.features), "bias": bool(m.use_bias)}
+    if isinstance(m, nn.BatchNorm):
+        axis = m.axis if isinstance(m.axis, (tuple, list)) else [m.axis]
+        return "batchnorm", {"epsilon": float(m.epsilon), "momentum": round(1.0 - float(m.momentum), 12),
+                             "axis": [int(a) % len(in_shape) for a in axis], "center": bool(m.use_bias),
+                             "scale": bool(m.use_scale), "running_statistics": True}
+    if isinstance(m, nn.Dropout):
+        shared = {int(d) % max(len(in_shape), 1) for d in m.broadcast_dims}
+        kind = "channel" if len(in_shape) == 4 and shared == {1, 2} else "element" if not shared else "shared"
+        return "dropout", {"rate": float(m.rate), "kind": kind}
+    plain = (bool, int, float, str)
+    return type(m).__name__.lower(), {f.name: getattr(m, f.name) for f in dataclasses.fields(m)
+                                      if f.name not in ("parent", "name") and isinstance(getattr(m, f.name), plain)}
 
 
 def _own(m: nnx.Module) -> dict[str, Any]:

@@ -8,7 +8,7 @@ keeps for the call that follows):
   step is a training step (a forward pass and an optimizer step), each call of an evaluation a forward
   pass without a step; the first call per input shape compiles, and is counted and timed;
 - optax.apply_updates (what nnx.Optimizer.update calls), jax.grad and jax.value_and_grad: marked where
-  they run inside such a trace;
+  they run inside such a trace; flax.linen's Module.apply there too (the linen model a step trains);
 - the device waited for (jax.block_until_ready on the last call's outputs) at each timing window's and
   phase's edges, as in a kit run, and nowhere else.
 Not observed: the loss (it is inside the compiled step; counting it would add outputs to the script's own
@@ -37,6 +37,7 @@ from kits.common.measure import rss_bytes  # noqa: E402
 from kits.common.observe import Observer, own_time  # noqa: E402
 from kits.common.staged_data import StagedData  # noqa: E402
 from kits.jax_kit import memory  # noqa: E402
+from kits.jax_kit.linen_captured import Found, find  # noqa: E402
 from kits.jax_kit.probe_steps import EVAL, LOGITS_LOSS, TRAIN, Tracing, Watched, hook_traces, jit_hook  # noqa: E402
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, model_settings  # noqa: E402
 
@@ -48,7 +49,8 @@ class JaxProbe:
              "trace JAX keeps for that call); its calls are the training steps (a trace that updates parameters) "
              "and evaluations (a function given the trained state), each call's batch from its array arguments",
              "optax.apply_updates (nnx.Optimizer.update calls it), jax.grad and jax.value_and_grad: marked inside "
-             "those traces; optax's softmax cross-entropies too (the certificate's loss of logits)",
+             "those traces; optax's softmax cross-entropies too (the certificate's loss of logits), and flax.linen's "
+             "Module.apply (the linen module a step applies, and how)",
              "each function's executables counted after each call: a call that compiled is counted and timed",
              "the device waited for (jax.block_until_ready on the last call's outputs) at each timing window's and "
              "phase's edges")
@@ -62,6 +64,7 @@ class JaxProbe:
         self.others: list[str] = []
         self.model: nnx.Module | None = None          # the Flax module the training step received, if one
         self.optimizer: nnx.Optimizer | None = None   # ... and the nnx.Optimizer, if one
+        self.linen: Found | str | None = None         # else the linen model it applies, or why none is found
         self.first_batch: np.ndarray | None = None    # the first samples of the first step's inputs
         self.step: Watched | None = None              # the first training step seen
         self.compilations: list[dict[str, Any]] = []
@@ -201,7 +204,10 @@ class JaxProbe:
             self.others = [f"{type(m).__name__}" for m in modules[1:]]
             self.models += self.others
         else:
-            self.models.append(f"a parameter pytree of {self.parameters()['total']:,} parameters, trained by "
+            self.linen = find(fn.name, fn.applied, fn.params, args)
+            self.models.append(f"{type(self.linen.applied.module).__name__} (flax.linen) with "
+                               f"{self.parameters()['total']:,} parameters" if isinstance(self.linen, Found) else
+                               f"a parameter pytree of {self.parameters()['total']:,} parameters, trained by "
                                f"the jitted {fn.name}")
 
     # -- the certificate -------------------------------------------------------------------------------
@@ -211,19 +217,24 @@ class JaxProbe:
         self.observer.at_first_step.append(call)
 
     def captured(self, other_input: np.ndarray | None):
-        """The Flax module the script trains in the certificate's canonical form (kits/jax_kit/captured.py), its
-        input the PyTorch side's batch where the model takes that shape, else the first samples of its own."""
-        if self.model is None:
-            raise cert.NotCaptured(f"the certificate captures a JAX script's nnx.Module only: this script's jitted "
-                                   f"{self.step.name if self.step else 'step'} trains a parameter pytree")
+        """The model the script trains in the certificate's canonical form: its Flax NNX module
+        (kits/jax_kit/captured.py) or its linen module with the variables its step applies it with
+        (kits/jax_kit/linen_captured.py); its input the PyTorch side's batch where the model takes that shape,
+        else the first samples of its own."""
+        if self.model is None and not isinstance(self.linen, Found):
+            raise cert.NotCaptured(self.linen or "the script's training step was not seen")
         if self.first_batch is None:
             raise ValueError("the first training step received no batch of arrays (N, ...) to run the model on")
         from kits.jax_kit.captured import Captured
+        from kits.jax_kit.linen_captured import LinenCaptured
         own = other_input is None or tuple(other_input.shape[1:]) != self.first_batch.shape[1:]
         self.own_input = other_input is not None and own
         seen = self.step.seen if self.step else set()
-        return Captured(self.model, self.optimizer, self.first_batch if own else other_input,
-                        True if LOGITS_LOSS in seen else None, f"the JAX script's {type(self.model).__name__}")
+        x, logits = self.first_batch if own else other_input, True if LOGITS_LOSS in seen else None
+        if isinstance(self.linen, Found):
+            return LinenCaptured(self.linen, x, logits, f"the JAX script's "
+                                 f"{type(self.linen.applied.module).__name__} (flax.linen)")
+        return Captured(self.model, self.optimizer, x, logits, f"the JAX script's {type(self.model).__name__}")
 
     # -- what it saw -------------------------------------------------------------------------------------
 
@@ -273,7 +284,8 @@ class JaxProbe:
         """environment.settings as JAX reports them at the script's end (kits/jax_kit/read_settings.py), its
         model's where it trained a Flax module, and its loop's (no loader)."""
         out = framework_settings(self.on_gpu())
-        why_no_module = "the script trains a parameter pytree, not a Flax module: its layers' layout is not read"
+        why_no_module = ("the script trains a parameter pytree (its own, or a flax.linen module's variables), not "
+                         "an NNX module: its layers' layout is not read")
         if self.model is not None:
             out.update(model_settings(self.model, self.step, self._dtype()))
         else:
@@ -288,14 +300,14 @@ class JaxProbe:
 
     def parameters(self) -> dict:
         """The Flax module's variables (BatchNorm's statistics in the total, as Keras counts them), or the
-        parameters the training step's update stepped."""
+        parameters the training step's update stepped (a linen module's other collections in the total)."""
         if self.model is not None:
             count = lambda tree: int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))   # noqa: E731
             variables = nnx.state(self.model, nnx.Any(nnx.Param, nnx.BatchStat))      # not its random streams
             return {"total": count(variables), "trainable": count(nnx.state(self.model, nnx.Param))}
         shapes = self.step.params if self.step is not None and self.step.params else []
         n = int(sum(np.prod(s) for s in shapes))
-        return {"total": n, "trainable": n}
+        return {"total": self.linen.count() if isinstance(self.linen, Found) else n, "trainable": n}
 
     def layers(self) -> list[str]:
         """The Flax module's leaf modules, by class, in order; a parameter pytree names no layers."""

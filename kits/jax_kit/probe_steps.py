@@ -24,11 +24,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import flax.linen as nn
 import jax
 import optax
 from flax import nnx
 
 from kits.common.measure import now
+from kits.jax_kit.linen_captured import Applied
 
 TRAIN, EVAL, OTHER = "train step", "evaluation", "not the model's"
 LOGITS_LOSS = "a loss of logits"          # what the training step's trace marks where it calls one
@@ -56,10 +58,20 @@ def _marking(real: Callable, tracing: Tracing, what: str, takes_params: bool = F
     return marked
 
 
+def _applying(real: Callable, tracing: Tracing) -> Callable:
+    @functools.wraps(real)
+    def apply(module: nn.Module, variables: Any, *args: Any, **kwargs: Any) -> Any:
+        if tracing.stack:
+            tracing.stack[0].applied.append(Applied.seen(module, variables, args, kwargs))
+        return real(module, variables, *args, **kwargs)
+    return apply
+
+
 def hook_traces(tracing: Tracing) -> list[str]:
-    """optax.apply_updates, the gradients and optax's losses of logits, which mark the trace they run in (outside
-    one they do nothing)."""
+    """optax.apply_updates, the gradients, optax's losses of logits and flax.linen's Module.apply, which mark the
+    trace they run in (outside one they do nothing)."""
     optax.apply_updates = _marking(optax.apply_updates, tracing, "update", takes_params=True)
+    nn.Module.apply = _applying(nn.Module.apply, tracing)
     for name in ("grad", "value_and_grad"):
         setattr(jax, name, _marking(getattr(jax, name), tracing, "grad"))
     for name in LOGITS_LOSSES:              # optax.X and optax.losses.X are one function: one mark for both
@@ -68,7 +80,8 @@ def hook_traces(tracing: Tracing) -> list[str]:
         setattr(optax.losses, name, marked)
     return ["optax.apply_updates (nnx.Optimizer.update calls it), jax.grad and jax.value_and_grad: marked when they "
             "run inside the trace of a function the script jitted (its update, its gradient)",
-            f"optax's {' and '.join(LOGITS_LOSSES)}: marked where they run in such a trace (a loss of logits)"]
+            f"optax's {' and '.join(LOGITS_LOSSES)}: marked where they run in such a trace (a loss of logits)",
+            "flax.linen's Module.apply: the module and how it was called, where it runs in such a trace"]
 
 
 def _cache_size(compiled: Any) -> int | None:
@@ -95,6 +108,7 @@ class Watched:
         self.kind: str | None = None
         self.seen: set[str] = set()                   # what its trace did: "update", "grad"
         self.params: list[tuple] | None = None        # the shapes of the parameters its update stepped
+        self.applied: list[Applied] = []              # the flax.linen Module.apply calls its trace made
         self.state_args: set[int] | None = None       # which positional arguments are the state, not the batch
         self.calls = 0
         functools.update_wrapper(self, getattr(compiled, "__wrapped__", compiled), updated=())
