@@ -41,6 +41,42 @@ def same(a: np.ndarray) -> np.ndarray:
     return a
 
 
+@dataclass
+class Layer:
+    """A layer with weights as the forward pass first uses it: its path, the module, its canonical kind (None: none
+    known), its (role, name, variable, path) for each weight, and a dense kernel's input rows as the trace saw them."""
+    where: str
+    module: Any
+    kind: str | None
+    variables: list[tuple[str, str, Any, str]]
+    rows: Any = None
+
+
+def layer_params(layers: list[Layer], named: Callable[[Layer], str], known: str) -> list[Param]:
+    """The canonical records of a Flax model's layers with weights, nnx or linen alike. ``named`` says a layer in
+    an error; ``known`` lists the layers that have a canonical form."""
+    params, counters = [], {}
+    for layer in layers:
+        name = named(layer)
+        if layer.kind is None:
+            raise cert.UnmappableModel(f"{name} has weights but no canonical form (known: {known})")
+        if getattr(layer.module, "feature_group_count", 1) != 1:
+            raise cert.UnmappableModel(f"{name} is a grouped convolution (feature_group_count="
+                                       f"{layer.module.feature_group_count}), which has no canonical form here")
+        counters[layer.kind] = counters.get(layer.kind, 0) + 1
+        for role, attr, variable, path in layer.variables:
+            if variable is None:
+                continue
+            to_c, from_c = same, same
+            if role == "kernel" and layer.kind == "dense":
+                to_c = lambda k, r=layer.rows: arithmetic.rows_to_canonical(k, r)        # noqa: E731
+                from_c = lambda k, r=layer.rows: arithmetic.rows_from_canonical(k, r)    # noqa: E731
+            shape = tuple(variable.get_value().shape)
+            rec = cert.record(layer.kind, counters[layer.kind], role, shape, f"{layer.where}.{attr}".lstrip("."), shape)
+            params.append(Param(rec, path, variable, to_c, from_c))
+    return params
+
+
 def modules(model: nnx.Module) -> dict[str, nnx.Module]:
     """Every module of the model by its path ("layers/3"), the model itself as ""."""
     return {"/".join(str(k) for k in path): node for path, node in nnx.iter_graph(model)
@@ -144,31 +180,16 @@ class Canonical:
             where = used.rsplit("/", 1)[0] if "/" in used else ""
             if where not in order:
                 order.append(where)
-        params, counters = [], {}
+        layers = []
         for where in order:
             module = by_path[where]
             kind_roles = _ROLES.get(type(module))
-            if kind_roles is None:
-                raise cert.UnmappableModel(f"Flax layer {where} ({type(module).__name__}) of {self.who} has weights "
-                                           f"but no canonical form (known: nnx.Conv, nnx.Linear, nnx.BatchNorm)")
-            if isinstance(module, nnx.Conv) and module.feature_group_count != 1:
-                raise cert.UnmappableModel(f"Flax layer {where} of {self.who} is a grouped convolution "
-                                           f"(feature_group_count={module.feature_group_count}), which has no "
-                                           f"canonical form here")
-            kind, roles = kind_roles
-            counters[kind] = counters.get(kind, 0) + 1
-            rows = self.trace.rows.get(f"{where}/kernel".lstrip("/")) if kind == "dense" else None
-            for role, attr in roles:
-                variable = getattr(module, attr, None)
-                if variable is None:
-                    continue
-                to_c, from_c = same, same
-                if role == "kernel" and kind == "dense":
-                    to_c = lambda k, r=rows: arithmetic.rows_to_canonical(k, r)        # noqa: E731
-                    from_c = lambda k, r=rows: arithmetic.rows_from_canonical(k, r)    # noqa: E731
-                shape = tuple(variable.get_value().shape)
-                rec = cert.record(kind, counters[kind], role, shape, f"{where}.{attr}".lstrip("."), shape)
-                params.append(Param(rec, f"{where}/{attr}".lstrip("/"), variable, to_c, from_c))
+            variables = [(role, attr, getattr(module, attr, None), f"{where}/{attr}".lstrip("/"))
+                         for role, attr in (kind_roles[1] if kind_roles else [])]
+            layers.append(Layer(where, module, kind_roles and kind_roles[0], variables,
+                                self.trace.rows.get(f"{where}/kernel".lstrip("/"))))
+        params = layer_params(layers, lambda layer: f"Flax layer {layer.where} ({type(layer.module).__name__}) of "
+                                                    f"{self.who}", "nnx.Conv, nnx.Linear, nnx.BatchNorm")
         mapped = {id(p.variable) for p in params}
         unused = ["/".join(map(str, path)) for path, v in nnx.iter_graph(self.model)
                   if isinstance(v, nnx.Param) and id(v) not in mapped]

@@ -25,10 +25,10 @@ from flax import nnx
 from flax.core import unfreeze
 from flax.training.train_state import TrainState
 
-from kits.common import arithmetic, parting
 from kits.common import certificate as cert
+from kits.common import parting
 from kits.jax_kit import layer_settings, trace
-from kits.jax_kit.canonical import Param, read_optimizer, same
+from kits.jax_kit.canonical import Layer, Param, layer_params, read_optimizer
 from kits.jax_kit.captured import Captured
 
 INPUT = object()          # where the step's call passed an array: the certificate's input takes its place
@@ -275,31 +275,16 @@ class LinenCaptured(Captured):
             where = "/".join(used.split("/")[2:-1])
             if where not in order:
                 order.append(where)
-        params, counters = [], {}
+        layers = []
         for where in order:
             module = self.layers.get(where)
-            kind_roles = next(((k, r) for cls, k, r in _ROLES if isinstance(module, cls)), None)
-            if kind_roles is None:
-                raise cert.UnmappableModel(f"Flax linen layer {where} ({type(module).__name__}) of {self.who} has "
-                                           f"weights but no canonical form (known: nn.Conv, nn.Dense, nn.BatchNorm)")
-            if isinstance(module, nn.Conv) and module.feature_group_count != 1:
-                raise cert.UnmappableModel(f"Flax linen layer {where} of {self.who} is a grouped convolution "
-                                           f"(feature_group_count={module.feature_group_count}), which has no "
-                                           f"canonical form here")
-            kind, roles = kind_roles
-            counters[kind] = counters.get(kind, 0) + 1
-            rows = self.trace.rows.get(f"variables/params/{where}/kernel") if kind == "dense" else None
-            for role, collection, attr in roles:
-                variable = _at(self.model.variables.get(collection), [*where.split("/"), attr])
-                if variable is None:
-                    continue
-                to_c, from_c = same, same
-                if role == "kernel" and kind == "dense":
-                    to_c = lambda k, r=rows: arithmetic.rows_to_canonical(k, r)        # noqa: E731
-                    from_c = lambda k, r=rows: arithmetic.rows_from_canonical(k, r)    # noqa: E731
-                shape = tuple(variable.get_value().shape)
-                rec = cert.record(kind, counters[kind], role, shape, f"{where}.{attr}", shape)
-                params.append(Param(rec, f"{collection}/{where}/{attr}", variable, to_c, from_c))
+            kind, roles = next(((k, r) for cls, k, r in _ROLES if isinstance(module, cls)), (None, []))
+            variables = [(role, attr, _at(self.model.variables.get(collection), [*where.split("/"), attr]),
+                          f"{collection}/{where}/{attr}") for role, collection, attr in roles]
+            rows = self.trace.rows.get(f"variables/params/{where}/kernel")
+            layers.append(Layer(where, module, kind, variables, rows))
+        params = layer_params(layers, lambda layer: f"Flax linen layer {layer.where} ({type(layer.module).__name__}) "
+                                                    f"of {self.who}", "nn.Conv, nn.Dense, nn.BatchNorm")
         mapped = {id(p.variable) for p in params}
         unused = [trace.path_name(p) for p, v in jax.tree_util.tree_flatten_with_path(
             self.model.variables["params"], is_leaf=lambda v: isinstance(v, nnx.Variable))[0]
