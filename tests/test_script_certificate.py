@@ -70,7 +70,11 @@ def test_a_batchnorm_epsilon_changed_after_construction_is_seen(kit_python, tmp_
     assert parting["evidence"].startswith(
         "first parts at PyTorch 1 (BatchNorm2d) / TensorFlow batch_normalization (BatchNormalization): output "
         "differs "), parting["evidence"]
-    assert parting["evidence"].endswith("settings that differ: epsilon 0.001 vs 1e-05"), parting["evidence"]
+    # In evaluation mode the epsilons part the outputs by about 1e-3 / (2 x running variance), and the captured
+    # running variance is PyTorch's after the first shuffled batch's forward pass: near the 1e-4 tolerance, so
+    # either mode may be where they part first; the setting named is the same
+    assert parting["evidence"].removesuffix(" (in training mode: the evaluation-mode outputs agree)").endswith(
+        "; settings that differ: epsilon 0.001 vs 1e-05"), parting["evidence"]
     assert parting["numbers"]["precision"] == "fp32" and changed["summary"].endswith(parting["evidence"])
 
 
