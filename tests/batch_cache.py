@@ -76,6 +76,9 @@ def _read(record: Path, root: Path, data_dir: Path) -> dict[str, str]:
         for line in log.read_text().splitlines():
             event, _, what = line.partition(" ")
             path = _module_file(what) if event == "import" else Path(what)
+            if path is not None and path.parent.name == "__pycache__" and path.suffix == ".pyc":
+                # a module read from its cached bytecode (Python opens no source then): the source it was made from
+                path = path.parent.parent / f"{path.name.split('.')[0]}.py"
             # a copy of a test module (a control pair's builders) is read from the batch's own folder
             if path is not None and path.is_relative_to(root) and (REPO / "tests" / path.name).is_file():
                 path = REPO / "tests" / path.name
