@@ -82,8 +82,11 @@ def test_two_state_folders_never_time_runs_on_one_device_at_once(tmp_path):
     assert len(waited) <= 3                                     # once per run that waits, not once per CPU
     runs = sorted(_windows(tmp_path / "a") + _windows(tmp_path / "b"))
     assert len(runs) == 3
+    # A window's end is its result file's time: the store writes it after the run gives its device lock back
+    # (0.14 s after, once, on this 2-core VM), so a window may seem to end that much late. Runs timed at once
+    # would overlap by most of a run (each takes seconds here).
     for (_, end), (start, _) in zip(runs, runs[1:]):
-        assert start >= end - 0.05, f"two runs were timed at once: {runs}"
+        assert start >= end - 1.0, f"two runs were timed at once: {runs}"
 
 
 def test_the_lock_of_a_killed_command_is_taken_over_and_named(tmp_path):
