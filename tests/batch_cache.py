@@ -30,6 +30,8 @@ DATA = "DATA/"                            # a manifest's key of a file under the
 # Not copied into an entry: the batch's lock, its log and what its processes recorded.
 _OWN = ("batch.lock", "batch.log", "read")
 _SOURCES = (REPO, REPO / "tests")        # where a recorded module's file is looked for
+# This module and the recorder decide whether a batch is made again, not what it computes: not keys of an entry.
+_DECIDES = {Path(__file__).resolve(), (RECORDER / "sitecustomize.py").resolve()}
 
 
 def _sha256(path: Path) -> str:
@@ -82,7 +84,8 @@ def _read(record: Path, root: Path, data_dir: Path) -> dict[str, str]:
             # a copy of a test module (a control pair's builders) is read from the batch's own folder
             if path is not None and path.is_relative_to(root) and (REPO / "tests" / path.name).is_file():
                 path = REPO / "tests" / path.name
-            if path is not None and (_project_file(path, root) or path.is_relative_to(data_dir) and path.is_file()):
+            if path is not None and path not in _DECIDES and (
+                    _project_file(path, root) or path.is_relative_to(data_dir) and path.is_file()):
                 files.add(path)
     return {_key(p, data_dir): _sha256(p) for p in sorted(files)}
 
@@ -109,8 +112,17 @@ def _entries(batch: str) -> list[Path]:
 def _unchanged(manifest: dict, batch: str, data_dir: Path) -> bool:
     if manifest["context"] != _context(batch):
         return False
-    return all(_file(key, data_dir).is_file() and _sha256(_file(key, data_dir)) == sha
-               for key, sha in manifest["files"].items())
+    return all(_same(key, sha, data_dir) for key, sha in manifest["files"].items()
+               if _file(key, data_dir) not in _DECIDES)
+
+
+def _same(key: str, sha: str, data_dir: Path) -> bool:
+    path = _file(key, data_dir)
+    if key.startswith(DATA) and not path.exists():
+        # test data the batch made itself (the plan writes a stand-in where it is missing), from code that is
+        # among the entry's files: a new session's data folder starts empty
+        return True
+    return path.is_file() and _sha256(path) == sha
 
 
 def lookup(batch: str, root: Path, out: Path, data_dir: Path) -> bool:
