@@ -91,3 +91,33 @@ def test_the_tfds_tutorial_script_trains_on_the_stand_in_tfds_prepares(kit_pytho
     assert e["input"] == "Keras fit over the script's own tf.data dataset" and e["train_steps_per_epoch"] == [3]
     assert e["batch_size"]["min"] == e["batch_size"]["max"] == 128 and e["test_samples"] >= 300
     assert r["probe"]["ended"] == "the script ran to its end, bounded (evaluation, fit)"
+
+
+@pytest.mark.slow
+def test_the_flax_tfds_tutorial_trains_in_the_jax_environment(kit_python, tmp_path):
+    """The Flax MNIST tutorial's shape: tfds.load into tf.data, its requirements.txt bringing TensorFlow and
+    TFDS into the JAX run, resolved against the JAX lock (TFDS's dependency promise publishes only its source:
+    built into a pure-Python wheel once)."""
+    kit_python("jax")
+    state = tmp_path / "state"
+    proc = subprocess.run(
+        [sys.executable, "-m", "reprokit", "reproduce", "--script",
+         f"jax={CORPUS / 'flax' / 'mnist_tfds_nnx.py'}", "--frameworks", "jax", "--backend", "local", "--profile",
+         "quick", "--state-dir", str(state), "--data-dir", str(tmp_path / "data"), "--reports-dir",
+         str(tmp_path / "reports"), "--name", "tfds-jax"], cwd=REPO, capture_output=True, text=True, timeout=900,
+        env=os.environ)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (path,) = (state / "results").glob("*.json")
+    r = json.loads(path.read_text())
+    assert r["status"] == "ok" and results.problems(r) is None, r.get("failure")
+    install = r["spec"]["script"]["requirements"]["install"]
+    assert any(line.startswith("promise==") for line in install), install
+    assert any(line.startswith("tensorflow-cpu==") for line in install), install
+    assert r["spec"]["data"]["dataset"] == "learnable-mnist"
+    n_train, n_test = r["spec"]["data"]["train_samples"], r["spec"]["data"]["test_samples"]
+    assert (f"the generated MNIST stand-in ({n_train} training, {n_test} test images) as TFDS's prepared mnist 3.0.1, "
+            f"written in the run by TFDS's own builder, not MNIST") in r["probe"]["shims"]
+    e = r["effective"]
+    # the script's own batches of 32 from tf.data, bounded by the probe's step count (no loader of its own)
+    assert e["batch_size"]["min"] == e["batch_size"]["max"] == 32 and sum(e["train_steps_per_epoch"]) == 3
+    assert r["model"]["parameters"]["total"] == 3 * 3 * 32 + 32 + 3 * 3 * 32 * 64 + 64 + 3136 * 256 + 256 + 2570

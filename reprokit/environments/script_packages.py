@@ -5,7 +5,8 @@ images' Python and platform (``pip install --dry-run --report``: it reads the in
 Of what it picks, the lock's packages are left to the lock; the rest, each ``name==version --hash``, is
 what the probe installs. The set is a pure function of the lines, the locks and the platform, so it is
 kept in the per-user cache (reprokit/environments/cache.py) under a key of those: the index is read once.
-A line pip cannot satisfy is refused in one sentence, each one found (pip names one at a time).
+A line pip cannot satisfy is refused in one sentence, each one found (pip names one at a time). A dependency
+that publishes only its source, pure Python, is built into a wheel once (reprokit/environments/source_wheels.py).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from kits.common.files import write_text_atomic
-from reprokit.environments import cache
+from reprokit.environments import cache, source_wheels
 from reprokit.errors import UserError
 
 PYTHON_VERSION = "3.11"            # the images' Python (docker/*.Dockerfile) and the locks'
@@ -38,6 +39,10 @@ WHERE = f"Python {PYTHON_VERSION} on Linux x86_64"
 TARGET = ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp",
           *[f"--platform={p}" for p in PLATFORMS]]
 RESOLVED = "script-packages"       # the cache's folder of resolved sets, <key>.json
+# what a package imports without declaring it, added wherever the resolved set holds it: TFDS's builders read
+# their checksums through importlib_resources (TFDS 4.9 declares it for Python < 3.9 only; the TensorFlow locks
+# name it for the same reason, locks/versions.toml)
+UNDECLARED = {"tensorflow-datasets": "importlib-resources"}
 _NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (\S+) \(from versions: ([^)]*)\)")
 
 
@@ -46,7 +51,8 @@ def resolve(lines: list[str], locked: dict[str, str], lock_hashes: list[str], fr
     """The hash-pinned lines that install ``lines`` beside the lock (``locked``: name -> version), from the
     per-user cache where this set was resolved before."""
     key = hashlib.sha256(json.dumps({"lines": lines, "locks": lock_hashes, "python": PYTHON_VERSION,
-                                     "platforms": PLATFORMS}).encode()).hexdigest()[:16]
+                                     "platforms": PLATFORMS,
+                                     "undeclared": UNDECLARED}).encode()).hexdigest()[:16]
     path = cache.root() / RESOLVED / f"{key}.json"
     try:
         install: list[str] = json.loads(path.read_text())["install"]
@@ -59,7 +65,14 @@ def resolve(lines: list[str], locked: dict[str, str], lock_hashes: list[str], fr
         while True:
             report, error = _pip(wanted, locked, Path(scratch))
             if report is not None:
+                if missing := _undeclared(report, wanted, locked):
+                    log(f"requirements: added {', '.join(missing)}, which the packages picked import undeclared")
+                    wanted += missing
+                    continue
                 break
+            needed = [n for n in source_wheels.dependencies_named(error) if n not in locked]
+            if source_wheels.build_missing(needed, Path(scratch) / "constraints.txt", TARGET, WHERE, log):
+                continue                       # a dependency that publishes only its source, now a wheel
             bad, sentence = _refusal(error, wanted, where, framework)
             refused.append(sentence)
             if bad is None:
@@ -74,18 +87,27 @@ def resolve(lines: list[str], locked: dict[str, str], lock_hashes: list[str], fr
     return install
 
 
+def _undeclared(report: dict[str, Any], wanted: list[str], locked: dict[str, str]) -> list[str]:
+    """The undeclared imports (``UNDECLARED``) of the packages pip picked that neither it, the lines nor the lock
+    hold."""
+    picked = {canonicalize_name(item["metadata"]["name"]) for item in report.get("install", [])}
+    named = {canonicalize_name(Requirement(line).name) for line in wanted}
+    return sorted({need for package, need in UNDECLARED.items() if package in picked} - picked - named - set(locked))
+
+
 def _pip(lines: list[str], locked: dict[str, str], scratch: Path) -> tuple[dict[str, Any] | None, str]:
     """pip's report of what it would install for the lines, or None and its error lines."""
     (scratch / "requirements.txt").write_text("\n".join(lines) + "\n")
     (scratch / "constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(locked.items())))
     report = scratch / "report.json"
     report.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-           "--disable-pip-version-check", "--report", str(report), *TARGET, "--target", str(scratch / "target"),
+    # not --quiet: pip names a conflict's dependencies on its standard output only
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--disable-pip-version-check",
+           "--report", str(report), *TARGET, *source_wheels.find_links(), "--target", str(scratch / "target"),
            "-c", str(scratch / "constraints.txt"), "-r", str(scratch / "requirements.txt")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not report.is_file():
-        return None, proc.stderr
+        return None, proc.stderr + proc.stdout
     return json.loads(report.read_text()), ""
 
 

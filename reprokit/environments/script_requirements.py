@@ -28,7 +28,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
-from reprokit.environments import envs, images, import_scan, script_packages
+from reprokit.environments import envs, images, import_scan, script_packages, source_wheels
 from reprokit.environments.script_packages import TARGET
 from reprokit.errors import UserError
 from reprokit.results.provenance import sha256_file
@@ -156,7 +156,7 @@ def wheels(install: list[str], data_dir: Path, script: str, log: Callable[[str],
     (scratch / "requirements.txt").write_text("\n".join(install) + "\n")
     log(f"requirements: downloading {len(install)} wheel(s) for {script} into {folder}")
     cmd = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--disable-pip-version-check",
-           *TARGET, "--dest", str(scratch), "-r", str(scratch / "requirements.txt")]
+           *TARGET, *source_wheels.find_links(), "--dest", str(scratch), "-r", str(scratch / "requirements.txt")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
