@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_statm: tuple[int, int] | None = None      # (the pid that opened it, a descriptor of its /proc/self/statm)
 
 
 def now() -> float:
@@ -17,9 +18,13 @@ def now() -> float:
 
 
 def rss_bytes() -> int:
-    """Current resident memory of this process (cheap: one small /proc read)."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * _PAGE
+    """Current resident memory of this process: one read of /proc/self/statm through a descriptor kept open (an
+    open per reading took 10 us, and 100 us beside a busy Keras step; a read takes 1 us). A forked child opens
+    its own: the inherited descriptor reads the parent's."""
+    global _statm
+    if _statm is None or _statm[0] != os.getpid():
+        _statm = (os.getpid(), os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
+    return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE
 
 
 def _status_bytes(field: str) -> int:

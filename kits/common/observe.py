@@ -181,8 +181,9 @@ class Observer:
         self._own_mark = HookClock.seconds if self.t_measured is not None else None
         if self.steps % self.spec.measure.memory_every_steps == 0:
             self.m.memory_over_steps.append((self.steps, self.memory_now()))
-        self.progress.emit(phase="train", epoch=self.epoch, epochs=self.spec.bounds.epochs, step=self.epoch_steps,
-                           steps=self.spec.bounds.max_steps)
+        if self.progress.due():
+            self.progress.emit(phase="train", epoch=self.epoch, epochs=self.spec.bounds.epochs,
+                               step=self.epoch_steps, steps=self.spec.bounds.max_steps)
         self.t_step_end = now()
 
     @own_time

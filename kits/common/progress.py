@@ -15,6 +15,10 @@ class Progress:
         self._last = 0.0
         self._t0 = time.perf_counter()
 
+    def due(self) -> bool:
+        """Whether a line would go out now (a step's caller asks first: building its event costs more)."""
+        return time.perf_counter() - self._last >= self._min
+
     def emit(self, force: bool = False, **event: Any) -> None:
         t = time.perf_counter()
         if not force and t - self._last < self._min:

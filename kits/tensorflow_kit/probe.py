@@ -72,7 +72,7 @@ class KerasProbe:
         with tf.device("/CPU:0"):
             self.counts = tf.Variable(tf.zeros(7, tf.float64), trainable=False)
             self.rows = tf.Variable(tf.zeros(3, tf.float32), trainable=False)
-        self._read = self._last = np.zeros(7)
+        self._read = self._last = [0.0] * 7
         self._logits_loss: bool | None = None
         self.optimizer = None
         self.others: list[str] = []            # variables an optimizer steps outside the trained model
@@ -84,7 +84,7 @@ class KerasProbe:
 
     def sync(self) -> None:
         # reading a variable waits for the steps that wrote it; report_graph uses this read, not a second one
-        self._read = self.counts.numpy()
+        self._read = self.counts.numpy().tolist()       # Python floats: cheaper to subtract than numpy's
 
     def memory_now(self) -> int:
         if tf.config.list_physical_devices("GPU"):
