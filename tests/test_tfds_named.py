@@ -68,20 +68,25 @@ def test_tfds_reads_each_named_dataset_as_tfds_prepares_it(kit_python, posted_da
     assert out["tried"] == []
 
 
-@pytest.mark.slow
-def test_the_tfds_tutorial_script_trains_on_the_stand_in_tfds_prepares(kit_python, tmp_path):
-    kit_python("tensorflow")
+def _run_script(framework: str, script, tmp_path) -> dict:
+    """The script through the CLI, alone, on the quick profile with the local backend: its one result, ok."""
     state = tmp_path / "state"
     proc = subprocess.run(
-        [sys.executable, "-m", "reprokit", "reproduce", "--script",
-         f"tensorflow={CORPUS / 'mnist_tfds_keras.py'}", "--frameworks", "tensorflow", "--backend", "local",
-         "--profile", "quick", "--state-dir", str(state), "--data-dir", str(tmp_path / "data"), "--reports-dir",
-         str(tmp_path / "reports"), "--name", "tfds"], cwd=REPO, capture_output=True, text=True, timeout=600,
-        env=os.environ)
+        [sys.executable, "-m", "reprokit", "reproduce", "--script", f"{framework}={script}", "--frameworks",
+         framework, "--backend", "local", "--profile", "quick", "--state-dir", str(state), "--data-dir",
+         str(tmp_path / "data"), "--reports-dir", str(tmp_path / "reports"), "--name", f"tfds-{framework}"],
+        cwd=REPO, capture_output=True, text=True, timeout=900, env=os.environ)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (path,) = (state / "results").glob("*.json")
     r = json.loads(path.read_text())
     assert r["status"] == "ok" and results.problems(r) is None, r.get("failure")
+    return r
+
+
+@pytest.mark.slow
+def test_the_tfds_tutorial_script_trains_on_the_stand_in_tfds_prepares(kit_python, tmp_path):
+    kit_python("tensorflow")
+    r = _run_script("tensorflow", CORPUS / "mnist_tfds_keras.py", tmp_path)
     # the plan read tfds.load('mnist'): the host made MNIST's stand-in, and TFDS read it as its prepared mnist
     assert r["spec"]["data"]["dataset"] == "learnable-mnist"
     n_train, n_test = r["spec"]["data"]["train_samples"], r["spec"]["data"]["test_samples"]
@@ -99,17 +104,7 @@ def test_the_flax_tfds_tutorial_trains_in_the_jax_environment(kit_python, tmp_pa
     TFDS into the JAX run, resolved against the JAX lock (TFDS's dependency promise publishes only its source:
     built into a pure-Python wheel once)."""
     kit_python("jax")
-    state = tmp_path / "state"
-    proc = subprocess.run(
-        [sys.executable, "-m", "reprokit", "reproduce", "--script",
-         f"jax={CORPUS / 'flax' / 'mnist_tfds_nnx.py'}", "--frameworks", "jax", "--backend", "local", "--profile",
-         "quick", "--state-dir", str(state), "--data-dir", str(tmp_path / "data"), "--reports-dir",
-         str(tmp_path / "reports"), "--name", "tfds-jax"], cwd=REPO, capture_output=True, text=True, timeout=900,
-        env=os.environ)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (path,) = (state / "results").glob("*.json")
-    r = json.loads(path.read_text())
-    assert r["status"] == "ok" and results.problems(r) is None, r.get("failure")
+    r = _run_script("jax", CORPUS / "flax" / "mnist_tfds_nnx.py", tmp_path)
     install = r["spec"]["script"]["requirements"]["install"]
     assert any(line.startswith("promise==") for line in install), install
     assert any(line.startswith("tensorflow-cpu==") for line in install), install
