@@ -26,7 +26,7 @@ from reprokit.environments import datasets, env_cache, published_datasets, scrip
 from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError
 from reprokit.execute import data_step, disk_full, locks, stopping
-from reprokit.plan import cost, estimate, matrix, request, rounds
+from reprokit.plan import cost, estimate, matrix, request, rounds, tuning
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
 from reprokit.results.provenance import REPO
@@ -133,9 +133,12 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
     known = _sum_known([e for e, _ in estimates])
     at_once = max(1, min(m.executor.at_once, len(todo)))
     total = None if known is None else known / at_once + estimate.ENV_BUILD_S * len(builds)
+    # tuned's ids are known once its settings alone have run (plan/rounds.py): not counted as done or to run here
+    tuned = sum(s.variant == tuning.TUNED for s in todo)
+    then = f", then {tuned} tuned, run where not finished before" if tuned else ""
     print(f"\nplan: {len(m.specs)} runs, profile {m.profile} on {m.device}"
           f"{f' ({m.gpu_name})' if m.gpu_name else ''}, {m.executor.describe(m.runner)}; {len(done)} already "
-          f"finished, {len(todo)} to run, estimated {duration(total)}"
+          f"finished, {len(todo) - tuned} to run{then}, estimated {duration(total)}"
           + (f" (including building {', '.join(builds)})" if builds else ""))
     ahead = iter(estimates)
     for i, s in enumerate(m.specs, 1):
@@ -143,7 +146,8 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
             when = "done"
         else:
             seconds, how = next(ahead)
-            when = f"~{duration(seconds)} ({how})"
+            when = f"~{duration(seconds)} ({how})" + (", once its settings alone have run" if s.variant == tuning.TUNED
+                                                      else "")
         run_id = s.run_id if s.data.sha256 else "(id once data is prepared)"
         print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
     for line in m.not_run:

@@ -83,6 +83,12 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
                                                                   "6")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 already finished, 6 to run, then 2 tuned, run where not finished before" in proc.stdout
+    # run again: everything is finished, tuned too, which the plan can only say once its settings alone have run
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "8 runs" in again.stdout and "6 already finished, 0 to run, then 2 tuned" in again.stdout
+    assert "[tuned run" in proc.stdout and "[tuned run" not in again.stdout and "[run " not in again.stdout
     results = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
     by = {(r["framework"], r["variant"]): r for r in results}
     seen = {k: r["environment"]["settings"] for k, r in by.items()}
