@@ -61,7 +61,7 @@ def build_missing(names: list[str], constraints: Path, target: list[str], where:
     returns the names built. A build that is not pure Python is refused."""
     built = []
     for name in names:
-        if _has_wheel(name, constraints, target) or _already_built(name):
+        if _already_built(name) or _has_wheel(name, constraints, target):      # the cheap look first
             continue
         log(f"requirements: {name} publishes no wheel for {where}; building one from its source, once per machine")
         with tempfile.TemporaryDirectory(prefix="reprokit-wheel-") as scratch:
