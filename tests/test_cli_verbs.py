@@ -12,7 +12,7 @@ import pytest
 
 from kits.common.spec import RunSpec
 from reprokit import report
-from reprokit.environments import datasets
+from reprokit.environments import datasets, downloads
 from reprokit.errors import UserError
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.matrix import specs_from
@@ -237,7 +237,7 @@ def test_a_download_shows_its_progress(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     lines: list[str] = []
     try:
-        datasets._download(f"http://127.0.0.1:{server.server_port}/archive.tar.gz", tmp_path / "got.tar.gz",
+        downloads.download(f"http://127.0.0.1:{server.server_port}/archive.tar.gz", tmp_path / "got.tar.gz",
                            log=lines.append)
     finally:
         server.shutdown()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reprokit import cli
-from reprokit.environments import notebooks
+from reprokit.environments import notebooks, script_requirements
 from reprokit.results import results
 from reprokit.results.provenance import REPO
 
@@ -75,7 +75,8 @@ def test_pip_install_is_refused_naming_its_cell_and_require(tmp_path, capsys):
         "seaborn installs packages, which a run never does; give them with --require tensorflow=seaborn (or in a "
         "requirements.txt beside the notebook), and the run leaves this line out\n")
     # that way out works: with seaborn required (tensorflow-datasets is the lock's), the line is left out, declared
-    assert notebooks.for_spec(notebooks.convert(notebook), "tensorflow", ("seaborn",))["left_out"] == [
+    assert notebooks.for_spec(notebooks.convert(notebook), "tensorflow", ("seaborn",),
+                              script_requirements.locked("tensorflow"))["left_out"] == [
         "tutorial.ipynb, cell 2 (counting every cell from 1), line 1: !pip install -q tensorflow-datasets seaborn "
         "left out (tensorflow-datasets, seaborn: from the script's requirements or the tensorflow lock)"]
 

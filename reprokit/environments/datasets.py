@@ -11,21 +11,16 @@ data step (``reprokit/execute/data_step.py``, the only step besides the archive'
 the network) builds in the TensorFlow environment.
 
 MNIST, Fashion-MNIST and CIFAR-100, which a script loads by name, come the same way from their published
-files (``reprokit/environments/published_datasets.py``), and each has its generated stand-in
+files (``reprokit/environments/published_files.py``; ``published_datasets.py`` stages one whole), and each has its generated stand-in
 (``learnable-mnist`` ..., kits/common/stand_ins.py) as CIFAR-10 has ``learnable``.
 """
 from __future__ import annotations
 
-import hashlib
-import http.client
 import pickle
 import re
 import shutil
 import tarfile
-import time
-import urllib.request
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +31,7 @@ from kits.common import data as kitdata
 from kits.common import stand_ins
 from kits.common.files import atomic_file
 from kits.common.named_datasets import KNOWN, Named, of_dataset
-from reprokit.console import duration
+from reprokit.environments import downloads, published_files
 from reprokit.errors import UserError
 from reprokit.results.quarantine import set_aside
 
@@ -58,8 +53,6 @@ GENERATED_SIZES = {"synthetic": (50000, 10000), **{n.stand_in: (2000, 500) for n
 SYNTHETIC_SHAPE = (32, 10)      # synthetic's side and classes unless the spec's differ (CIFAR-10's)
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)        # the earliest time a zip member can carry
-DOWNLOAD_TIMEOUT_S = 60
-_CHUNK = 1 << 20
 _SHA256SUM = re.compile(r"([0-9a-f]{64})  (.+)\n")      # the sidecar's one line, as sha256sum writes it
 
 
@@ -99,8 +92,7 @@ def prepare(data: dict[str, Any], cache_dir: Path, *, allow_download: bool = Tru
         if data["dataset"] == "cifar10":
             _write_npz(path, *_cifar10_arrays(_cifar10_archive(Path(cache_dir), allow_download)))
         elif data["dataset"] in KNOWN:
-            from reprokit.environments import published_datasets  # it fetches with this module's download
-            _write_npz(path, *published_datasets.arrays(data["dataset"], Path(cache_dir), allow_download))
+            _write_npz(path, *published_files.arrays(data["dataset"], Path(cache_dir), allow_download))
         else:
             _write_npz(path, *_generate(data["dataset"], *_counts_wanted(data), data.get("seed", 0),
                                         *_synthetic_shape(data)))
@@ -180,15 +172,6 @@ def _write_npz(path: Path, x_train: np.ndarray, y_train: np.ndarray,
                 np.lib.format.write_array(out, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _file_digest(path: Path, algorithm: str) -> str:
-    # usedforsecurity=False keeps md5 available on FIPS-restricted hosts.
-    digest = hashlib.new(algorithm, usedforsecurity=False)
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _sha256_cached(path: Path) -> str:
     """The file's sha256, from a sidecar (sha256sum format) unless the file is newer."""
     sidecar = path.with_name(path.name + ".sha256")
@@ -201,7 +184,7 @@ def _sha256_cached(path: Path) -> str:
             return recorded[1]
         set_aside(sidecar, f"checksum {sidecar.name}", "not one sha256sum line for its file",
                   "it will be computed again")
-    sha256 = _file_digest(path, "sha256")
+    sha256 = downloads.file_digest(path, "sha256")
     with atomic_file(sidecar) as fh:
         fh.write(f"{sha256}  {path.name}\n")
     return sha256
@@ -216,8 +199,8 @@ def _cifar10_archive(cache_dir: Path, allow_download: bool) -> Path:
         if not allow_download:
             raise UserError(f"The CIFAR-10 archive is missing: place the official {CIFAR10_URL} "
                             f"at {path}, or allow downloads, and re-run.")
-        _download(CIFAR10_URL, path)
-    actual = _file_digest(path, "md5")
+        downloads.download(CIFAR10_URL, path)
+    actual = downloads.file_digest(path, "md5")
     if actual != CIFAR10_MD5:
         raise UserError(f"{path} has md5 {actual} where the official CIFAR-10 archive has "
                         f"{CIFAR10_MD5}: delete it and re-run to download it again, "
@@ -248,29 +231,6 @@ def tfds_prepared(cache_dir: Path) -> dict[str, Any] | None:
     if not (folder / "dataset_info.json").exists():
         return None
     return {"dir": kitdata.TFDS_CIFAR10, "sha256": kitdata.tree_sha256(folder)}
-
-
-def _download(url: str, path: Path, log: Callable[[str], object] = print) -> None:
-    """Fetch url to path (atomically), saying how far it got about every 10% or 10 s."""
-    try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, atomic_file(path, "wb") as fh:
-            total = int(response.headers.get("Content-Length") or 0)
-            log(f"downloading {url} ({total / 2**20:,.0f} MiB)" if total else f"downloading {url}")
-            done, t0, shown = 0, time.monotonic(), (0.0, 0)
-            while chunk := response.read(_CHUNK):
-                fh.write(chunk)
-                done += len(chunk)
-                now = time.monotonic()
-                if (total and done * 10 // total > shown[1]) or now - shown[0] >= 10:
-                    shown = (now, done * 10 // total if total else 0)
-                    rate = done / max(now - t0, 1e-6)
-                    left = f", {duration((total - done) / rate)} left" if total else ""
-                    share = f" ({done / total:.0%})" if total else ""
-                    log(f"  {done / 2**20:,.0f} MiB{share} at {rate / 2**20:,.1f} MiB/s{left}")
-    # URLError, HTTPError and timeouts are OSErrors; a cut connection is an HTTPException.
-    except (OSError, http.client.HTTPException) as exc:
-        raise UserError(f"Downloading {url} failed ({exc}): download it by other means "
-                        f"and place it at {path}, then re-run.") from exc
 
 
 def _cifar10_arrays(archive: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ import re
 import shlex
 import tokenize
 import warnings
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -126,17 +127,17 @@ def _packages(args: str, where: str, text: str) -> list[str]:
                         f"requirements.txt beside the notebook, or give a .py script") from None
 
 
-def for_spec(converted: dict[str, Any], framework: str, requirement_lines: tuple[str, ...]) -> dict[str, Any]:
+def for_spec(converted: dict[str, Any], framework: str, requirement_lines: tuple[str, ...],
+             locked: Iterable[str]) -> dict[str, Any]:
     """The spec's ``script.notebook``: each install line left out and declared where the script's requirements
-    (``requirement_lines``, already settled) or the framework's lock name every package it installs (names
-    compared as pip does); refused, naming its cell and the --require that gives them, where not."""
+    (``requirement_lines``, already settled) or the framework's lock (``locked``: the names it pins) name every
+    package it installs (names compared as pip does); refused, naming its cell and the --require that gives them,
+    where not."""
     def key(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()
     said = []
     if converted["installs"]:
-        # not at module level: script_requirements imports import_scan, which imports this module
-        from reprokit.environments.script_requirements import locked
-        have = {key(Requirement(line.split(" --hash")[0]).name) for line in requirement_lines} | set(locked(framework))
+        have = {key(Requirement(line.split(" --hash")[0]).name) for line in requirement_lines} | set(locked)
         for where, text, packages in converted["installs"]:
             missing = [p for p in packages if key(p) not in have]
             if missing:

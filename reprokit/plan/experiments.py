@@ -16,6 +16,7 @@ from kits.common.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
 from kits.common.pitfalls import PITFALLS
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
+from reprokit.plan.script_entries import script_entry
 from reprokit.results import safe_names
 from reprokit.results.schema_messages import describe
 
@@ -46,14 +47,12 @@ class Experiment:
     @property
     def script_variants(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Variants that run the posted scripts themselves (``verbatim``): name -> their scripts by framework."""
-        from reprokit.plan.script_plan import script_entry
         return {name: {fw: script_entry(value, self.path, fw) for fw, value in v["scripts"].items()}
                 for name, v in self.doc.get("variants", {}).items() if "scripts" in v}
 
     @property
     def scripts(self) -> dict[str, dict[str, Any]]:
-        """A script experiment's scripts by framework (reprokit/script_plan.script_entry); {} for a spec one."""
-        from reprokit.plan.script_plan import script_entry
+        """A script experiment's scripts by framework (reprokit/plan/script_entries.py); {} for a spec one."""
         return {fw: script_entry(value, self.path, fw) for fw, value in self.doc.get("scripts", {}).items()}
 
     def resolved(self, profile: str) -> dict[str, Any]:

@@ -32,30 +32,6 @@ BOUNDS = {"quick": (3, 1, 3, 1), "standard": (300, 2, 300, 5), "full": (None, No
 STAND_IN = "learnable"
 
 
-def script_entry(value: str | dict[str, Any], experiment_file: Path, framework: str) -> dict[str, Any]:
-    """A script as the experiment file gives it, resolved: its folder (absolute), path in it, args, shim and
-    extra requirements (reprokit/environments/script_requirements.py)."""
-    entry = {"path": value} if isinstance(value, str) else dict(value)
-    folder = (experiment_file.parent / entry.get("folder", ".")).resolve()
-    path = folder / entry["path"]
-    if not path.is_file():
-        raise UserError(f"{experiment_file}: scripts: {entry['path']} is not a file in {folder}; give the path "
-                        f"of the script relative to its folder")
-    shim = entry.get("shim")
-    if shim and not (folder / shim).is_file():
-        raise UserError(f"{experiment_file}: scripts: the shim {shim} is not a file in {folder}")
-    named = entry.get("requirements")
-    if named and not (folder / named).is_file():
-        raise UserError(f"{experiment_file}: scripts: the requirements file {named} is not a file in {folder}")
-    # the file the entry names, else a requirements.txt beside the script (--require replaces either: specs_for)
-    requirements = named or (path.parent / script_requirements.BESIDE).relative_to(folder).as_posix()
-    return {"folder": folder, "path": path.relative_to(folder).as_posix(), "args": list(entry.get("args", [])),
-            "shim": shim, "requirements": script_requirements.from_file(folder, requirements)
-            if (folder / requirements).is_file() else None,
-            # a notebook's code cells as one script, its IPython lines settled (refused here, before any run)
-            "notebook": notebooks.convert(path) if notebooks.is_notebook(path) else None}
-
-
 def _files(folder: Path) -> dict[str, str]:
     """Every .py file of the script's folder that a run copies (kits/common/work_folder.py), by relative name,
     with its sha256 (the script imports them); a folder that would copy more than the limit is refused."""
@@ -135,7 +111,8 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
         requirements = script_requirements.settle(source, framework) if source else None
         # a notebook's install lines: left out where these requirements or the lock give them, else refused here
         notebook = entry["notebook"] and notebooks.for_spec(entry["notebook"], framework,
-                                                            source.lines if source else ())
+                                                            source.lines if source else (),
+                                                            script_requirements.locked(framework))
         if opts.prepare_data:           # before any run (a dry run starts nothing): its wheels, and its imports
             script_requirements.check_imports(entry["folder"], [entry["path"], *filter(None, [entry["shim"]])],
                                               framework, source, requirements, opts.data_dir, describe(framework))
