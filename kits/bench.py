@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import importlib
 import itertools
 import json
 import random
@@ -48,7 +47,8 @@ import time
 from pathlib import Path
 
 from kits.common import data as datalib
-from kits.common.names import PROGRESS_MARKER, kit_module
+from kits.common import parts
+from kits.common.names import PROGRESS_MARKER
 from kits.common.spec import RunSpec
 
 # --- the kit ----------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def _side(side: str, spec: RunSpec, data_dir: Path, arrays: datalib.Arrays, warm
     if side == "untimed":                 # the kit with its per-step timing off: what the timing costs
         untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
         return {"untimed_sps": untimed["kit_sps"], "untimed_outer_sps": untimed["outer_sps"]}
-    wall, cpu = importlib.import_module(kit_module(spec.framework, "bare")).loop(spec, arrays, warmup, steps)
+    wall, cpu = parts.bare_loop(spec.framework).loop(spec, arrays, warmup, steps)
     samples = steps * spec.train.batch_size
     return {"bare_sps": samples / wall, "bare_cpu_sps": samples / cpu}
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     frameworks = {s.framework for s in specs}
     if len(frameworks) != 1:
         raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
-    importlib.import_module(kit_module(specs[0].framework, "bare")).process_setup(specs[0])
+    parts.bare_loop(specs[0].framework).process_setup(specs[0])
     _tell(f"  kits.bench seed {seed}: --seed {seed} draws the same round orders again")
     out = []
     for spec in specs:

@@ -13,7 +13,6 @@ trains nothing, still leaves a result: failed, with the reason and its traceback
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import runpy
@@ -27,13 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from kits.certify import certify_captured, guarded
-from kits.common import bounds, detectors, environment, notebook_script, report, work_folder
+from kits.common import bounds, detectors, environment, notebook_script, parts, report, work_folder
 from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common.energy import Energy
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
-from kits.common.names import kit_module
 from kits.common.network_guard import NO_NETWORK, block_network, sockets_fit
 from kits.common.nvml import DeviceSampler
 from kits.common.observe import HookClock, Observer, StopScript
@@ -57,10 +55,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mount", nargs=2, action="append", default=[], metavar=("WHERE", "FOLDER"),
                    help="a folder of the user's own data (read-only) shown where the script reads WHERE (repeatable)")
     return p.parse_args(argv)
-
-
-def _probe_for(framework: str, script_dir: Path):
-    return importlib.import_module(kit_module(framework, "probe")).Probe(script_dir)
 
 
 def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
@@ -95,7 +89,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
     work = _workdir(spec, script_dir, out)
     shims += work_folder.mount(work, mounts or [])
     named = StagedData(spec.data, data_dir, work, shims)     # the named datasets, each declared once the script asks
-    probe = _probe_for(spec.framework, work)
+    probe = parts.probe(spec.framework, work)
     shims += _requirements(spec, data_dir, work)     # first: a package they bring (TFDS) may be staged data's reader
     tfds = spec.data.tfds                     # TFDS's own cifar10, where the data step prepared it: checked
     tfds_root = data_dir / datalib.TFDS_ROOT if tfds and datalib.verified_folder(data_dir / tfds.dir, tfds.sha256) \
@@ -159,7 +153,7 @@ class Certified(StopScript):
     """The certificate's side of the captured model is written: the script stops before its first update."""
 
 
-def certify_side(spec: ScriptSpec, probe, classes: int, folder: Path, weights_from: Path | None) -> None:
+def certify_side(spec: ScriptSpec, probe: parts.Probe, classes: int, folder: Path, weights_from: Path | None) -> None:
     """The certificate's checks on the model the script trains, captured before its first update, into
     folder/side.json: the PyTorch side also writes its initial weights and its batch, which the TensorFlow
     side (``weights_from``) starts from. A script that trains two models is refused, naming them."""
@@ -195,7 +189,7 @@ class NoGpu(RuntimeError):
     """The spec asks for a GPU and the run sees none."""
 
 
-def _on_its_device(framework: str, probe, sampler: DeviceSampler | None, observer: Observer) -> None:
+def _on_its_device(framework: str, probe: parts.Probe, sampler: DeviceSampler | None, observer: Observer) -> None:
     """At the first step, the model is known and NVML watches its device. A GPU run whose model stayed on the CPU
     is measured on the CPU, as the script chose (model-not-on-gpu): the process's resident memory and the CPU's
     energy are its own, and NVML watches the first visible GPU, whose idle time is the finding's evidence. Where
@@ -265,7 +259,7 @@ def _training_loader(observer: Observer):
     return next((p for p in reversed(observer.loaders) if p.loader_id == observer.training_loader), None)
 
 
-def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe, phases: PhaseMemory, wall_s: float,
+def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe: parts.Probe, phases: PhaseMemory, wall_s: float,
             ended: str, shims: list[str], device: dict | None, sampler) -> dict:
     m = observer.m
     loader = _training_loader(observer)

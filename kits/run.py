@@ -8,7 +8,6 @@ reason and the traceback's tail.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -16,12 +15,12 @@ import time
 import traceback
 from pathlib import Path
 
-from kits.common import cpu_peak, detectors, environment, nvidia_smi, report
+from kits.common import cpu_peak, detectors, environment, nvidia_smi, parts, report
 from kits.common import data as datalib
 from kits.common.energy import Energy
 from kits.common.files import write_json_atomic
 from kits.common.measure import ResidentPeak, process_age_s
-from kits.common.names import kit_module, label
+from kits.common.names import label
 from kits.common.nvml import DeviceSampler
 from kits.common.phases import PhaseMemory
 from kits.common.progress import Progress
@@ -53,7 +52,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     # Every device's baseline before the framework touches one; then the framework names its own.
     sampler = DeviceSampler() if spec.device == "gpu" else None
-    backend = importlib.import_module(kit_module(spec.framework, "backend")).Backend(spec)
+    backend = parts.backend(spec)
     env = backend.environment()
     if spec.device == "gpu" and env["device"] != "gpu":
         raise NoGpuError(_no_gpu(spec, env, backend.no_gpu_reason()))

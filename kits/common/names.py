@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 # The modules a framework's kit may have: ``backend`` (the training run), ``certify`` (its side of the
-# certificate), ``probe`` (a user's script under observation) and ``bare`` (the bench's bare loop).
+# certificate), ``probe`` (a user's script under observation) and ``bare`` (the bench's bare loop). What the
+# kit's entry points ask of each, and the one lookup of each: kits/common/parts.py.
 PARTS = ("backend", "certify", "probe", "bare")
 
 
