@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import os
 import sys
@@ -63,11 +62,12 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common import arithmetic, custom, parting
+from kits.common import arithmetic, custom, model_checks, parting
 from kits.common import certificate as cert
 from kits.common import data as datalib
 from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS, kit_module
+from kits.common.names import FRAMEWORKS
+from kits.common.parts import CanonicalModel, CapturedSide, CertifySide, certifier
 from kits.common.progress import Progress
 from kits.common.spec import RunSpec
 
@@ -121,7 +121,7 @@ def certify(spec: RunSpec, data_dir: Path, out: dict, folder: Path, weights_in: 
     x, y = cert.fixed_batch(arrays)
     batches = cert.step_batches(spec, arrays, steps)
     clock = _Clock(out)
-    side = importlib.import_module(kit_module(spec.framework, "certify")).Certifier(spec, arrays, x[:cert.TRACE_BATCH])
+    side = certifier(spec, arrays, x[:cert.TRACE_BATCH])
     clock("build and trace")
     try:
         _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
@@ -145,7 +145,7 @@ class _Clock:
         self.wall, self.cpu = wall, cpu
 
 
-def _layer_settings(side, out: dict, x) -> None:
+def _layer_settings(side: CanonicalModel, out: dict, x) -> None:
     """Every layer's settings as built (its own weights, one sample in evaluation mode): what the normalisation
     check compares, also where the two models cannot share weights."""
     try:
@@ -154,8 +154,8 @@ def _layer_settings(side, out: dict, x) -> None:
         out["layer_settings_error"] = f"{type(exc).__name__}: {custom.one_line(exc)}"
 
 
-def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes, clock,
-             parts: str, folder: Path) -> None:
+def _certify(side: CertifySide, spec, out, x, batches, weights_in, weights_out, weights_after_out, dropout_passes,
+             clock, parts: str, folder: Path) -> None:
     _canonical(side, out)
     _layer_settings(side, out, x)
     n_drop = min(cert.DROPOUT_SAMPLES, len(x))
@@ -170,7 +170,7 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     # What the model returns, on its own initial weights: a shape the kit's loss cannot take stops here.
     logits = side.logits(x, training=False)
     out["outputs"] = _outputs(side, logits, len(x), spec.model.num_classes)
-    refusal = cert.check_outputs(spec.framework, out["outputs"])
+    refusal = model_checks.check_outputs(spec.framework, out["outputs"])
     shape = out["outputs"]["shape"]
     if refusal and (len(shape) != 2 or shape[0] != len(x) or shape[1] < spec.model.num_classes):
         raise custom.BadModel(refusal)
@@ -220,7 +220,7 @@ def _certify(side, spec, out, x, batches, weights_in, weights_out, weights_after
     clock(f"fp64: {cert.ULP_BASELINES} trajectory(ies) from weights one float64 ulp apart")
 
 
-def _record_layers(side, out: dict, x, folder: Path, precision: str) -> None:
+def _record_layers(side: CanonicalModel, out: dict, x, folder: Path, precision: str) -> None:
     """Every layer's output on the first samples of the fixed batch, from the weights loaded now, into
     folder (kits/common/parting.py): where the two models part, if they do."""
     n = min(parting.RECORD_SAMPLES, len(x))
@@ -234,7 +234,7 @@ def _record_layers(side, out: dict, x, folder: Path, precision: str) -> None:
                             "modes": modes}
 
 
-def _canonical(side, out: dict) -> None:
+def _canonical(side: CanonicalModel, out: dict) -> None:
     """What the side's model is, from the object: its optimizer, parameters and arithmetic."""
     out["environment"] = side.environment()
     out["optimizer"] = side.optimizer
@@ -243,7 +243,8 @@ def _canonical(side, out: dict) -> None:
     out["flops"] = arithmetic.flops(side.trace.ops)
 
 
-def _same_weights(side, out: dict, x, weights_in: Path | None, weights_out: Path | None, source: str) -> dict:
+def _same_weights(side: CanonicalModel, out: dict, x, weights_in: Path | None, weights_out: Path | None,
+                  source: str) -> dict:
     """The initial weights both sides start from (exported by one, loaded by the other), and the fp32 logits
     of the fixed batch in evaluation mode from them."""
     initial = side.export()
@@ -258,7 +259,7 @@ def _same_weights(side, out: dict, x, weights_in: Path | None, weights_out: Path
     return initial
 
 
-def certify_captured(side, out: dict, classes: int, device: str, weights_in: Path | None = None,
+def certify_captured(side: CapturedSide, out: dict, classes: int, device: str, weights_in: Path | None = None,
                      weights_out: Path | None = None, folder: Path | None = None) -> dict:
     """The certificate's checks on a model a script trains (a ``Captured`` side, at the script's first step):
     what it is, what it returns, and its fp32 outputs from the same weights in both, in evaluation mode and
@@ -302,7 +303,7 @@ def certify_captured(side, out: dict, classes: int, device: str, weights_in: Pat
     return out
 
 
-def _outputs(side, logits: list, n: int, classes: int) -> dict:
+def _outputs(side: CanonicalModel, logits: list, n: int, classes: int) -> dict:
     arr = np.asarray(logits, np.float64)
     probabilities = bool(arr.ndim == 2 and np.all(arr >= 0) and np.allclose(arr.sum(axis=1), 1.0, atol=1e-4))
     # log_softmax's rows (what PyTorch's nll_loss takes): non-positive, their exponentials sum to 1

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from reprokit.environments.topology import FAKE_SLOTS_ENV
-from reprokit.execute.cluster import FAKE_RESOURCE, NODE_DIR_ENV
+from reprokit.execute.cluster import FAKE_RESOURCE
+from reprokit.execute.node_tasks import NODE_DIR_ENV
 
 LOOPBACK = "127.0.0.1"
 # For every Ray process of a test (the CLI's driver included): loopback, no usage statistics.

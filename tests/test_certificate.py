@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import tiny_specs, write_spec
 
-from kits.common import arithmetic, stochastic
+from kits.common import arithmetic, model_checks, numeric_checks, stochastic
 from kits.common import certificate as cert
 from reprokit.certify import certificate
 from reprokit.environments.envs import ENVS
@@ -108,14 +108,14 @@ def _records(dense1_in: int) -> list[dict]:
 
 def test_a_shape_mismatch_names_the_layer_and_both_shapes():
     """torchvision's VGG16 at 32x32 feeds 25,088 features to its classifier, Keras's 512."""
-    check = cert.compare_layers({"pytorch": _records(25088), "tensorflow": _records(512)})
+    check = model_checks.compare_layers({"pytorch": _records(25088), "tensorflow": _records(512)})
     assert check["passed"] is False and check["mapped"] is False
     assert check["mismatches"] == ["dense 1 kernel: PyTorch (25088, 4096) vs TensorFlow (512, 4096) (32.weight, 32.weight)"]
     assert check["evidence"].startswith("not the same model: 1 parameter shape(s) differ")
 
 
 def test_different_layer_lists_are_not_the_same_model():
-    check = cert.compare_layers({"pytorch": _records(512), "tensorflow": _records(512)[:1]})
+    check = model_checks.compare_layers({"pytorch": _records(512), "tensorflow": _records(512)[:1]})
     assert check["passed"] is False and check["mapped"] is False
     assert "not the same model: the layer lists differ (PyTorch: 13 conv, 1 dense; TensorFlow: 13 conv)" in check["evidence"]
     assert "PyTorch has dense1.kernel (32.weight), TensorFlow has nothing (its list ends)" in check["evidence"]
@@ -245,16 +245,16 @@ def test_the_dropout_tests_false_alarm_rate_is_its_alpha():
 def test_the_dropout_check_tells_rates_and_kinds_apart():
     rng = np.random.default_rng(0)
     n = cert.DROPOUT_PASSES
-    same = cert.compare_dropout({"pytorch": _draws(rng, n, 0.1), "tensorflow": _draws(rng, n, 0.1)})
+    same = numeric_checks.compare_dropout({"pytorch": _draws(rng, n, 0.1), "tensorflow": _draws(rng, n, 0.1)})
     assert same["passed"] and same["numbers"]["p_value"] > stochastic.ALPHA
-    rate = cert.compare_dropout({"pytorch": _draws(rng, n, 0.1), "tensorflow": _draws(rng, n, 0.2)})
+    rate = numeric_checks.compare_dropout({"pytorch": _draws(rng, n, 0.1), "tensorflow": _draws(rng, n, 0.2)})
     assert rate["passed"] is False and rate["numbers"]["p_value"] <= stochastic.ALPHA
-    kind = cert.compare_dropout({"pytorch": _draws(rng, n, 0.3), "tensorflow": _draws(rng, n, 0.3, "row")})
+    kind = numeric_checks.compare_dropout({"pytorch": _draws(rng, n, 0.3), "tensorflow": _draws(rng, n, 0.3, "row")})
     assert kind["passed"] is False
     fixed = np.repeat(_draws(rng, 1, 0.0), n, axis=0)
-    one = cert.compare_dropout({"pytorch": _draws(rng, n, 0.1), "tensorflow": fixed})
+    one = numeric_checks.compare_dropout({"pytorch": _draws(rng, n, 0.1), "tensorflow": fixed})
     assert one["passed"] is False and "active in PyTorch only" in one["evidence"]
-    assert cert.compare_dropout({"pytorch": fixed, "tensorflow": fixed})["passed"]
+    assert numeric_checks.compare_dropout({"pytorch": fixed, "tensorflow": fixed})["passed"]
 
 
 def test_the_fp32_gate_holds_the_divergence_to_ten_times_the_baseline():
@@ -262,13 +262,13 @@ def test_the_fp32_gate_holds_the_divergence_to_ten_times_the_baseline():
         return {"kit": kit, "perturbed": [x * (1 + 3e-7) for x in kit], "exact": kit,
                 "reference": [x * (1 + rounding) for x in kit]}
     kit = [2.5, 2.4, 2.3, 2.2]
-    ok = cert.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side([x * (1 + 2e-6) for x in kit])}, 10)
+    ok = numeric_checks.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side([x * (1 + 2e-6) for x in kit])}, 10)
     assert ok["passed"] and ok["numbers"]["bound"][0] == pytest.approx(3e-6, rel=1e-3)
     apart = [*kit[:2], 2.31, 2.2]
-    off = cert.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side(apart)}, 10)
+    off = numeric_checks.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side(apart)}, 10)
     assert off["passed"] is False and "worst at step 3" in off["evidence"]
     # the framework's own fp32 rounding against fp64 counts as baseline too
-    assert cert.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side(apart, 1e-3)}, 10)["passed"]
+    assert numeric_checks.compare_fp32_trajectory({"pytorch": side(kit), "tensorflow": side(apart, 1e-3)}, 10)["passed"]
 
 
 def test_a_chaotic_fp64_trajectory_is_judged_up_to_where_rounding_alone_parts_it():
@@ -282,17 +282,17 @@ def test_a_chaotic_fp64_trajectory_is_judged_up_to_where_rounding_alone_parts_it
     def baseline(tf, grows=rounding):      # each framework's own trajectory, from weights one ulp apart
         return {"pytorch": [apart(pt, grows), pt], "tensorflow": [apart(tf, grows[:7] + [0] * 4), tf]}
     chaotic = apart(pt, [6e-15, 1e-12, 5e-11, 3e-10, 5e-9, 4e-9, 8e-8, 3e-6, 1e-2, 4e-2, 2e-2])
-    judged = cert.compare_losses({"pytorch": pt, "tensorflow": chaotic}, 1e-6, "fp64", 10, baseline=baseline(chaotic))
+    judged = numeric_checks.compare_losses({"pytorch": pt, "tensorflow": chaotic}, 1e-6, "fp64", 10, baseline=baseline(chaotic))
     assert judged["passed"] and judged["numbers"]["judged_points"] == 6
     assert ("judged up to step 6: from step 7 on, rounding alone parts a framework from itself by more than 0.1 of "
             "the tolerance") in judged["evidence"]
     # a real difference shows before the horizon and fails, whatever rounding does later
     real = apart(pt, [6e-15, 2e-4, 5e-11, 3e-10, 5e-9, 4e-9, 8e-8, 3e-6, 1e-2, 4e-2, 2e-2])
-    failed = cert.compare_losses({"pytorch": pt, "tensorflow": real}, 1e-6, "fp64", 10, baseline=baseline(real))
+    failed = numeric_checks.compare_losses({"pytorch": pt, "tensorflow": real}, 1e-6, "fp64", 10, baseline=baseline(real))
     assert failed["passed"] is False and "at step 2" in failed["evidence"]
     # without chaos (rounding stays small) every point is judged, as for the seeds' models
     calm = baseline(chaotic, [1e-15] * 11)
-    whole = cert.compare_losses({"pytorch": pt, "tensorflow": chaotic}, 1e-6, "fp64", 10, baseline=calm)
+    whole = numeric_checks.compare_losses({"pytorch": pt, "tensorflow": chaotic}, 1e-6, "fp64", 10, baseline=calm)
     assert whole["passed"] is False and whole["numbers"]["judged_points"] == 11
 
 
@@ -301,11 +301,11 @@ def test_the_optimizer_is_read_back_against_both_specs():
     built = {"class": "torch.optim.SGD", "name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": False,
              "dampening": 0.0, "weight_decay": 0.0}
     keras = {**built, "class": "keras.optimizers.SGD", "lr": 0.05000000074505806, "weight_decay": None}
-    assert cert.compare_optimizer({"pytorch": built, "tensorflow": keras}, {"pytorch": sgd, "tensorflow": sgd})["passed"]
-    ignored = cert.compare_optimizer({"pytorch": {**built, "momentum": 0.0}, "tensorflow": keras},
+    assert model_checks.compare_optimizer({"pytorch": built, "tensorflow": keras}, {"pytorch": sgd, "tensorflow": sgd})["passed"]
+    ignored = model_checks.compare_optimizer({"pytorch": {**built, "momentum": 0.0}, "tensorflow": keras},
                                      {"pytorch": sgd, "tensorflow": sgd})
     assert ignored["passed"] is False and "PyTorch's optimizer has momentum 0.0, its spec 0.9" in ignored["evidence"]
-    apart = cert.compare_optimizer({"pytorch": built, "tensorflow": {**keras, "momentum": 0.95}},
+    apart = model_checks.compare_optimizer({"pytorch": built, "tensorflow": {**keras, "momentum": 0.95}},
                                    {"pytorch": sgd, "tensorflow": {**sgd, "momentum": 0.95}})
     assert apart["passed"] is False and "momentum is 0.9 in PyTorch and 0.95 in TensorFlow" in apart["evidence"]
 

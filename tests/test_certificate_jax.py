@@ -12,7 +12,7 @@ from conftest import tiny_specs
 
 from kits.common import arithmetic
 from kits.jax_kit import conventions
-from reprokit.certify import certificate
+from reprokit.certify import differences
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_a_pair_without_a_table_is_declared_by_its_sides(tiny_dir, data_dir):
     pt = tiny_specs(tiny_dir, data_dir)["pytorch"]
     jax_spec = {**pt, "framework": "jax"}
     sides = {"pytorch": {"environment": {}}, "jax": {"environment": {"conventions": conventions.declared(jax_spec)}}}
-    table = {d["field"]: d for d in certificate._declared({"pytorch": pt, "jax": jax_spec}, sides)}
+    table = {d["field"]: d for d in differences.declared_differences({"pytorch": pt, "jax": jax_spec}, sides)}
     assert (table["data layout"]["pytorch"], table["data layout"]["jax"]) == ("NCHW", "NHWC")
     # PyTorch's column from the PyTorch/TensorFlow table; a form both share is declared, and marked
     assert table["SGD momentum form"]["pytorch"] == "v = m*v + g; p -= lr*v"
@@ -93,4 +93,4 @@ def test_a_pair_without_a_table_is_declared_by_its_sides(tiny_dir, data_dir):
     assert table["BatchNorm running variance"]["jax"] == "updated with the biased batch variance"
     assert all(d["source"] == "certificate" for d in table.values())
     # before the sides have run, such a pair declares nothing of its own
-    assert certificate._declared({"pytorch": pt, "jax": jax_spec}) == []
+    assert differences.declared_differences({"pytorch": pt, "jax": jax_spec}) == []

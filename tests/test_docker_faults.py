@@ -35,6 +35,7 @@ from test_docker_runner import (
 
 from reprokit.errors import UserError
 from reprokit.runners import base, container_limits, live
+from reprokit.runners import container_mounts as cm
 from reprokit.runners import docker as dr
 
 DOCKER_PID = Path("/var/run/docker.pid")
@@ -494,13 +495,13 @@ def check_least_privilege(attrs: dict, *, memory: int, allowed_ro: dict[str, Pat
             writable.append(target)
         if target in allowed_ro:
             assert source == allowed_ro[target] and not m["RW"], m
-        elif target.startswith(dr.INPUTS_TARGET + "/"):
+        elif target.startswith(cm.INPUTS_TARGET + "/"):
             assert source.is_relative_to(inputs_under) and not m["RW"], m
-        elif target == dr.RESULTS_TARGET:
+        elif target == cm.RESULTS_TARGET:
             assert source.is_relative_to(results_under), m
         else:
             pytest.fail(f"a mount that was not declared: {m}")
-    assert writable == [dr.RESULTS_TARGET], writable
+    assert writable == [cm.RESULTS_TARGET], writable
 
 
 @pytest.mark.docker
@@ -529,7 +530,7 @@ def test_every_container_of_a_real_matrix_runs_with_least_privilege(client, test
     memory = int(host_total * container_limits.AUTO_SHARE)
     for attrs in seen.attrs.values():
         check_least_privilege(attrs, memory=memory, inputs_under=state, results_under=state,
-                              allowed_ro={dr.KITS_TARGET: REPO / "kits", dr.DATA_TARGET: data.resolve(),
+                              allowed_ro={cm.KITS_TARGET: REPO / "kits", cm.DATA_TARGET: data.resolve(),
                                           "/opt/reprokit/user/0": tiny_dir.resolve()})
     assert not [c for c in client.containers.list(all=True) if c.id in seen.attrs], "containers were left behind"
     results = [json.loads(p.read_text()) for p in sorted((reports / "t" / "results").glob("*.json"))]

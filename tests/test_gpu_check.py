@@ -5,25 +5,17 @@ named variants and of each pitfall a claim names. The GPU host is a stand-in nvi
 """
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
 from reprokit import cli
-from reprokit.plan import matrix
+from reprokit.execute import compose
+from reprokit.gpu_check.plan import MAX_STEPS, TARGET_S, TWIN, reproduce_command
 from reprokit.results.provenance import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check"
-
-
-def _script():
-    loader = importlib.machinery.SourceFileLoader("gpu_check", str(SCRIPT))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_check", loader))
-    loader.exec_module(module)
-    return module
 
 
 def test_the_plan_printed_without_a_gpu_is_the_matrix_a_gpu_runs(stand_in_gpu_host, tmp_path):
@@ -32,19 +24,18 @@ def test_the_plan_printed_without_a_gpu_is_the_matrix_a_gpu_runs(stand_in_gpu_ho
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     head = next(line for line in proc.stdout.splitlines() if line.startswith("== the plan on a GPU"))
     runs, minutes, seconds = map(int, re.search(r"(\d+) runs, .* estimated (\d+)m(\d+)s", head).groups())
-    assert "NVIDIA H200" in head and "1 repeat" in head and minutes * 60 + seconds <= _script().TARGET_S, head
+    assert "NVIDIA H200" in head and "1 repeat" in head and minutes * 60 + seconds <= TARGET_S, head
     printed = [tuple(line.split()[1:4]) for line in proc.stdout.splitlines() if re.match(r"\s+\d+\. \w", line)]
     assert runs == len(printed) == 7
 
     # The same command, planned by the CLI on a GPU host: the same runs (and the twin besides them).
     stand_in_gpu_host("580.95.05")
-    gpu_check = _script()
     args = SimpleNamespace(python=sys.executable, name="gpu-check", timeout=150.0, state_dir=tmp_path / "state")
-    command = gpu_check.reproduce_command(args, [], on_gpu=True)
-    m = matrix.build(cli.parse([*command[1:], "--dry-run"]))
+    command = reproduce_command(args, [], on_gpu=True)
+    m = compose.build(cli.parse([*command[1:], "--dry-run"]))
     specs = [s.to_dict() for s in m.specs]
     planned = [(s["experiment"], s["framework"], s["variant"]) for s in specs]
-    assert printed[:-1] == planned and printed[-1] == (gpu_check.TWIN, "pytorch", "fixed,")
+    assert printed[:-1] == planned and printed[-1] == (TWIN, "pytorch", "fixed,")
     assert {s["repeat"] for s in specs} == {0} and m.profile == "standard" and m.device == "gpu"
-    assert max(s["train"]["max_steps_per_epoch"] for s in specs) == gpu_check.MAX_STEPS
+    assert max(s["train"]["max_steps_per_epoch"] for s in specs) == MAX_STEPS
     assert {"fixed", "as_posted"} <= {s["variant"] for s in specs}

@@ -60,7 +60,7 @@ def test_gpu_host_check_passes_a_fitting_host():
     ("pytorch", "11.0", None, "580.65.06"),
 ])
 def test_kernels_and_driver_per_generation(framework, cc, kernels, driver):
-    need = hc.images.load_bases()[framework]
+    need = hc.base_images.load_bases()[framework]
     assert hc.kernels_for(need, cc) == kernels
     assert hc.min_driver_for(need, cc) == driver
 

@@ -8,27 +8,27 @@ import re
 import pytest
 
 from kits.common.measure import NoStepTimer, Tracker, WindowTimer
-from reprokit.claims import claims
+from reprokit.claims import claims, claims_schema
 from reprokit.report import sections, summary_csv
 from reprokit.results import metrics, units
 
 
 def test_the_claims_schema_quantity_enum_is_written_from_the_quantities():
-    text = claims.SCHEMA.read_text()
+    text = claims_schema.SCHEMA.read_text()
     assert json.loads(text)["$defs"]["quantity"]["enum"] == list(metrics.QUANTITIES), \
         f"reprokit/schemas/claims.schema.json's quantity enum is not metrics.QUANTITIES; run: {claims.REGENERATE}"
-    assert claims.schema_text(text) == text, f"claims.schema.json is not as its generator writes it; run: {claims.REGENERATE}"
+    assert claims_schema.schema_text(text) == text, f"claims.schema.json is not as its generator writes it; run: {claims.REGENERATE}"
 
 
 def test_the_schema_generator_rewrites_the_enum_only():
-    text = claims.SCHEMA.read_text()
+    text = claims_schema.SCHEMA.read_text()
     stale = re.sub(r'"parameters"\n', '"parameters", "leakiness"\n', text, count=1)
     assert json.loads(stale)["$defs"]["quantity"]["enum"][-1] == "leakiness"
-    written = json.loads(claims.schema_text(stale))
+    written = json.loads(claims_schema.schema_text(stale))
     assert written["$defs"]["quantity"]["enum"] == list(metrics.QUANTITIES)
     assert written == json.loads(text)
     with pytest.raises(ValueError, match="no quantity enum"):
-        claims.schema_text('{"$defs": {}}')
+        claims_schema.schema_text('{"$defs": {}}')
 
 
 def test_summary_csv_columns_and_their_order_are_the_files_contract():

@@ -114,16 +114,17 @@ def test_unfit_nodes_and_lost_runs_are_said_plainly(tiny_dir, data_dir):
 
     from reprokit.environments.envs import ENVS
     from reprokit.execute import cluster as cl
+    from reprokit.execute import node_tasks
     from reprokit.runners.local import LocalRunner
     spec = tiny_specs(tiny_dir, data_dir)["pytorch"]
-    job = cl.Job("local", "cpu", head=None)
+    job = node_tasks.Job("local", "cpu", head=None)
     runner = LocalRunner(ENVS, data_dir, "cpu")
     spec["provenance"].update(runner.describe("pytorch"))
-    assert cl._differs(job, runner, RunSpec.from_dict(spec)) is None
+    assert node_tasks._differs(job, runner, RunSpec.from_dict(spec)) is None
     other = {**spec, "provenance": {**spec["provenance"], "code_sha256": "0" * 64}}
-    assert "kit code differs from the head's" in cl._differs(job, runner, RunSpec.from_dict(other))
+    assert "kit code differs from the head's" in node_tasks._differs(job, runner, RunSpec.from_dict(other))
     other = {**spec, "provenance": {**spec["provenance"], "lock_sha256": "0" * 64}}
-    assert "lock file locks/pytorch.txt differs" in cl._differs(job, runner, RunSpec.from_dict(other))
+    assert "lock file locks/pytorch.txt differs" in node_tasks._differs(job, runner, RunSpec.from_dict(other))
     # what makes a node unfit, as the census reports it in the one-sentence refusal
     facts = {"resources": {"GPU": 8.0, "CPU": 96.0}, "docker": False, "docker_why": "no Docker engine answers",
              "nvidia_runtime": False}
@@ -254,7 +255,7 @@ def test_the_memory_limit_reaches_each_nodes_docker_runner(tmp_path):
     """--memory-limit travels in the Job; a node's Docker runner applies it, auto as a share of its own engine
     host's memory (here this host's engine stands for a node's)."""
     from reprokit.errors import UserError
-    from reprokit.execute import cluster as cl
+    from reprokit.execute import node_tasks
     from reprokit.execute.executors import RayExecutor
     from reprokit.runners import container_limits
     from reprokit.runners.docker import DockerRunner
@@ -264,8 +265,8 @@ def test_the_memory_limit_reaches_each_nodes_docker_runner(tmp_path):
     executor = RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, memory_limit="2g")
     job = executor.job(head_runner, None, {})
     assert (job.runner, job.memory_limit) == ("docker", "2g")
-    assert cl._node_runner(job, tmp_path).memory_bytes() == 2 << 30
-    node = cl._node_runner(cl.Job("docker", "cpu", head=None), tmp_path)
+    assert node_tasks._node_runner(job, tmp_path).memory_bytes() == 2 << 30
+    node = node_tasks._node_runner(node_tasks.Job("docker", "cpu", head=None), tmp_path)
     engine_host = node.client.info()["MemTotal"]
     assert node.memory_bytes() == int(engine_host * container_limits.AUTO_SHARE) > 0
     with pytest.raises(UserError, match="--memory-limit lots is not understood"):

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 from kits.common import names
-from reprokit.claims import claims
+from reprokit.claims import claims, claims_schema
 from reprokit.results.provenance import REPO
 
 STUB = "tests.stub_kit:FRAMEWORK"
@@ -19,10 +19,11 @@ STUB = "tests.stub_kit:FRAMEWORK"
 
 def test_the_schemas_framework_enums_are_the_registrys():
     """The committed schemas list the built-in frameworks, as claims.write_schema writes them."""
-    assert claims.schema_text(claims.SCHEMA.read_text()) == claims.SCHEMA.read_text(), claims.REGENERATE
-    for path in claims.FRAMEWORK_SCHEMAS:
-        assert claims.framework_schema_text(path.read_text()) == path.read_text(), claims.REGENERATE
-    for path in (claims.SCHEMA, *claims.FRAMEWORK_SCHEMAS):
+    text = claims_schema.SCHEMA.read_text()
+    assert claims_schema.schema_text(text) == text, claims.REGENERATE
+    for path in claims_schema.FRAMEWORK_SCHEMAS:
+        assert claims_schema.framework_schema_text(path.read_text()) == path.read_text(), claims.REGENERATE
+    for path in (claims_schema.SCHEMA, *claims_schema.FRAMEWORK_SCHEMAS):
         assert names.FRAMEWORK_ENUM in path.read_text(), f"{path.name} has no framework enum to fill"
 
 

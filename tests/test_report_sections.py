@@ -22,7 +22,7 @@ from reprokit import report
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.report import decomposition, explanations, plots, sections
+from reprokit.report import certificate_section, decomposition, explanations, plots, sections
 from reprokit.report.markdown import anchor
 from reprokit.results import metrics, runs
 from reprokit.results import results as results_mod
@@ -668,7 +668,7 @@ def test_every_reference_report_renders_with_short_paragraphs_and_each_explanati
     for cert in (c for cs in certs.values() for c in cs if c["status"] != "not-run" and
                  set(c["variant"].values()) <= {"fixed", "script"}):
         for check in cert["checks"]:
-            line = f"- {sections.check_line(check)}"
+            line = f"- {certificate_section.check_line(check)}"
             assert line in text.splitlines() and len(line) <= 240, line
             assert report.md(check["evidence"]) in details
             assert len(check["evidence"]) <= 90 or report.md(check["evidence"]) not in text
@@ -679,19 +679,19 @@ def test_a_check_line_gives_the_figure_the_check_turns_on():
     fixed = next(c for c in certs[MEMORY] if set(c["variant"].values()) == {"fixed"})
     checks = {c["name"]: c for c in fixed["checks"]}
     per_sample = checks["flops"]["numbers"]["per_sample"]["pytorch"]
-    assert sections.check_line(checks["flops"]) == f"flops pass: {per_sample:,} training FLOPs per sample"
+    assert certificate_section.check_line(checks["flops"]) == f"flops pass: {per_sample:,} training FLOPs per sample"
     worst = max(m["relative"] for m in checks["logits"]["numbers"].values())
-    assert sections.check_line(checks["logits"]) == f"logits pass: worst mode {worst:.1e} of the largest logit"
+    assert certificate_section.check_line(checks["logits"]) == f"logits pass: worst mode {worst:.1e} of the largest logit"
     # a failing pair names each framework's figure, the reference first
     posted = next(c for c in certs[SPEED] if c["variant"] == {"pytorch": "+pt_head_1000", "tensorflow": "fixed"})
     layers = next(c for c in posted["checks"] if c["name"] == "layers")
     counts = layers["numbers"]["parameters"]
-    assert sections.check_line(layers) == (f"layers **FAIL**: {counts['pytorch']:,} vs {counts['tensorflow']:,} "
+    assert certificate_section.check_line(layers) == (f"layers **FAIL**: {counts['pytorch']:,} vs {counts['tensorflow']:,} "
                                            f"parameters (PyTorch / TensorFlow)")
     # a failing check without a figure of its own says where it differs
     vgg16 = next(c for c in certs[SPEED] if c["variant"] == {"pytorch": "fixed", "tensorflow": "+tf_posted_vgg16"})
     parting = next(c for c in vgg16["checks"] if c["name"] == "layers_without_parameters")
-    assert sections.check_line(parting).startswith("layers\\_without\\_parameters **FAIL**: a layer without parameters "
+    assert certificate_section.check_line(parting).startswith("layers\\_without\\_parameters **FAIL**: a layer without parameters "
                                                    "differs: after product 14: PyTorch has dropout rate 0.5")
 
 

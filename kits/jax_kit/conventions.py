@@ -1,7 +1,7 @@
 """The JAX kit's conventions, as it declares them to the certificate (standard library only).
 
 Each entry names a field of the certificate's declared differences (the same field names as the
-PyTorch/TensorFlow table in reprokit/certify/certificate.py), what the JAX kit does, why it may
+PyTorch/TensorFlow table in reprokit/certify/differences.py), what the JAX kit does, why it may
 differ from the reference and how the certificate handles it. The JAX side writes them into its
 side.json; the host pairs them with the reference's column. ``same_as_reference`` marks a convention
 that is the reference's own form, declared so that a reader sees it was looked at.

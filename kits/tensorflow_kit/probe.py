@@ -6,7 +6,7 @@ Python hook runs once, at the trace, so the probe adds small counters to the gra
 passes, the last batch's size and training argument, the loss's sums), declared, and reads them after
 each call of a function the script made with tf.function, and in Keras fit, evaluate and predict from
 a callback the probe adds. Observation hooks (no change to what the script computes, but the graph's
-counters and a read of them per step, which waits for the device):
+counters and a read of them per step, which waits for the device; kits/tensorflow_kit/keras_hooks.py):
 - keras.Model.__call__ (outermost call): the batch size (from the tensors) and the training argument;
 - Optimizer.apply_gradients and Optimizer.apply (kits/tensorflow_kit/optimizer_steps.py): every training step;
   eagerly, whether the loop runs eagerly;
@@ -21,7 +21,6 @@ from __future__ import annotations
 import inspect
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -30,16 +29,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from keras.src.layers.layer import Layer  # noqa: E402
 
 from kits.common import settings as settings_lib  # noqa: E402
 from kits.common.measure import rss_bytes  # noqa: E402
-from kits.common.observe import HookClock, Observer, own_time  # noqa: E402
+from kits.common.observe import Observer, own_time  # noqa: E402
 from kits.common.staged_data import StagedData  # noqa: E402
-from kits.tensorflow_kit import bounds, named_data, optimizer_steps  # noqa: E402
+from kits.tensorflow_kit import bounds, keras_hooks, named_data  # noqa: E402
+from kits.tensorflow_kit.keras_hooks import BATCH, CORRECT, FORWARDS, LOSS_SUM, LOSSES, STEPS, TRAINING  # noqa: E402
 from kits.tensorflow_kit.read_settings import framework_settings, model_settings, pipeline_settings  # noqa: E402
-
-STEPS, FORWARDS, BATCH, TRAINING, CORRECT, LOSSES, LOSS_SUM = range(7)     # the packed counters' places
 
 
 class KerasProbe:
@@ -118,67 +115,8 @@ class KerasProbe:
 
     def install(self, observer: Observer) -> None:
         self.observer = observer
-        self._count_syncs()
-        self._hook_calls()
-        self._hook_steps()
-        self._hook_losses()
-        self._hook_functions()
+        keras_hooks.install(self)
         bounds.install(self)
-
-    def _count_syncs(self) -> None:
-        """.numpy(), float() and bool() of eager tensors, called from the script's own files."""
-        from tensorflow.python.framework import ops
-        script_dir = self.script_dir
-        for name in ("numpy", "__float__", "__bool__"):
-            real = getattr(ops._EagerTensorBase, name)
-
-            def counted(tensor, *args, _real=real, **kwargs):
-                t0 = time.perf_counter()
-                if sys._getframe(1).f_code.co_filename.startswith(script_dir):
-                    self.observer.host_sync()
-                HookClock.seconds += time.perf_counter() - t0
-                return _real(tensor, *args, **kwargs)
-            setattr(ops._EagerTensorBase, name, counted)
-
-    def _hook_calls(self) -> None:
-        real = Layer.__call__
-        probe = self
-
-        def call(layer, *args, **kwargs):
-            if not isinstance(layer, keras.Model) or probe._depth or probe.certifying:
-                return real(layer, *args, **kwargs)
-            probe._depth += 1
-            try:
-                probe._forward(layer, args, kwargs)
-                return real(layer, *args, **kwargs)
-            finally:
-                probe._depth -= 1
-        keras.Model.__call__ = call
-
-    @own_time
-    def _forward(self, model, args, kwargs) -> None:
-        x = args[0] if args else kwargs.get("inputs")
-        first = next((t for t in tf.nest.flatten(x) if hasattr(t, "shape") and len(t.shape)), None)
-        if first is None or isinstance(first, keras.KerasTensor):    # a symbolic call builds a model: no pass
-            return
-        training = kwargs.get("training")
-        training = bool(training) if training is not None and not tf.is_tensor(training) else training
-        if self.model is None:
-            self._first_shape = tuple(first.shape)
-            if not tf.is_tensor(training):
-                self.trained_with = bool(training)
-        if tf.executing_eagerly() and not self.in_keras:
-            self._last_model = model
-            self.observer.forward(int(first.shape[0]), bool(training), bool(training), timed=False)
-            return
-        flag = tf.cast(training if training is not None else False, tf.float64)
-        self.counts.scatter_nd_add([[FORWARDS]], [1])
-        self.counts.scatter_nd_update([[BATCH], [TRAINING]], [tf.cast(tf.shape(first)[0], tf.float64), flag])
-        self._last_model = model
-
-    def _hook_steps(self) -> None:
-        """Optimizer.apply_gradients and apply: the outermost is a step (kits/tensorflow_kit/optimizer_steps.py)."""
-        optimizer_steps.install(self, lambda: self.counts.scatter_nd_add([[STEPS]], [1]))
 
     @own_time
     def _find_model(self, optimizer, variables) -> None:
@@ -191,51 +129,6 @@ class KerasProbe:
     def _found(self, model, optimizer, others: list[str]) -> None:
         self.model, self.optimizer, self.others = model, optimizer, others
         self.models += [f"{type(model).__name__} with {model.count_params():,} parameters", *others]
-
-    def _hook_losses(self) -> None:
-        real = keras.losses.Loss.__call__
-        probe = self
-
-        def call(loss_fn, y_true, y_pred, *args, **kwargs):
-            probe._loss_depth += 1                # Keras's compiled loss calls its own losses: count the outermost
-            try:
-                out = real(loss_fn, y_true, y_pred, *args, **kwargs)
-            finally:
-                probe._loss_depth -= 1
-            if not probe._loss_depth and len(getattr(y_pred, "shape", ())) == 2 and len(out.shape) == 0:
-                probe._count(loss_fn, y_true, y_pred, out)
-            return out
-        keras.losses.Loss.__call__ = call
-
-    @own_time
-    def _count(self, loss_fn, y_true, y_pred, out) -> None:
-        y_pred = tf.cast(y_pred, tf.float32)
-        one_hot = len(y_true.shape) == 2 and y_true.shape[-1] != 1        # else sparse labels, (n,) or (n, 1)
-        labels = tf.argmax(y_true, 1) if one_hot else tf.reshape(tf.cast(y_true, tf.int64), [-1])
-        n = tf.shape(y_pred)[0]
-        loss_sum = tf.cast(out, tf.float64) * tf.cast(n, tf.float64)
-        correct = tf.reduce_sum(tf.cast(tf.argmax(y_pred, 1) == labels, tf.int64))
-        config = getattr(loss_fn, "get_config", dict)() or {}
-        self._logits_loss = bool(config.get("from_logits", False))
-        self.rows.assign(tf.stack([tf.cast(tf.reduce_all(y_pred >= 0), tf.float32),
-                                   tf.reduce_max(tf.abs(tf.reduce_sum(y_pred, 1) - 1)), tf.cast(n, tf.float32)]))
-        if tf.executing_eagerly() and not self.in_keras:
-            self.observer.loss(loss_sum, correct)
-            return
-        self.counts.scatter_nd_add([[CORRECT], [LOSSES], [LOSS_SUM]], [tf.cast(correct, tf.float64), 1, loss_sum])
-
-    def _hook_functions(self) -> None:
-        real = tf.function
-        probe = self
-
-        def function(func=None, _caller=None, **kwargs):
-            caller = _caller or sys._getframe(1).f_code.co_filename
-            if func is None:                     # @tf.function(jit_compile=...): the decorator comes next
-                return lambda f: function(f, _caller=caller, **kwargs)
-            if caller.startswith(probe.script_dir):        # the script's own, not Keras's internal functions
-                probe.xla = probe.xla or bool(kwargs.get("jit_compile"))
-            return _Watched(real(func, **kwargs), probe)
-        tf.function = function
 
     # -- the graph's counters ------------------------------------------------------------------------
 
@@ -438,33 +331,6 @@ def _input_shape(model, seen) -> tuple:
     if len(shape) != 3 or None in shape:
         raise ValueError(f"the TensorFlow model's input shape is not known before its first step ({shape or 'none'})")
     return tuple(int(d) for d in shape)
-
-
-class _Watched:
-    """A function the script made with tf.function: after each call, the graph's counters become events."""
-
-    def __init__(self, compiled, probe: KerasProbe) -> None:
-        self._compiled, self._probe = compiled, probe
-
-    def __call__(self, *args, **kwargs):
-        probe = self._probe
-        if probe.certifying:
-            return self._compiled(*args, **kwargs)
-        if probe._first_update and probe.model is None:
-            # Trace without running: a step inside shows the model, before the first update changes it.
-            self._compiled.get_concrete_function(*args, **kwargs)
-            if probe.model is not None:
-                probe.first_update()
-        out = self._compiled(*args, **kwargs)
-        if not probe.in_keras:
-            probe.report_graph()
-        return out
-
-    def __get__(self, obj, objtype=None):
-        return _Watched(self._compiled.__get__(obj, objtype), self._probe)
-
-    def __getattr__(self, name):
-        return getattr(self._compiled, name)
 
 
 class _GuardedPeak:

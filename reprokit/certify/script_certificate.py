@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.common import arithmetic
+from kits.common import arithmetic, model_checks, numeric_checks
 from kits.common import certificate as cert
 from kits.common.files import write_json_atomic
 from kits.common.names import REFERENCE, label
@@ -134,17 +134,17 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], folders: 
     pt, tf = sides[ref], sides[other]
     result["setup"] = pt.get("setup")
     checks = result["checks"]
-    checks.append(cert.compare_read_back_optimizers({fw: s["optimizer"] for fw, s in sides.items()}))
-    layers = cert.compare_layers({fw: s["layers"] for fw, s in sides.items()})
-    differences = cert.layer_differences(sides)
+    checks.append(model_checks.compare_read_back_optimizers({fw: s["optimizer"] for fw, s in sides.items()}))
+    layers = model_checks.compare_layers({fw: s["layers"] for fw, s in sides.items()})
+    differences = model_checks.layer_differences(sides)
     if differences:
         layers["evidence"] += "; differences: " + "; ".join(differences)
         layers["mismatches"] = [*layers.get("mismatches", []), *differences]
     checks.append(layers)
-    checks.append(cert.compare_flops(sides))
-    checks.append(cert.compare_structure(sides))
+    checks.append(model_checks.compare_flops(sides))
+    checks.append(model_checks.compare_structure(sides))
     checks.append(_modes(sides))
-    problems = [p for p in (cert.script_outputs(fw, s["outputs"]) for fw, s in sides.items()) if p]
+    problems = [p for p in (model_checks.script_outputs(fw, s["outputs"]) for fw, s in sides.items()) if p]
     unknown = [label(fw) for fw, s in sides.items() if s["outputs"]["expects_logits"] is None]
     checks.append({"name": "outputs", "passed": not problems,
                    "evidence": "; ".join(problems) if problems else
@@ -157,8 +157,9 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], folders: 
     else:
         as_p, how = _space(sides)
         checks.append(_logits(sides, as_p, how, tol["logits_rtol"]))
-        dropout = cert.compare_dropout({fw: (cert.as_probabilities(s["train_outputs"]).tolist() if as_p[fw]
-                                             else s["train_outputs"]) for fw, s in sides.items()})
+        dropout = numeric_checks.compare_dropout(
+            {fw: (numeric_checks.as_probabilities(s["train_outputs"]).tolist() if as_p[fw] else s["train_outputs"])
+             for fw, s in sides.items()})
         dropout["evidence"] = how + dropout["evidence"]
         checks.append(dropout)
     checks.append(skipped("loss_trajectory", NOT_REPLAYED))
@@ -206,9 +207,9 @@ def _space(sides: dict[str, dict[str, Any]]) -> tuple[dict[str, bool], str]:
 
 
 def _logits(sides: dict[str, dict[str, Any]], as_p: dict[str, bool], how: str, rtol: float) -> dict[str, Any]:
-    rows = {fw: {"fp32": {mode: cert.as_probabilities(out).tolist() if as_p[fw] else out
+    rows = {fw: {"fp32": {mode: numeric_checks.as_probabilities(out).tolist() if as_p[fw] else out
                           for mode, out in s["logits"]["fp32"].items()}} for fw, s in sides.items()}
-    check = cert.compare_logits(rows, rtol, SAMPLES)
+    check = numeric_checks.compare_logits(rows, rtol, SAMPLES)
     check["evidence"] = how + check["evidence"]
     return check
 

@@ -24,35 +24,23 @@ Metric kinds:
 """
 from __future__ import annotations
 
-import json
 import math
-import re
-import textwrap
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
-from kits.common.names import BUILTIN, FRAMEWORK_ENUM, fill_frameworks, schema_with_registry
 from kits.common.pitfalls import PITFALLS
-from reprokit.claims.framework_schemas import fill_per_framework
+from reprokit.claims.claims_schema import FRAMEWORK_SCHEMAS, SCHEMA, framework_schema_text, schema_text, validated
 from reprokit.errors import UserError
 from reprokit.results import metrics
 from reprokit.results.runs import TUNED, TUNED_ALONE, TUNED_SETTINGS
-from reprokit.results.schema_messages import describe
 from reprokit.results.units import NON_NEGATIVE, UNITS
 
 SCHEMA_ID = "reprokit.claims/1"
-CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "claims.schema.json"
-# The other schemas whose framework enums (names.FRAMEWORK_ENUM) are written from the registry's built-in entries.
-FRAMEWORK_SCHEMAS = tuple(SCHEMA.with_name(f"{name}.schema.json") for name in ("experiment", "result"))
-# Its quantity enum is written from metrics, and every schema's framework enum from kits/common/names.py BUILTIN,
-# by this command (tests/test_quantities.py and tests/test_registry.py fail until it is run).
+# The claims schema's quantity enum is written from metrics, and every schema's framework enum from
+# kits/common/names.py BUILTIN, by this command (tests/test_quantities.py and tests/test_registry.py fail until it
+# is run).
 REGENERATE = 'python -c "from reprokit.claims import claims; claims.write_schema()"'
 
 # quantity -> (dimension, what it is): every quantity metrics reads
@@ -154,76 +142,18 @@ def interval(figure: dict[str, Any]) -> tuple[float, float]:
     return 0.0, figure["at_most"] * factor
 
 
-# --- loading ---------------------------------------------------------------------------------
-
-@lru_cache(maxsize=1)
-def _validator() -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(schema_with_registry(json.loads(SCHEMA.read_text())))
-
-
-_QUANTITY_ENUM = re.compile(r'("quantity": \{\s*"enum": \[)[^\]]*(\])')
-_FRAMEWORK_ENUM = re.compile(r'("\$comment": "' + re.escape(FRAMEWORK_ENUM) + r'",\s*"enum": \[)[^\]]*(\])')
-
-
-def schema_text(text: str) -> str:
-    """The claims schema ``text`` with its quantity enum written from metrics.QUANTITIES and its framework enum
-    from the registry's built-in entries, the rest as it is.
-
-    The file stays whole (editors and readers see every quantity) and validation reads it as committed, with the
-    frameworks registered through kits/common/names.py's hook added (names.schema_with_registry)."""
-    names = textwrap.fill(", ".join(f'"{name}"' for name in QUANTITIES), 116, initial_indent=" " * 8,
-                          subsequent_indent=" " * 8, break_long_words=False, break_on_hyphens=False)
-    out, found = _QUANTITY_ENUM.subn(lambda m: f"{m[1]}\n{names}\n      {m[2]}", text, count=1)
-    if not found:
-        raise ValueError(f"{SCHEMA}: no quantity enum ($defs.quantity.enum) to write")
-    frameworks = ", ".join(f'"{fw.name}"' for fw in BUILTIN)
-    out, found = _FRAMEWORK_ENUM.subn(lambda m: f"{m[1]}{frameworks}{m[2]}", out)
-    if not found:
-        raise ValueError(f"{SCHEMA}: no framework enum ($defs.framework) to write")
-    return out
-
-
-def framework_schema_text(text: str) -> str:
-    """A JSON schema file (indented by 2, as json.dumps writes it) with its framework enums (marked by
-    names.FRAMEWORK_ENUM) and its per-framework properties (marked by framework_schemas.PER_FRAMEWORK) written from the
-    registry's built-in entries."""
-    builtin = [fw.name for fw in BUILTIN]
-    schema = fill_per_framework(fill_frameworks(json.loads(text), builtin), builtin)
-    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
-
-
 def write_schema() -> None:
+    """Write the committed schemas' generated parts, as claims_schema computes them (REGENERATE runs it)."""
     SCHEMA.write_text(schema_text(SCHEMA.read_text()))
     for path in FRAMEWORK_SCHEMAS:
         path.write_text(framework_schema_text(path.read_text()))
 
 
-def resolve(name_or_path: str | Path) -> Path:
-    """A claims file by name (claims/<name>.toml) or by path."""
-    text = str(name_or_path)
-    path = Path(text)
-    if path.suffix == ".toml" or "/" in text or path.exists():
-        if not path.is_file():
-            raise UserError(f"{path}: no such claims file")
-        return path
-    candidate = CLAIMS_DIR / f"{text}.toml"
-    if not candidate.is_file():
-        known = sorted(p.stem for p in CLAIMS_DIR.glob("*.toml")) if CLAIMS_DIR.is_dir() else []
-        raise UserError(f"--claims: no claims file named {text!r}; known: {', '.join(known) or '(none)'} "
-                        f"in {CLAIMS_DIR}, or give a path to a .toml file")
-    return candidate
-
+# --- loading ---------------------------------------------------------------------------------
 
 def load(name_or_path: str | Path) -> list[Claim]:
     """Read, validate and resolve one claims file; any problem is a UserError naming file, claim and key."""
-    path = resolve(name_or_path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: not valid TOML ({exc})") from None
-    errors = list(_validator().iter_errors(doc))
-    if errors:
-        raise UserError(_describe(path, doc, jsonschema.exceptions.best_match(errors)))
+    path, doc = validated(name_or_path)
     claims, seen = [], set()
     for raw in doc["claim"]:
         if raw["id"] in seen:
@@ -231,18 +161,6 @@ def load(name_or_path: str | Path) -> list[Claim]:
         seen.add(raw["id"])
         claims.append(_build(path, raw))
     return claims
-
-
-def _describe(path: Path, doc: dict[str, Any], error: jsonschema.ValidationError) -> str:
-    parts = list(error.absolute_path)
-    where = f"{path}"
-    if len(parts) >= 2 and parts[0] == "claim" and isinstance(parts[1], int):
-        raw = doc["claim"][parts[1]]
-        cid = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
-        where += f": claim {cid!r}" if cid else f": claim #{parts[1] + 1}"
-        parts = parts[2:]
-    unit_hint = "; units allowed: " + ", ".join(UNITS)
-    return f"{where}: {describe(error, parts, {'unit': unit_hint})}"
 
 
 def _build(path: Path, raw: dict[str, Any]) -> Claim:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kits.common.files import write_text_atomic
-from reprokit.environments import cache, images
+from reprokit.environments import base_images, cache
 from reprokit.errors import UserError
 from reprokit.locking import Lock
 from reprokit.results import quarantine
@@ -45,9 +45,9 @@ GB = 1e9
 def lock_name(framework: str, flavor: str) -> str:
     """The lock file a framework's flavor installs from, as docker/bases.toml names it (the images use the
     same): cpu, cuda (its default GPU build) or another GPU build such as PyTorch's cuda12."""
-    locks = images.load_bases()[framework]["locks"]
+    locks = base_images.load_bases()[framework]["locks"]
     if flavor not in locks:
-        raise UserError(f"{framework} has no {flavor!r} build in {images.BASES_FILE}; it has {', '.join(locks)}.")
+        raise UserError(f"{framework} has no {flavor!r} build in {base_images.BASES_FILE}; it has {', '.join(locks)}.")
     return Path(locks[flavor]).stem
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kits.common import nvidia_smi
-from reprokit.environments import images
+from reprokit.environments import base_images, docker_client
 from reprokit.errors import UserError
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def engine_status() -> tuple[bool, str]:
         where = client.api.base_url.replace("http+docker://localhost", "the local socket")
         return True, f"Docker engine {version.get('Version', '?')} answers at {where}"
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        return False, (f"no Docker engine answers ({images._short(exc)}); start it with "
+        return False, (f"no Docker engine answers ({docker_client.short_reason(exc)}); start it with "
                        f"`sudo systemctl start docker` (or scripts/start-dockerd)")
 
 
@@ -219,13 +219,14 @@ class Flavor:
 
 
 def gpu_flavors(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                host_gpus: list[dict[str, Any]] | None = None, repo_root: Path = images.REPO_ROOT) -> dict[str, Flavor]:
+                host_gpus: list[dict[str, Any]] | None = None,
+                repo_root: Path = base_images.REPO_ROOT) -> dict[str, Flavor]:
     """For each framework, the first of its GPU builds (the default first) whose kernels and driver fit every
     assigned GPU. Raises UserError, one sentence per mismatch and the way out, where none fits, before any
     GPU run; {} for --gpus none. ``host_gpus`` replaces the nvidia-smi query (tests)."""
     if parse_gpus(gpus) == "none":
         return {}
-    bases = images.load_bases(repo_root)
+    bases = base_images.load_bases(repo_root)
     rows = resolve_gpus(gpus, host_gpus)
     chosen, problems = {}, []
     for fw in sorted(set(frameworks)):
@@ -250,13 +251,13 @@ def build_facts(framework: str, flavor: str, chosen: Flavor | None = None) -> di
     if flavor == "cpu":
         return {"flavor": "cpu"}
     if chosen is None:
-        need = builds(images.load_bases()[framework])[flavor]
+        need = builds(base_images.load_bases()[framework])[flavor]
         return {"flavor": flavor, "cuda": need["cuda"], "min_driver": need["min_driver"]}
     return {"flavor": chosen.name, "cuda": chosen.cuda, "min_driver": chosen.min_driver}
 
 
 def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
-                   host_gpus: list[dict[str, Any]] | None = None, repo_root: Path = images.REPO_ROOT,
+                   host_gpus: list[dict[str, Any]] | None = None, repo_root: Path = base_images.REPO_ROOT,
                    flavors: dict[str, str] | None = None) -> None:
     """Check the host's driver and GPU generation against each framework's CUDA build (``flavors``: the one
     gpu_flavors chose; the default build where none is named). Raises UserError with one sentence per
@@ -264,7 +265,7 @@ def check_gpu_host(frameworks: Iterable[str], gpus: str | list[str] = "all", *,
     if parse_gpus(gpus) == "none":
         return
     flavors = flavors or {}
-    bases = images.load_bases(repo_root)
+    bases = base_images.load_bases(repo_root)
     rows = resolve_gpus(gpus, host_gpus)
     problems = [m for fw in sorted(set(frameworks))
                 for m in _misfits(fw, builds(bases[fw])[flavors.get(fw, "cuda")], rows)]
@@ -330,14 +331,14 @@ class JitCache:
 
 
 def jit_cache(framework: str, run_gpus: list[dict[str, Any]], cache_root: Path, *,
-              repo_root: Path = images.REPO_ROOT) -> JitCache | None:
+              repo_root: Path = base_images.REPO_ROOT) -> JitCache | None:
     """Where a run's GPU has only PTX in the framework's build: a persistent cache for the compiled kernels.
 
     Without it every container compiles the kernels again (TensorFlow warns this "could take 30 minutes
     or longer"). The kit's warmup steps run the training kernels first, so compiling stays out of the
     timed steps; the cache makes later runs skip it. None where every GPU has SASS.
     """
-    need = images.load_bases(repo_root)[framework]
+    need = base_images.load_bases(repo_root)[framework]
     if not any(r.get("compute_capability") and kernels_for(need, r["compute_capability"]) == "ptx"
                for r in run_gpus):
         return None

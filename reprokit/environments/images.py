@@ -13,7 +13,7 @@ file or base yields a new tag and an unchanged one is never rebuilt.
 ``build`` sends a minimal context (the Dockerfile, docker/bases.toml, the lock
 file, the optional extra CA), never the whole repository. ``pin`` asks the
 registry, through the engine, for the current digest of each base tag and
-rewrites the Dockerfile's ``ARG BASE_IMAGE=`` line.
+rewrites the Dockerfile's ``ARG BASE_IMAGE=`` line (reprokit/environments/base_images.py).
 """
 from __future__ import annotations
 
@@ -28,27 +28,34 @@ import sys
 import tarfile
 import tempfile
 import time
-import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kits.common.names import CONTAINER_LABEL
 from kits.common.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
+from reprokit.environments.base_images import (
+    BASES_FILE,
+    DIGEST_RE,
+    PIN_COMMAND,
+    REPO_ROOT,
+    UNRESOLVED,
+    base_of,
+    load_bases,
+    pin,
+    split_ref,
+)
+from reprokit.environments.docker_client import client_or_error, short_reason
 from reprokit.errors import UserError
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
     from docker.models.images import Image
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BASES_FILE = "docker/bases.toml"
 IMAGE_REPO = "reprokit"
-UNRESOLVED = "sha256:UNRESOLVED"
 EXTRA_CA_ENV = "REPROKIT_EXTRA_CA"
 BASE_OVERRIDE_ENV = "REPROKIT_BASE_OVERRIDE"   # a local stand-in base for machines without the registry
-PIN_COMMAND = "nox -s pin"
 BUILD_COMMAND = "nox -s images"
 
 LABEL_BASE_NAME = "org.opencontainers.image.base.name"
@@ -59,9 +66,6 @@ LABEL_LOCK_NAME = "org.reprokit.lock"
 LABEL_FRAMEWORK = "org.reprokit.framework"
 LABEL_BASE_PINNED = "org.reprokit.base-pinned"
 
-_ARG_RE = re.compile(r"^ARG BASE_IMAGE=(?P<ref>\S+)\s*$", re.MULTILINE)
-_PIN_NOTE_RE = re.compile(r"^# base-pin: .*$", re.MULTILINE)
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _FROM_STEP_RE = re.compile(r"^Step \d+/\d+ : FROM ", re.IGNORECASE)
 _ID_LINE_RE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$")
 
@@ -70,31 +74,6 @@ Log = Callable[[str], None]
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def load_bases(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
-    """docker/bases.toml: per framework its Dockerfile, lock files and GPU requirements."""
-    path = Path(repo_root) / BASES_FILE
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path} is missing; restore it from the repository (git checkout {BASES_FILE}).") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path} is not valid TOML ({exc}); fix the file or restore it with git checkout.") from None
-
-
-def base_of(dockerfile: Path) -> str:
-    """The base image reference pinned in a Dockerfile's ``ARG BASE_IMAGE=`` line."""
-    match = _ARG_RE.search(Path(dockerfile).read_text())
-    if match is None:
-        raise UserError(f"{dockerfile} has no `ARG BASE_IMAGE=...` line; restore it from the repository.")
-    return match.group("ref")
-
-
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """('repo:tag', 'sha256:...') from 'repo:tag@sha256:...'; digest None when absent."""
-    name, _, digest = ref.partition("@")
-    return name, (digest or None)
 
 
 @dataclass(frozen=True)
@@ -154,7 +133,7 @@ def recipe(framework: str, flavor: str = "cuda", *, base_override: str | None = 
     else:
         base_ref = base_of(dockerfile)
         name, digest = split_ref(base_ref)
-        if digest is None or digest == UNRESOLVED or not _DIGEST_RE.match(digest):
+        if digest is None or digest == UNRESOLVED or not DIGEST_RE.match(digest):
             raise UserError(f"the base image of {dockerfile.name} ({name}) has no resolved digest; "
                             f"run `{PIN_COMMAND}` on a machine that reaches its registry to pin it.")
         base_digest, pinned = digest, True
@@ -202,37 +181,6 @@ def _context(r: Recipe, repo_root: Path, extra_ca: bytes | None) -> io.BytesIO:
             add("docker/extra-ca.pem", extra_ca)
     buf.seek(0)
     return buf
-
-
-def client_or_error() -> DockerClient:
-    """A Docker client that answers, or UserError saying how to get one."""
-    try:
-        import docker
-    except ImportError:
-        raise UserError("the Docker SDK for Python is not installed; install it with `pip install docker`.") from None
-    import requests
-    try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:  # all mean "no engine"
-        raise UserError(f"no Docker engine answers ({_short(exc)}); start it (`sudo systemctl start docker`, "
-                        f"or scripts/start-dockerd) or use --backend local.") from None
-    return client
-
-
-def _short(exc: BaseException) -> str:
-    """The root cause in a few words: the Docker SDK wraps socket errors in several layers of repr."""
-    root = exc
-    while (parent := root.__cause__ or root.__context__) is not None:
-        root = parent
-    if isinstance(root, FileNotFoundError):
-        return "no Docker socket here"
-    if isinstance(root, ConnectionRefusedError):
-        return "the Docker socket refuses connections"
-    if isinstance(root, PermissionError):
-        return "no permission to use the Docker socket"
-    text = str(exc).strip().splitlines()
-    return (text[-1] if text else type(exc).__name__)[:300]
 
 
 def find(r: Recipe, client: DockerClient) -> Image | None:
@@ -296,9 +244,9 @@ def build(r: Recipe, client: DockerClient, *, extra_ca: bytes | None = None, rep
                 if isinstance(aux, dict) and "ID" in aux:
                     image_id = aux["ID"]
     except docker.errors.APIError as exc:
-        errors.append(_short(exc))
+        errors.append(short_reason(exc))
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:  # engine went away
-        errors.append(f"the Docker engine stopped answering ({_short(exc)})")
+        errors.append(f"the Docker engine stopped answering ({short_reason(exc)})")
     if errors:
         step = next((line for line in reversed(tail) if line.startswith("Step ")), None)
         where = f" at {step.strip()}" if step else ""
@@ -370,54 +318,6 @@ def image_facts(image: Any) -> dict[str, Any]:
         "lock": labels.get(LABEL_LOCK_NAME),
         "lock_sha256": labels.get(LABEL_LOCK),
     }
-
-
-def pin(frameworks: Iterable[str] = FRAMEWORKS, *, client: DockerClient | None = None, repo_root: Path = REPO_ROOT,
-        dry_run: bool = False, resolve: Callable[[str], str] | None = None, log: Log = _stderr) -> dict[str, str]:
-    """Resolve each base tag's current digest on its registry and rewrite the Dockerfiles."""
-    bases = load_bases(repo_root)
-    if resolve is None:
-        client = client or client_or_error()
-
-        def resolve(name: str) -> str:
-            return client.images.get_registry_data(name).id
-
-    done: dict[str, str] = {}
-    for fw in frameworks:
-        dockerfile = Path(repo_root) / bases[fw]["dockerfile"]
-        text = dockerfile.read_text()
-        name, old = split_ref(base_of(dockerfile))
-        try:
-            digest = resolve(name)
-        except _resolve_errors() as exc:
-            raise UserError(f"could not resolve {name} on its registry ({_short(exc)}); run `{PIN_COMMAND}` "
-                            f"on a machine whose Docker engine reaches the registry.") from None
-        if not _DIGEST_RE.match(digest or ""):
-            raise UserError(f"the registry answered {digest!r} for {name}, which is not a sha256 digest.")
-        ref = f"{name}@{digest}"
-        note = (f"# base-pin: index digest of {name} resolved on its registry by `{PIN_COMMAND}` "
-                f"on {time.strftime('%Y-%m-%d', time.gmtime())}")
-        new = _ARG_RE.sub(f"ARG BASE_IMAGE={ref}", text, count=1)
-        new = _PIN_NOTE_RE.sub(note, new, count=1) if _PIN_NOTE_RE.search(new) else new
-        log(f"{dockerfile.name}: {name} {old or '(none)'} -> {digest}" + (" (dry run)" if dry_run else ""))
-        if not dry_run and new != text:
-            dockerfile.write_text(new)
-        done[fw] = ref
-    return done
-
-
-def _resolve_errors() -> tuple[type[BaseException], ...]:
-    """What resolving a digest may raise: the caller's own, and the Docker SDK's where it is installed."""
-    return (OSError, ValueError, *_docker_errors())
-
-
-def _docker_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import docker.errors
-        import requests
-    except ImportError:
-        return ()
-    return (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
 def main(argv: list[str] | None = None) -> int:

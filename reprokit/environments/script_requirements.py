@@ -28,7 +28,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
-from reprokit.environments import envs, images, import_scan, script_packages, source_wheels
+from reprokit.environments import base_images, envs, import_scan, script_packages, source_wheels
 from reprokit.environments.script_packages import TARGET
 from reprokit.errors import UserError
 from reprokit.results.provenance import sha256_file
@@ -82,7 +82,8 @@ def pins(path: Path) -> list[tuple[str, str, str]]:
 
 
 def _lock_files(framework: str) -> list[Path]:
-    return [envs.lock_path(Path(lock).stem) for lock in dict.fromkeys(images.load_bases()[framework]["locks"].values())]
+    locks = base_images.load_bases()[framework]["locks"].values()
+    return [envs.lock_path(Path(lock).stem) for lock in dict.fromkeys(locks)]
 
 
 def locked(framework: str) -> dict[str, str]:

@@ -3,7 +3,7 @@
 Ray runs on the hosts, never in a container. The head (where `reprokit
 reproduce` runs) plans, builds the images on its own engine, and keeps the
 store. Each task asks for one GPU (``num_gpus=1``; CPU runs ask for their
-threads), and on its node:
+threads), and on its node (reprokit/execute/node_tasks.py):
 
 - stages what the run needs, once per node and checked: the dataset file
   (through Ray), verified against the spec's sha256; a user's script folder
@@ -27,39 +27,33 @@ A node's settings come from its own environment (that of its `ray start`):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.common.spec import RunSpec, ScriptSpec, Threads
+from kits.common.spec import RunSpec, Spec, Threads
 from reprokit.console import RunProgress
-from reprokit.environments.topology import FAKE_SLOTS_ENV, Placement, fake_slots, gpu_slots
+from reprokit.environments.topology import FAKE_SLOTS_ENV
 from reprokit.errors import UserError
-from reprokit.execute.node_staging import CHUNK, stage_data, stage_image, stage_script
-from reprokit.execute.schedule import Ledger, run_placed
-from reprokit.results import provenance, results
-from reprokit.runners.base import Runner, Spec
-from reprokit.runners.make import make
+from reprokit.execute.node_staging import CHUNK
+from reprokit.execute.node_tasks import Job, _node_facts, _node_run
+from reprokit.results import results
+from reprokit.runners.base import Runner
 
 if TYPE_CHECKING:
     from reprokit.results.store import Store
     from reprokit.runners.docker import DockerRunner
-    from reprokit.runners.local import LocalRunner
 
     Pending = dict[Any, tuple[int, Spec, int, tuple[str, ...]]]     # a task's ref -> (index, spec, attempt, lost)
 
-NODE_DIR_ENV = "REPROKIT_NODE_DIR"
 FAKE_RESOURCE = "reprokit_fake_gpu"   # what a task asks for under the test-only fake-slot switch
 NODE_LABEL = "ray.io/node-id"
-PROGRESS_EVERY_S = 2.0
 STOP_GRACE_S = 60
 LOST_KINDS = ("NodeDiedError", "LocalRayletDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError")
 
@@ -75,18 +69,6 @@ def _ray() -> Any:
 
 # ---------------------------------------------------------------------------
 # The head
-
-@dataclass
-class Job:
-    """What every task of one command needs from the head."""
-
-    runner: str                                 # "docker" | "local": the runner each node uses
-    device: str                                 # "cpu" | "gpu"
-    head: Any                                   # the Head actor's handle: files and progress
-    images: dict[str, dict[str, str]] = field(default_factory=dict)   # framework -> {"ref", "id"}
-    extra_dirs: tuple[str, ...] = ()
-    memory_limit: str = "auto"                  # --memory-limit for each node's containers; auto: of that node's host
-
 
 class _Head:
     """An actor on the head node: serves the data files by name and the images as `docker save` streams,
@@ -363,125 +345,3 @@ def _stop(ray: Any, pending: Pending, store_result: Callable[[int, Spec, dict[st
                 result = ray.get(ref)
                 if result is not None:
                     store_result(i, spec, result)
-
-
-# ---------------------------------------------------------------------------
-# A node (everything below runs in a Ray worker on the node)
-
-def _node_dir() -> Path:
-    return Path(os.environ.get(NODE_DIR_ENV) or provenance.REPO / ".reprokit" / "node").resolve()
-
-
-def _node_facts(job_runner: str) -> dict[str, Any]:
-    """What a node can do, seen from the node itself."""
-    ray = _ray()
-    facts: dict[str, Any] = {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
-             "node_dir": str(_node_dir()), "docker": False, "docker_why": "not asked", "nvidia_runtime": False,
-             "fake_slots": os.environ.get(FAKE_SLOTS_ENV)}
-    if job_runner == "docker":
-        from reprokit.environments import host_checks
-        facts["docker"], facts["docker_why"] = host_checks.engine_status()
-        if facts["docker"]:
-            import docker
-            facts["nvidia_runtime"] = host_checks.nvidia_runtime_available(docker.from_env(timeout=30))
-    return facts
-
-
-@contextlib.contextmanager
-def _slot(node_dir: Path, device: str) -> Iterator[Placement | None]:
-    """This task's placement on the node: the GPU Ray gave it, or a free fake slot (test-only switch)."""
-    ray = _ray()
-    if device == "gpu":
-        from reprokit.environments.host_checks import resolve_gpus
-        ids = {str(i) for i in ray.get_gpu_ids()}
-        rows = resolve_gpus("all")
-        mine = [i for i, r in enumerate(rows) if str(r["index"]) in ids or r["uuid"] in ids]
-        yield gpu_slots(rows)[mine[0]] if mine else None
-        return
-    slots = fake_slots()
-    if slots is None:
-        yield None
-        return
-    for i, placement in enumerate(slots):
-        lock = node_dir / "slots" / f"{i}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(lock, "a")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            continue
-        try:
-            yield placement
-        finally:
-            fh.close()
-        return
-    yield None          # Ray gave this node more fake-GPU tasks than it has slots: run unpinned
-
-
-def _node_runner(job: Job, node_dir: Path) -> DockerRunner | LocalRunner:
-    extra = tuple(Path(d) for d in job.extra_dirs)
-    if job.runner == "docker":
-        import docker
-        return make("docker", data_dir=node_dir / "data", device=job.device,
-                    gpus="all" if job.device == "gpu" else "none", extra_dirs=extra, build_missing=False,
-                    client=docker.from_env(timeout=120), log=lambda line: None, mem_limit=job.memory_limit,
-                    pinned_images={fw: i["ref"] for fw, i in job.images.items()})
-    # the envs: make's default, this node's per-user cache, built there from the same lock files
-    return make("local", data_dir=node_dir / "data", device=job.device, extra_dirs=extra)
-
-
-def _differs(job: Job, runner: Runner, spec: Spec) -> str | None:
-    """Why this node's code or environment is not the one the spec was planned with, or None."""
-    mine = provenance.code(tuple(Path(d) for d in job.extra_dirs))
-    for key in ("code_sha256", "user_code_sha256"):
-        if mine.get(key) != spec.provenance.get(key):
-            return f"this node's {'kit' if key == 'code_sha256' else 'experiment'} code differs from the head's"
-    if job.runner == "local":
-        described = runner.describe(spec.framework)
-        if described.get("lock_sha256") != spec.provenance.get("lock_sha256"):
-            return f"this node's lock file {described.get('lock')} differs from the head's"
-    return None
-
-
-def _node_run(job: Job, spec: Spec) -> dict[str, Any] | None:
-    """One run on this node: stage, pin, run with the node's runner; the result (None if cancelled)."""
-    ray = _ray()
-    node = {"id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
-    ray.get(job.head.event.remote(spec.run_id, {"node_id": node["id"]}))   # the head knows where before it starts
-    node_dir = _node_dir()
-    last = [0.0]
-
-    def forward(event: dict[str, Any]) -> None:
-        if event.get("phase") == "epoch" or time.monotonic() - last[0] >= PROGRESS_EVERY_S:
-            last[0] = time.monotonic()
-            job.head.event.remote(spec.run_id, event)
-
-    t0 = time.perf_counter()
-    staged: dict[str, Any] = {}
-    try:
-        runner = _node_runner(job, node_dir)
-        problem = _differs(job, runner, spec)
-        if problem:
-            raise UserError(f"{problem}; update this node's checkout of reprokit.")
-        staged["data"] = stage_data(job.head, spec, node_dir / "data")
-        here = stage_script(job.head, spec, node_dir) if isinstance(spec, ScriptSpec) else spec
-        if isinstance(here, ScriptSpec) and here is not spec:
-            staged["script"] = here.script.folder
-        if job.runner == "docker":
-            client = cast("DockerRunner", runner).client
-            staged["image"] = stage_image(job.head, job.images[spec.framework], client, node_dir)
-        staged["seconds"] = round(time.perf_counter() - t0, 3)
-        runner.prepare({spec.framework})
-        with _slot(node_dir, job.device) as placement:
-            result = run_placed(runner, here, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)
-        if result is not None and here is not spec:
-            result["spec"] = spec.to_dict()      # as planned: the folder on the head, where its id was made
-    except KeyboardInterrupt:
-        return None
-    except UserError as exc:
-        result = results.failure(spec.to_dict(), "error", f"on node {node['hostname']}: {exc}", [],
-                                 time.perf_counter() - t0, {"backend": job.runner})
-    if result is not None:
-        result.setdefault("launcher", {})["node"] = {**node, "staged": staged}
-    return result

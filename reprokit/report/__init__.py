@@ -7,6 +7,8 @@ package imports upward):
     first_screen      the answers per seed at the top of report.md
     decomposition     each factor's share of the gap from as posted to fixed: its table, waterfall, first-screen line
     sections          the per-experiment tables, environment, failures and result files
+    ablation_section  the ablation table: fixed, each pitfall alone and the named variants, against fixed
+    certificate_section  the equivalence certificates: the main pair's checks, one line each, and the others
     explanations      each explanation written once, into details.md, and the links to it from report.md
     claims_section    the claims table, and each claim in full for details.md
     plots             the PNG figures (none where matplotlib is missing: the report says so)

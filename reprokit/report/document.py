@@ -16,6 +16,8 @@ from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate
 from reprokit.plan.experiments import Experiment
 from reprokit.report import (
+    ablation_section,
+    certificate_section,
     claims_section,
     decomposition,
     explanations,
@@ -115,7 +117,8 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     if fixed:
         intro.append(sections.model_sizes(published, fixed))
     out = [f"## {heading}", " ".join(intro),
-           sections.certificates(certs, f"details.md#{anchor('equivalence certificates: ' + exp_name)}", main)]
+           certificate_section.certificates(certs, f"details.md#{anchor('equivalence certificates: ' + exp_name)}",
+                                            main)]
     if fixed:
         if len(by_variant) > 1:
             out.append(f"### {joined(LABELS[fw] for fw in compared(fixed))}, `{main}` variant")
@@ -128,7 +131,7 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
     tuned = tuned_section.section(by_variant)
     if tuned:
         out.append("### Tuned against fixed\n\n" + tuned)
-    ablation = sections.ablation(by_variant)
+    ablation = ablation_section.ablation(by_variant)
     if ablation:
         out.append("### Ablation: which mistake cost what\n\n" + ablation)
     shares = decomposition.section(decs)
@@ -253,13 +256,13 @@ def _facts(title: str, by_variant: dict[str, Any]) -> str | None:
     if title == explanations.MEMORY and main:
         return sections.memory_sources(main)
     if title == explanations.ABLATION:
-        return sections.ablation_details(by_variant)
+        return ablation_section.ablation_details(by_variant)
     return None
 
 
 def _certificate_details(cert: dict[str, Any], named: bool = False) -> str:
     mark = {True: "pass", False: "FAIL", None: "info"}
-    pair = sections.variant_pair(cert, named)
+    pair = certificate_section.variant_pair(cert, named)
     lines = [f"**{pair}: {cert['status']}**. {md(cert.get('summary') or cert.get('message') or '')}", ""]
     lines += [f"- **{md(c['name'])}** ({mark[c['passed']]}): {md(c['evidence'])}" for c in cert["checks"]]
     if cert.get("spec_differences"):

@@ -1,4 +1,5 @@
 """The report's sections after its first screen: per experiment, then the environment, failures and files.
+The ablation table and the equivalence certificates are modules of their own: ablation_section, certificate_section.
 
 Every figure is read through ``metrics``; a quantity a result lacks is shown as "not measured"
 (or why: "GPU only", "not reached"). Table cells stay short; long evidence goes to details.md.
@@ -10,16 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kits.common.feeding import NumpyFeeder
 from kits.common.names import FRAMEWORKS, LABELS, REFERENCE, compared, joined, label
 from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
-from reprokit.certify import certify_plan
 from reprokit.plan.experiments import Experiment
 from reprokit.report import explanations, pair_findings, parameter_counts
 from reprokit.report.markdown import fenced, md, short, table
-from reprokit.results import metrics, runs, stats, units
+from reprokit.results import metrics, runs, stats
 from reprokit.results.metrics import NotMeasured
-from reprokit.results.runs import FIXED
 
 # The side-by-side table's rows in the report's order (summary.csv's is another); each reads as its quantity's
 # ``row`` says (metrics.Quantity).
@@ -128,144 +126,6 @@ def _source(r: dict[str, Any]) -> str:
         return metrics.read(r, "peak_memory_bytes").source
     except NotMeasured as exc:
         return exc.reason
-
-
-def ablation(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
-    """Rows: fixed, each pitfall alone, the named variants; columns against fixed of the same framework. Under the
-    table, one short line each: a named variant's pitfalls, the inputs other than the kit's own batches."""
-    variants = runs.variant_order(by_variant)
-    if len(variants) < 2:
-        return None
-    rows = []
-    for fw in FRAMEWORKS:
-        base = by_variant.get(runs.main_variant(by_variant), {}).get(fw, [])
-        for variant in variants:
-            rs = by_variant[variant].get(fw)
-            if not rs:
-                if base and _posted_without(by_variant, variant, fw):
-                    rows.append([LABELS[fw], md(variant), f"not run: no posted code in {LABELS[fw]}",
-                                 *["not run"] * 6])
-                continue
-            pitfalls = rs[0]["spec"].get("pitfalls", [])
-            if variant == FIXED:
-                what = "nothing: the experiment as declared"
-            elif variant.startswith(runs.ADDED) and len(pitfalls) == 1:
-                what = short(rs[0]["spec"].get("pitfall_summaries", {}).get(pitfalls[0], pitfalls[0]), 100)
-            elif variant.startswith(runs.REMOVED):
-                what = f"{runs.POSTED} without {variant[1:]}"
-            elif pitfalls:
-                what = f"its {len(pitfalls)} pitfall(s) together (below)"
-            else:
-                what = "no pitfall switch of the kit's"
-            rows.append([LABELS[fw], md(variant), md(what),
-                         _against(rs, base, "samples_per_s", lambda v: f"{v:,.1f}", variant),
-                         _against(rs, base, "train_time_per_epoch_s", lambda v: f"{v:.1f}", variant),
-                         _against(rs, base, "peak_memory_bytes", units.memory, variant),
-                         _phases(rs),
-                         _median(rs, "memory_growth", "{:+.1%}".format),
-                         _accuracy(rs, base, variant)])
-    out = table(rows, ["framework", "variant", "what it changes", "samples/s (vs fixed)",
-                       "train time per epoch, s (vs fixed)", "peak memory (vs fixed)",
-                       "phase peaks: training / evaluation", "memory growth over steps",
-                       "final test accuracy (vs fixed)"])
-    notes = [f"How to read it: {explanations.link(explanations.ABLATION)}."]
-    notes += [f"- {line}" for line in _named(by_variant, 300)]
-    notes += [f"- Inputs other than the kit's own batches: {short(line, 300)}" for line in _readers(by_variant)]
-    dagger = any(metrics.field(r, "metrics.averaged_over") == "batches"
-                 for fws in by_variant.values() for rs in fws.values() for r in rs[:1])
-    return out + "\n\n" + "\n".join(notes) + (
-        "\n\n† The run reported accuracy per batch, as the posted code did; shown here per sample." if dagger else "")
-
-
-def ablation_details(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
-    """details.md: each named variant's pitfalls, the phase peaks' sources and the inputs, in full."""
-    lines = [f"- {line}" for line in _named(by_variant)]
-    sources = sorted({src for fws in by_variant.values() for rs in fws.values() for r in rs[:1]
-                      for src in [_phase_source(r)] if src})
-    if sources:
-        lines.append("- Phase peaks, the reported reading of each phase (warmup apart): " + "; ".join(
-            md(s) for s in sources) + ".")
-    lines += [f"- Inputs other than the kit's own batches: {line}" for line in _readers(by_variant)]
-    return "\n".join(lines) or None
-
-
-def _posted_without(by_variant: dict[str, dict[str, list[dict[str, Any]]]], variant: str, fw: str) -> bool:
-    """Is ``variant`` a named variant of posted code (its runs have pitfalls) that ``fw`` has none of, so the plan
-    ran none of it there (reprokit/plan/plan.py not_run)? Its single changes follow it unsaid."""
-    named = variant != FIXED and not variant.startswith((runs.ADDED, runs.REMOVED))
-    return named and fw not in by_variant[variant] and any(
-        rs[0]["spec"].get("pitfalls") for rs in by_variant[variant].values() if rs)
-
-
-def _named(by_variant: dict[str, dict[str, list[dict[str, Any]]]], limit: int | None = None) -> list[str]:
-    """One line per named variant and framework: the pitfalls it runs together."""
-    lines = []
-    for variant in runs.variant_order(by_variant):
-        if variant == FIXED or variant.startswith((runs.ADDED, runs.REMOVED)):    # a single change: its name says it
-            continue
-        for fw in FRAMEWORKS:
-            pitfalls = by_variant[variant].get(fw, [{}])[0].get("spec", {}).get("pitfalls", [])
-            if pitfalls:
-                names = ", ".join(pitfalls)
-                lines.append(f"`{md(variant)}` ({LABELS[fw]}), {len(pitfalls)} pitfall(s) together: "
-                             f"{md(short(names, limit) if limit else names)}.")
-    return lines
-
-
-def _readers(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    """The inputs other than the kit's own batches, each once with the variants that read it."""
-    by_input: dict[tuple[str, str], list[str]] = {}
-    for variant in runs.variant_order(by_variant):
-        for fw, rs in sorted(by_variant[variant].items(), key=lambda item: FRAMEWORKS.index(item[0])):
-            read = rs[0].get("effective", {}).get("input", NumpyFeeder.READER)
-            if read != NumpyFeeder.READER:
-                by_input.setdefault((fw, read), []).append(f"`{md(variant)}`")
-    return [f"{joined(vs)} ({LABELS[fw]}): {md(read)}." for (fw, read), vs in by_input.items()]
-
-
-def _phase_source(r: dict[str, Any]) -> str | None:
-    try:
-        return metrics.phase_peaks(r, "train")[0][2]
-    except NotMeasured:
-        return None
-
-
-def _phases(rs: list[dict[str, Any]]) -> str:
-    train, evaluation = (_median(rs, q, units.memory) for q in ("train_peak_memory_bytes", "eval_peak_memory_bytes"))
-    return train if train == evaluation == "not measured" else f"{train} / {evaluation}"
-
-
-def _median(rs: list[dict[str, Any]], quantity: str, show: Callable[[float], str]) -> str:
-    try:
-        return show(metrics.median(rs, quantity))
-    except NotMeasured as exc:
-        return exc.short
-
-
-def _against(rs: list[dict[str, Any]], base: list[dict[str, Any]], quantity: str, show: Callable[[float], str],
-             variant: str) -> str:
-    try:
-        v = metrics.median(rs, quantity)
-    except NotMeasured as exc:
-        return exc.short
-    try:
-        ref = metrics.median(base, quantity) if variant != FIXED else None
-    except NotMeasured:
-        ref = None
-    return show(v) + (f" ({v / ref:.2f}x)" if ref else "")
-
-
-def _accuracy(rs: list[dict[str, Any]], base: list[dict[str, Any]], variant: str) -> str:
-    try:
-        acc = metrics.median(rs, "final_test_accuracy")
-    except NotMeasured as exc:
-        return exc.short
-    mark = " †" if metrics.field(rs[0], "metrics.averaged_over") == "batches" else ""
-    try:
-        delta = f" ({acc - metrics.median(base, 'final_test_accuracy'):+.3f})" if variant != FIXED else ""
-    except NotMeasured:
-        delta = ""
-    return f"{acc:.3f}{mark}{delta}"
 
 
 def findings(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
@@ -385,116 +245,6 @@ def probed(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None
         return None
     return ("\n".join(parts) + "\n\nThe probe's observation hooks, which change nothing the scripts compute:\n" +
             "\n".join(f"- {md(h)}" for h in hooks))
-
-
-def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIXED) -> str:
-    """Is it the same experiment in both frameworks? The main pair's verdict and checks (``fixed``, or a script
-    experiment's scripts), then one row per other variant pair; the evidence of every check is in details.md."""
-    if not certs:
-        return "**Equivalence certificate:** none was given to this report for this experiment."
-    mains: list[dict[str, Any]] = []                  # the first main pair's of each pair of frameworks
-    for c in certs:
-        if set(v for v in c["variant"].values() if v) == {main} and tuple(c["variant"]) not in (
-                tuple(m["variant"]) for m in mains):
-            mains.append(c)
-    several = len({tuple(c["variant"]) for c in certs}) > 1       # certificates of more than one framework pair
-    parts = []
-    if not mains:
-        parts.append(f"**Equivalence certificate:** the `{main}` pair has none.")
-    for fixed in mains:
-        who = f" ({pair_label(fixed)})" if several else ""
-        if fixed["status"] == "not-run":
-            parts.append(f"**Equivalence certificate{who}: not run**: {md(fixed['message'])}.")
-            continue
-        file = certify_plan.file_name(fixed)
-        parts.append(f"**Equivalence certificate{who}: {fixed['status']}**, checked before any timing on the "
-                     f"`{fixed['profile']}` specs; its evidence: [details.md]({details_link}), [`{file}`]({file})."
-                     + "".join(f"\n- {check_line(c)}" for c in fixed["checks"]))
-    others = [c for c in certs if not any(c is m for m in mains)]
-    if others:
-        rows = [[variant_pair(c, several), f"**{c['status']}**",
-                 md(short(c["summary"] or "", 110)), f"[json]({certify_plan.file_name(c)})"] for c in others]
-        head = "frameworks: variants" if several else f"{pair_label(others[0])} variant"
-        parts.append("Other variant pairs (an as-posted pair is expected to fail where the posts' code differs):\n\n"
-                     + table(rows, [head, "certificate", "what it found", "file"]))
-    return "\n\n".join(parts)
-
-
-CHECK_MARK = {True: "pass", False: "**FAIL**", None: "info"}
-
-
-def check_line(check: dict[str, Any]) -> str:
-    """One certificate check in one short line: its name, pass or fail, and its figure."""
-    return f"{md(check['name'])} {CHECK_MARK[check['passed']]}: {md(check_figure(check))}"
-
-
-def check_figure(check: dict[str, Any]) -> str:
-    """The one figure a check turns on, from its numbers; else the start of its evidence, longer where it failed
-    (what differs is what a reader of a failing check needs first)."""
-    n, read = check.get("numbers"), _FIGURES.get(check["name"])
-    figure = read(n) if read and isinstance(n, dict) else None
-    return figure or short(str(check["evidence"]), 200 if check["passed"] is False else 90)
-
-
-def _per_framework(values: dict[str, Any], unit: str) -> str:
-    """"482,010 parameters" where every framework has the same count, else each framework's, the reference first."""
-    fws = [fw for fw in compared(values) if fw in values]
-    got = [values[fw] for fw in fws]
-    if len(set(got)) == 1:
-        return f"{got[0]:,} {unit}"
-    return " vs ".join(f"{v:,}" for v in got) + f" {unit} ({' / '.join(label(fw) for fw in fws)})"
-
-
-def _worst(values: dict[str, Any], key: str) -> float | None:
-    found = [v[key] for v in values.values() if isinstance(v, dict) and isinstance(v.get(key), (int, float))]
-    return max(found) if found else None
-
-
-def _maybe(template: str, value: float | None) -> str | None:
-    return None if value is None else template.format(value)
-
-
-def _optimizer(n: dict[str, Any]) -> str | None:
-    """"torch.optim.SGD / keras.optimizers.SGD, lr 0.1": the classes read back, and the learning rate where it is
-    one (fp32 rounding apart)."""
-    built = [n[fw] for fw in _ran(n) if isinstance(n[fw], dict) and "class" in n[fw]]
-    if not built:
-        return None
-    rates = [b.get("lr") for b in built]
-    rate = f", lr {rates[0]:.6g}" if None not in rates and len({f"{r:.6g}" for r in rates}) == 1 else ""
-    return " / ".join(b["class"] for b in built) + rate
-
-
-def _fp32_bound(n: dict[str, Any]) -> str | None:
-    """The worst step's divergence as a share of its bound (the same-framework baseline times the factor)."""
-    pairs = [(d, b) for d, b in zip(n.get("relative_difference") or [], n.get("bound") or [], strict=False) if b]
-    if not pairs:
-        return None
-    return f"worst step at {max(d / b for d, b in pairs):.2g} of its bound ({n.get('factor', 0):g}x the baseline)"
-
-
-_FIGURES: dict[str, Callable[[dict[str, Any]], str | None]] = {
-    "optimizer": _optimizer,
-    "loss_trajectory_fp32": _fp32_bound,
-    "layers": lambda n: _per_framework(n["parameters"], "parameters") if "parameters" in n else None,
-    "flops": lambda n: _per_framework(n["per_sample"], "training FLOPs per sample") if "per_sample" in n else None,
-    "logits": lambda n: _maybe("worst mode {:.1e} of the largest logit", _worst(n, "relative")),
-    "dropout": lambda n: _maybe("permutation test p = {:.4g}", n.get("p_value")),
-    "loss_trajectory": lambda n: _maybe("max relative difference {:.1e}", n.get("max_relative_difference")),
-    "weights_after_steps": lambda n: _maybe("worst tensor {:.1e} of its largest value", _worst(n, "relative_to_max")),
-}
-
-
-def pair_label(cert: dict[str, Any]) -> str:
-    """A certificate's frameworks, the reference first: "PyTorch / TensorFlow"."""
-    return " / ".join(label(fw) for fw in cert["variant"])
-
-
-def variant_pair(cert: dict[str, Any], named: bool = False) -> str:
-    """A certificate's variants, the reference's first ("fixed / +tf_batch_of_one"); ``named``: after its
-    frameworks ("PyTorch / Stub: fixed / fixed")."""
-    variants = " / ".join(md(v) for v in cert["variant"].values())
-    return f"{pair_label(cert)}: {variants}" if named else variants
 
 
 def environment(results: list[dict[str, Any]]) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reprokit.environments import host_checks, images
+from reprokit.environments import base_images, docker_client, host_checks, images
 from reprokit.errors import UserError
 from reprokit.runners import container_limits
 from reprokit.runners.base import Runner
@@ -67,7 +67,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     """
     gpus = host_checks.parse_gpus(gpus or "none")
     strict = forced or bool(gpus_explicit)
-    client = client or images.client_or_error()
+    client = client or docker_client.client_or_error()
 
     def fallback(why: str) -> tuple[Runner, str]:
         if forced or local is None:
@@ -90,7 +90,7 @@ def select(repo_root: Path, data_dir: Path, gpus: str | list[str] | None,
     missing = [r for r in recipes if images.find(r, client) is None]
     for r in missing:
         if r.base_pinned and not _local_image(client, r.base_ref) and not _registry_reachable(client, r.base_ref):
-            return fallback(f"the image {r.tag} is missing and its base {images.split_ref(r.base_ref)[0]} can "
+            return fallback(f"the image {r.tag} is missing and its base {base_images.split_ref(r.base_ref)[0]} can "
                             f"neither be found locally nor pulled; build it with `{images.BUILD_COMMAND}` where "
                             f"the registry is reachable")
     engine = client.version().get("Version", "?")

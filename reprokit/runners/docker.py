@@ -6,7 +6,8 @@ all capabilities dropped, no new privileges, no network, the kit code, the
 dataset and the call's inputs (a spec, weights) mounted read-only and exactly
 one writable mount (the call's fresh, empty output folder; on a GPU whose
 framework build has only PTX, also a cache of the kernels compiled from it, so
-each container does not compile them again). The Docker socket is never mounted.
+each container does not compile them again). The Docker socket is never mounted
+(reprokit/runners/container_mounts.py).
 GPUs reach the container through ``device_requests`` (the `--gpus` flag of the
 CLI), with the shared memory and ulimits NVIDIA recommends for training
 containers ("--shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864", NVIDIA
@@ -32,10 +33,8 @@ and prepare() removes, by name, those of this host whose owner has ended.
 """
 from __future__ import annotations
 
-import codecs
 import contextlib
 import os
-import re
 import secrets
 import threading
 import time
@@ -43,8 +42,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import CONTAINER_LABEL, PROGRESS_MARKER
-from reprokit.environments import host_checks, images
+from kits.common.names import CONTAINER_LABEL
+from reprokit.environments import docker_client, host_checks, images
 from reprokit.environments.host_checks import (
     TOOLKIT_FIX,
     check_gpu_host,
@@ -54,28 +53,17 @@ from reprokit.environments.host_checks import (
     parse_gpus,
 )
 from reprokit.errors import UserError
-from reprokit.runners import container_limits, engine, live, owners
-from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
+from reprokit.runners import container_limits, container_mounts, container_output, container_start, engine, live, owners
+from reprokit.runners.base import KitCall, Outcome, ProgressFn
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
-    from docker.models.containers import Container
     from docker.models.images import Image
 
-KITS_TARGET = "/opt/reprokit/kits"
-INPUTS_TARGET = "/opt/reprokit/in"
-DATA_TARGET = "/data"
-RESULTS_TARGET = "/results"
 PYTHONPATH_ROOT = "/opt/reprokit"
-# The image's own user (see docker/*.Dockerfile). A host user that is not root
-# runs the container under its own uid:gid instead, so it owns what the kit writes.
-IMAGE_USER = (10001, 10001)
-RESERVED_TARGETS = (KITS_TARGET, INPUTS_TARGET, DATA_TARGET, RESULTS_TARGET, "/tmp", "/opt/venv")
-DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
-TAIL_LINE_CHARS = 2000
 LABEL = CONTAINER_LABEL
 LABEL_RUN = "reprokit.run_id"
 LABEL_FRAMEWORK = "reprokit.framework"
@@ -92,37 +80,6 @@ Log = Callable[[str], None]
 
 # ---------------------------------------------------------------------------
 # The runner
-
-def _container_user() -> tuple[int, int]:
-    uid, gid = os.getuid(), os.getgid()
-    return IMAGE_USER if uid == 0 else (uid, gid)
-
-
-def _unreadable(root: Path, uid: int, *, recursive: bool = True, limit: int = 10000) -> Path | None:
-    """The first file or folder under root that uid cannot read (by owner or other bits)."""
-    def denied(p: Path, need_x: bool) -> bool:
-        st = p.stat()
-        if st.st_uid == uid:
-            return False
-        mode = st.st_mode
-        return not (mode & 0o004) or (need_x and not (mode & 0o001))
-
-    if denied(root, root.is_dir()):
-        return root
-    if root.is_file() or not recursive:
-        return None
-    for n, (dirpath, dirnames, filenames) in enumerate(os.walk(root)):
-        if n > limit:
-            break
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for d in dirnames:
-            if denied(Path(dirpath, d), True):
-                return Path(dirpath, d)
-        for f in filenames:
-            if denied(Path(dirpath, f), False):
-                return Path(dirpath, f)
-    return None
-
 
 class DockerRunner:
     """Runs one kit process per container; satisfies ``reprokit.runners.base.Runner``."""
@@ -165,7 +122,7 @@ class DockerRunner:
         # framework -> image ref to run as it is (a cluster node runs exactly what the head staged)
         self.pinned_images = dict(pinned_images or {})
         self._engine_version: str | None = None
-        self._check_mounts()
+        container_mounts.check_extra_mounts(self.extra_mounts)
 
     def __getstate__(self) -> dict[str, Any]:
         # To a run's own process: without the engine connection and image handles (prepare() remakes them).
@@ -176,20 +133,8 @@ class DockerRunner:
     @property
     def client(self) -> DockerClient:
         if self._client is None:
-            self._client = images.client_or_error()
+            self._client = docker_client.client_or_error()
         return self._client
-
-    def _check_mounts(self) -> None:
-        for host, target in self.extra_mounts:
-            if not target.startswith("/") or any(target == t or target.startswith(t.rstrip("/") + "/")
-                                                 for t in RESERVED_TARGETS) or target == "/":
-                raise UserError(f"the extra mount target {target!r} is not allowed; choose an absolute path "
-                                f"outside {', '.join(RESERVED_TARGETS)} (e.g. /opt/reprokit/user).")
-            for sock in DOCKER_SOCKETS:
-                s = Path(sock)
-                if host == s or s.is_relative_to(host) or (s.exists() and host == s.resolve()):
-                    raise UserError(f"the extra mount {host} would expose the Docker socket to the container; "
-                                    f"mount a folder that does not contain {sock}.")
 
     def flavor_of(self, framework: str) -> str:
         return self.flavors[framework].name if framework in self.flavors else self.flavor
@@ -223,8 +168,8 @@ class DockerRunner:
                         log(f"note: {fw}'s build has only PTX for this GPU: its kernels are compiled once, during "
                             f"the first run's warmup, and kept in {cache.host} for the runs after it.")
         self.data_dir.mkdir(parents=True, exist_ok=True)     # the plan fills it after prepare()
-        _readable_by_others(self.data_dir)                   # its files are shared as each call starts
-        uid = _container_user()[0]
+        container_mounts.readable_by_others(self.data_dir)   # its files are shared as each call starts
+        uid = container_mounts.container_user()[0]
         for what, path in (("kit code", self.kits_dir), ("data cache", self.data_dir),
                            *((f"extra mount {t}", h) for h, t in self.extra_mounts)):
             if not path.exists():
@@ -232,7 +177,7 @@ class DockerRunner:
             if uid == os.getuid():
                 continue
             # the data cache's files are shared one by one, as each run needs its file (run())
-            bad = _unreadable(path, uid, recursive=what != "data cache")
+            bad = container_mounts.unreadable(path, uid, recursive=what != "data cache")
             if bad is not None:
                 raise UserError(f"{bad} is not readable by the container's user (uid {uid}); make the {what} "
                                 f"readable with `chmod -R a+rX {path}`.")
@@ -295,34 +240,13 @@ class DockerRunner:
 
     # -- one run -----------------------------------------------------------
 
-    def mounts(self, call: KitCall) -> list[tuple[Path, str, bool]]:
-        """(host path, container path, writable) for one call: the kit code, the user's folders and the
-        data read-only, each of the call's inputs read-only, and its output folder, the one writable mount
-        besides the compiled-kernel cache of a GPU that has only PTX in the framework's build."""
-        fixed = [(self.kits_dir, KITS_TARGET, False), *((h, t, False) for h, t in self.extra_mounts),
-                 (self.data_dir, DATA_TARGET, False)]
-        inputs = [(Path(p).resolve(), f"{INPUTS_TARGET}/{i}/{Path(p).name}", False) for i, p in enumerate(call.inputs)]
-        jit = self._jit.get(call.framework)
-        cache = [(jit.host, jit.target, True)] if jit else []
-        return [*fixed, *inputs, *cache, (Path(call.output).resolve(), RESULTS_TARGET, True)]
-
-    @staticmethod
-    def container_path(path: Path, mounts: list[tuple[Path, str, bool]]) -> str:
-        """Where the process sees a host path: under the innermost mount that holds it."""
-        path = Path(path).resolve()
-        holders = [(host, target) for host, target, _ in mounts if path == host or path.is_relative_to(host)]
-        if not holders:
-            raise ValueError(f"{path} is named in a kit call but is in none of its mounts; pass it as an input")
-        host, target = max(holders, key=lambda m: len(m[0].parts))
-        rest = path.relative_to(host)
-        return target if rest == Path(".") else f"{target}/{rest.as_posix()}"
-
     def container_config(self, call: KitCall, label: str, name: str | None = None) -> dict[str, Any]:
         """The keyword arguments of ``client.containers.create`` for one call."""
         import docker.types
-        uid, gid = _container_user()
-        mounts = self.mounts(call)
-        args = [self.container_path(a, mounts) if isinstance(a, Path) else a for a in call.args]
+        uid, gid = container_mounts.container_user()
+        mounts = container_mounts.call_mounts(call, self.kits_dir, self.extra_mounts, self.data_dir,
+                                              self._jit.get(call.framework))
+        args = [container_mounts.container_path(a, mounts) if isinstance(a, Path) else a for a in call.args]
         pythonpath = ":".join([PYTHONPATH_ROOT, *(t for _, t in self.extra_mounts)])
         config = {
             "image": self.pinned_images.get(call.framework) or self.recipe(call.framework).tag,
@@ -359,27 +283,6 @@ class DockerRunner:
             config.update(mem_limit=memory, memswap_limit=memory)  # no swap: OOM is OOM
         return config
 
-    def _share(self, call: KitCall) -> None:
-        """Let the container's user read the data and the call's inputs, and own its output folder.
-
-        Where the host user is root the container runs as the image's user, and
-        files written on the host (0600 by default for atomic writes) would be
-        unreadable to it. Files and folders this host user owns are made
-        readable to others (datasets, specs, weights: nothing secret); anything
-        else is left as it is, and the process reports what it cannot read.
-        """
-        fresh_folder(call.output)
-        uid, gid = _container_user()
-        if uid == os.getuid():
-            return
-        os.chown(call.output, uid, gid)
-        call.output.chmod(0o700)
-        if call.framework in self._jit:
-            os.chown(self._jit[call.framework].host, uid, gid)
-        for root in (self.data_dir, *map(Path, call.inputs)):
-            for path in (root, *(root.rglob("*") if root.is_dir() else ())):
-                _readable_by_others(path)
-
     def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
         import docker.errors
         try:
@@ -389,7 +292,7 @@ class DockerRunner:
         if call.framework not in self._images:
             self.prepare({call.framework})
         image = self._images[call.framework]
-        self._share(call)
+        container_mounts.share(call, self.data_dir, self._jit.get(call.framework))
         client = self.client
         config = self.container_config(call, call.label)
         name = config["name"]
@@ -412,9 +315,9 @@ class DockerRunner:
 
         with live.running(name, stop):
             try:
-                container = self._start(client, config, launcher)
+                container = container_start.start(client, config, launcher, self._without_memlock)
                 t_started = time.perf_counter()
-                pump = threading.Thread(target=_pump, args=(container, on_progress, tail), daemon=True)
+                pump = threading.Thread(target=container_output.pump, args=(container, on_progress, tail), daemon=True)
                 pump.start()
                 try:
                     exit_code = container.wait(timeout=max(float(call.timeout_s), 0.001))["StatusCode"]
@@ -428,12 +331,12 @@ class DockerRunner:
                     container.reload()
                 state = container.attrs.get("State", {})
                 oom = bool(state.get("OOMKilled"))
-                timing.update(start_s=t_started - t0, process_s=_lifetime(state))
+                timing.update(start_s=t_started - t0, process_s=container_output.lifetime(state))
                 if not timed_out and exit_code is None:
                     exit_code = state.get("ExitCode")
                 if exit_code in KILLED_EXITS and not (oom or stopped.is_set()) and engine.going_away(client):
                     lost = f"the Docker engine stopped the run as it shut down (exit status {exit_code})"
-            except _StartFailed as exc:
+            except container_start.StartFailed as exc:
                 start_error = f"the engine could not start the container: {exc}"
                 tail.append(f"docker: {start_error}")
                 exit_code = 125              # what `docker run` returns when the engine fails
@@ -483,92 +386,9 @@ class DockerRunner:
         return (f"the Docker engine stopped answering and did not come back within {self.engine_wait_s:.0f} s; "
                 f"{kept}; start it ({ENGINE_START}) and run the same command again{left}.")
 
-    def _start(self, client: DockerClient, config: dict[str, Any], launcher: dict[str, Any]) -> Container:
-        """Create and start the container; _StartFailed with the engine's reason if it cannot start.
+    def _without_memlock(self) -> None:
+        """This engine may not raise the memlock ulimit: this run and the ones after it go without it."""
+        self.ulimits = [u for u in self.ulimits if u[0] != "memlock"]
+        self.log("warning: this Docker engine may not raise the memlock ulimit (NVIDIA recommends "
+                 "unlimited); running with the engine's default, recorded in each result.")
 
-        Where the engine may not raise RLIMIT_MEMLOCK (dockerd itself runs
-        with a capped hard limit, e.g. inside another container), the run
-        goes on without that one ulimit, says so once, and records it.
-        """
-        import docker.errors
-        for attempt in range(2):
-            container = client.containers.create(**config)
-            assert container.id is not None, "a created container has an id"
-            launcher["container"]["id"] = container.id[:12]
-            launcher["container"]["ulimits"] = {u["Name"]: u["Hard"] for u in config["ulimits"]}
-            try:
-                container.start()
-                return container
-            except docker.errors.APIError as exc:
-                engine.remove(client, container, config["name"])
-                reason = str(exc.explanation or exc)
-                if attempt == 0 and "rlimit" in reason and any(u["Name"] == "memlock" for u in config["ulimits"]):
-                    self.ulimits = [u for u in self.ulimits if u[0] != "memlock"]
-                    config["ulimits"] = [u for u in config["ulimits"] if u["Name"] != "memlock"]
-                    self.log("warning: this Docker engine may not raise the memlock ulimit (NVIDIA recommends "
-                             "unlimited); running with the engine's default, recorded in each result.")
-                    continue
-                launcher["container"]["start_error"] = reason
-                raise _StartFailed(reason) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _readable_by_others(path: Path) -> None:
-    """Add read (and, for a folder, search) permission for others to a path this host user owns."""
-    with contextlib.suppress(OSError):
-        st = path.stat()
-        bits = 0o005 if path.is_dir() else 0o004
-        if st.st_uid == os.getuid() and st.st_mode & bits != bits:
-            path.chmod(st.st_mode | bits)
-
-
-class _StartFailed(Exception):
-    """The engine refused to start a container (bad device request, runtime error)."""
-
-
-def _pump(container: Container, on_progress: ProgressFn, tail: list[str]) -> None:
-    """Forward the container's output line by line: progress events out, the rest to the tail.
-
-    The client's read timeout does not cut a quiet stream (a first PTX compile, fp64 certificate parts):
-    the SDK lifts the socket's timeout on a followed, multiplexed log stream (APIClient's
-    _multiplexed_response_stream_helper), and tests/test_docker_runner.py holds it to a silence longer
-    than the client's timeout."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    buf = ""
-
-    def emit(line: str) -> None:
-        try:
-            split_line(line[:TAIL_LINE_CHARS] if not line.startswith(PROGRESS_MARKER) else line,
-                       on_progress, tail)
-        except Exception as exc:  # noqa: BLE001 - a broken progress display must not lose the run
-            tail.append(f"(reprokit: the progress display failed: {exc!r})")
-
-    try:
-        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-            buf += decoder.decode(chunk)
-            *lines, buf = buf.split("\n")
-            for line in lines:
-                emit(line)
-    except Exception:  # noqa: BLE001, S110 - the container was removed under us (timeout, Ctrl-C)
-        pass
-    buf += decoder.decode(b"", final=True)
-    if buf:
-        emit(buf)
-
-
-def _lifetime(state: dict[str, Any]) -> float | None:
-    """Seconds between the engine's StartedAt and FinishedAt of a container (None if unknown)."""
-    from datetime import datetime
-
-    def parse(text: str | None) -> datetime | None:
-        if not text or text.startswith("0001-"):
-            return None
-        m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
-        if not m:
-            return None
-        frac = (m.group(2) or "0")[:6].ljust(6, "0")
-        zone = "+00:00" if m.group(3) == "Z" else m.group(3)
-        return datetime.fromisoformat(f"{m.group(1)}.{frac}{zone}")
-
-    start, end = parse(state.get("StartedAt")), parse(state.get("FinishedAt"))
-    return (end - start).total_seconds() if start and end else None
