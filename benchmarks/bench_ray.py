@@ -38,15 +38,15 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 
+from kits.common.spec import Spec  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
 from reprokit.environments.envs import ENVS  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
-from reprokit.execute import cluster, schedule  # noqa: E402
+from reprokit.execute import cluster, node_tasks, schedule  # noqa: E402
 from reprokit.plan.experiments import load  # noqa: E402
 from reprokit.plan.plan import Options, specs_for  # noqa: E402
 from reprokit.results.provenance import code  # noqa: E402
 from reprokit.results.store import Store  # noqa: E402
-from reprokit.runners.base import Spec  # noqa: E402
 from reprokit.runners.local import LocalRunner  # noqa: E402
 
 MAX_OVERHEAD_S = 0.5
@@ -107,7 +107,7 @@ def main() -> int:
         serving, _ = cluster.check("local", "cpu", local_cluster.address)
         head, _ = cluster.stage_on_head(runner, {"pytorch", "tensorflow"},
                                         {s.data.file: data_dir / s.data.file for s in specs if s.data.file})
-        job = cluster.Job("local", "cpu", head)
+        job = node_tasks.Job("local", "cpu", head)
         t0 = time.perf_counter()
         parallel_store = Store(root / "parallel" / "results")
         failures, _ = cluster.run_all(job, specs, serving, parallel_store, label)

@@ -18,6 +18,7 @@ from typing import Any
 
 from kits.common import data as kitdata
 from kits.common.names import FRAMEWORKS
+from kits.common.spec import Spec
 from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
@@ -25,13 +26,12 @@ from reprokit.console import RunProgress, duration
 from reprokit.environments import datasets, env_cache, published_datasets, script_requirements
 from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError
-from reprokit.execute import data_step, disk_full, locks, stopping
-from reprokit.plan import cost, estimate, matrix, request, rounds, tuning
+from reprokit.execute import compose, data_step, disk_full, locks, loop, policies, stopping
+from reprokit.plan import cost, estimate, matrix, repeats, request, tuning
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
 from reprokit.results.provenance import REPO
 from reprokit.results.store import Store
-from reprokit.runners.base import Spec
 from reprokit.runners.make import make
 
 
@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]]) -> list[tuple[float | None, str]]:
+def _print_plan(m: compose.Matrix, done: set[str], history: list[dict[str, Any]]) -> list[tuple[float | None, str]]:
     """The plan, one line per run with its estimate; returns the estimates of the runs to do."""
     todo = [s for s in m.specs if s.run_id not in done]
     estimates = [estimate.seconds(s, history, m.gpu_name) for s in todo]
@@ -133,7 +133,7 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
     known = _sum_known([e for e, _ in estimates])
     at_once = max(1, min(m.executor.at_once, len(todo)))
     total = None if known is None else known / at_once + estimate.ENV_BUILD_S * len(builds)
-    # tuned's ids are known once its settings alone have run (plan/rounds.py): not counted as done or to run here
+    # tuned's ids are known once its settings alone have run (execute/policies.py): not counted as done or to run here
     tuned = sum(s.variant == tuning.TUNED for s in todo)
     then = f", then {tuned} tuned, run where not finished before" if tuned else ""
     print(f"\nplan: {len(m.specs)} runs, profile {m.profile} on {m.device}"
@@ -154,7 +154,7 @@ def _print_plan(m: matrix.Matrix, done: set[str], history: list[dict[str, Any]])
         print(f"  {line}")
     if m.left_out:
         print(m.left_out)
-    if more := rounds.plan_line(m):
+    if more := repeats.plan_line(m.specs, m.claims, m.rule):
         print(more)
     print()
     return estimates
@@ -175,7 +175,7 @@ def reproduce(argv: list[str] | None = None) -> int:
     req = parse(argv)
     if req.how.gpu_model is not None:
         return _cost(req)
-    m = matrix.build(req)                    # a bad spec is refused before the state folder is touched
+    m = compose.build(req)                    # a bad spec is refused before the state folder is touched
     if req.how.dry_run:                      # starts nothing, so it waits for no one
         return _reproduce(req, m)
     with locks.state_folder(req.how.state_dir, req.how.wait):
@@ -185,7 +185,7 @@ def reproduce(argv: list[str] | None = None) -> int:
 def _cost(req: request.Request) -> int:
     """A dry run priced on a GPU model this host need not have: the plan, its GPU time and, with a price, its cost."""
     model = cost.gpu_model(req.how.gpu_model or "")
-    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(req)
+    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(req, data_step.LookedUp(req.how.data_dir))
     history = Store(req.how.state_dir / "results").all()
     print(f"plan: {len(specs)} runs, profile {profile} on a GPU, {len({s.experiment for s in specs})} experiment(s)"
           + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})" if rule else ""))
@@ -193,7 +193,7 @@ def _cost(req: request.Request) -> int:
     if left_out:
         print(left_out)
     if rule:
-        more = rounds.to_the_cap(specs, claims, rule)
+        more = repeats.to_the_cap(specs, claims, rule)
         print(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
               f"({len(more)} more runs):")
         print("\n".join(cost.lines(cost.of_plan(specs + more, history, model), model, req.how.price_per_hour)))
@@ -201,7 +201,7 @@ def _cost(req: request.Request) -> int:
     return 0
 
 
-def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
+def _reproduce(req: request.Request, m: compose.Matrix) -> int:
     what, how = req.what, req.how
     print(f"backend: {m.runner.name} ({m.why})")
     for fw, flavor in sorted(m.flavors.items()):
@@ -226,29 +226,25 @@ def _reproduce(req: request.Request, m: matrix.Matrix) -> int:
                            f"{spec.variant} r{spec.repeat}", estimates[i][0],
                            None if after is None else after / m.executor.at_once)
 
-    now = rounds.first(todo)
-    failures, interrupted = m.executor.run(m.runner, now, store, progress_for) if now else (0, False)
-    if not interrupted:
-        tuned_failed, interrupted = rounds.tuned(m, store)
-        failures += tuned_failed
-    if m.rule is not None and not interrupted:
-        more_failed, interrupted = rounds.run_until_decided(m, store)
-        failures += more_failed
-    if interrupted:
-        stored = sum(store.get(s.run_id) is not None for s in m.specs)
-        print("\n" + stopping.resume_line(f" in {store.root} ({stored} of {len(m.specs)} runs)"))
+    rounds: list[loop.Policy] = [policies.Once(policies.first(todo), progress_for), policies.Tuned()]
+    if m.rule is not None:
+        rounds.append(policies.UntilDecided(m.claims or [], m.rule))
+    ran = loop.run(m.executor, m.runner, store, m.specs, rounds)
+    failures = ran.failures
+    if ran.interrupted:
+        stored = sum(store.get(s.run_id) is not None for s in ran.specs)
+        print("\n" + stopping.resume_line(f" in {store.root} ({stored} of {len(ran.specs)} runs)"))
         return stopping.STOPPED
 
     name = what.name or publish.default_name(m.profile, m.device)
     if what.from_report and not what.name:
         name = f"{publish.default_name(m.profile, m.device)}-from-{what.from_report.name}"
     report_dir = how.reports_dir / name
-    ran = {s.experiment for s in m.specs}
-    kept, kept_certs = publish.earlier(report_dir, ran)
+    kept, kept_certs = publish.earlier(report_dir, {s.experiment for s in ran.specs})
     if kept:
         print(f"report: keeping {len(kept)} finished result(s) of "
               f"{', '.join(sorted({r['experiment'] for r in kept}))} from the earlier report of this name")
-    finished = [r for s in m.specs if (r := store.get(s.run_id)) is not None]     # every run's, by now
+    finished = [r for s in ran.specs if (r := store.get(s.run_id)) is not None]     # every run's, by now
     try:
         path = publish.publish(report_dir, name, [*kept, *finished], m.experiments, m.claims,
                                {**kept_certs, **certificates}, m.rule)

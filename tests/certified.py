@@ -24,6 +24,7 @@ from conftest import TINY, tiny_specs
 
 from reprokit.certify import certificate
 from reprokit.environments.envs import ENVS
+from reprokit.execute import data_step
 from reprokit.plan.experiments import BUILTIN_DIR, load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.runners.local import LocalRunner
@@ -214,8 +215,8 @@ def certify_all(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict[str, 
     """Results and work dirs by name, the wall and CPU seconds of the one call (CPU: of the two framework
     processes, which a shared machine's load does not inflate as it does the wall time), and each
     side's own findings by name and framework; every folder under ``root``."""
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=FRAMEWORKS, data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=FRAMEWORKS,
+                   data=data_step.Preparing(data_dir, allow_download=False))
     pairs = _builtin(_folder(root, "experiments"), data_dir, opts)
     folder = _folder(root, "my-controls")
     shutil.copy(Path(__file__).with_name("cert_controls.py"), folder / "cert_controls.py")
@@ -240,8 +241,8 @@ def certify_all(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict[str, 
 def certify_jax(root: Path, data_dir: Path) -> tuple[dict[str, dict], dict]:
     """The JAX_CONTROLS pairs, PyTorch against JAX, in one call (one process per framework): results by name,
     and the wall and CPU seconds of the call; every folder under ``root``."""
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "jax"), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "jax"),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     folder = _folder(root, "my-jax-controls")
     for module in ("cert_controls.py", "cert_controls_jax.py"):
         shutil.copy(Path(__file__).with_name(module), folder / module)

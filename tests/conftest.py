@@ -17,6 +17,7 @@ import pytest
 from kits.common.names import FRAMEWORKS
 from reprokit.environments import envs
 from reprokit.environments.envs import ENVS
+from reprokit.execute import data_step
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.results.provenance import REPO, code
@@ -159,7 +160,7 @@ def tiny_specs(folder: Path, data_dir: Path, profile: str = "quick", edit=None) 
     """RunSpecs of the tiny experiment by framework; edit(spec) may change a spec before its id is set."""
     exp = load(folder / "tiny.toml")
     opts = Options(profile=profile, device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
-                   data_dir=data_dir, allow_download=False)
+                   data=data_step.Preparing(data_dir, allow_download=False))
     out = {}
     for planned in specs_for(exp, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code()):
         spec = planned.to_dict()                 # as a runner writes it for the kit

@@ -30,9 +30,9 @@ from reprokit.claims import claims as claimlib
 from reprokit.claims import verdicts
 from reprokit.environments import datasets
 from reprokit.errors import UserError
+from reprokit.execute.from_report import specs_from
 from reprokit.plan import estimate
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.plan.matrix import specs_from
 from reprokit.report import claims_section, compare, document, publish, summary_csv
 from reprokit.results.provenance import REPO, code
 from reprokit.results.store import Store

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from reprokit import cli
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.results.provenance import REPO
 
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_bounds.py"
@@ -36,7 +36,7 @@ def runs(kit_python, tmp_path_factory, data_dir) -> dict[str, tuple[dict, dict]]
     python, tmp = kit_python("tensorflow"), tmp_path_factory.mktemp("keras_bounds")
     parsed = cli.parse(["--script", f"tensorflow={SCRIPT}", "--frameworks", "tensorflow", "--backend", "local",
                         "--profile", "quick", "--data-dir", str(data_dir), "--state-dir", str(tmp / "state")])
-    (planned,) = matrix.build(parsed).specs
+    (planned,) = compose.build(parsed).specs
     started = {}
     for name, bounds in (("unbounded", dict.fromkeys(BOUNDED)), ("bounded", BOUNDED)):
         folder = tmp / name

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from reprokit import cli
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.report import sections
 from reprokit.results import results
 from reprokit.results.provenance import REPO
@@ -41,7 +41,7 @@ def runs(kit_python, tmp_path_factory, data_dir) -> dict[tuple[str, str], tuple[
         parsed = cli.parse(["--script", f"pytorch={SCRIPTS / script}.py", "--frameworks", "pytorch", "--backend",
                             "local", "--profile", "quick", "--data-dir", str(data_dir), "--state-dir",
                             str(tmp / "state")])
-        (planned,) = matrix.build(parsed).specs
+        (planned,) = compose.build(parsed).specs
         for name, bounds in (("unbounded", dict.fromkeys(BOUNDED)), ("bounded", BOUNDED)):
             folder = tmp / script / name
             folder.mkdir(parents=True)

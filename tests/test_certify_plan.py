@@ -8,6 +8,7 @@ import pytest
 
 from reprokit.certify import certify_plan
 from reprokit.claims import claims
+from reprokit.execute import data_step
 from reprokit.plan import plan
 from reprokit.plan.experiments import BUILTIN_DIR, discover, load
 from reprokit.results.provenance import code
@@ -21,8 +22,8 @@ def test_pairs_that_differ_only_in_a_loop_pitfall_share_one_certificate(tmp_path
     named = {v[1:] for c in claims.load("seeds")
              if c.experiment == experiment.name for v in c.variants() if v.startswith("+")}
     opts = plan.Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
-                        data_dir=tmp_path, allow_download=False, variants=("fixed", "as_posted"),
-                        alone=frozenset(named), prepare_data=False)
+                        data=data_step.LookedUp(tmp_path), variants=("fixed", "as_posted"),
+                        alone=frozenset(named))
     runner = LocalRunner(tmp_path / "envs", tmp_path, "cpu")        # describe() reads the lock files only
     pairs = certify_plan.pairs([s.to_dict() for s in plan.specs_for(experiment, opts, runner.describe, code())])[
         experiment.name]
@@ -42,7 +43,7 @@ H100, L4, A10 = "NVIDIA H100 80GB HBM3", "NVIDIA L4", "NVIDIA A10"
 def vgg16_224(tmp_path) -> dict[str, dict]:
     """The seed's VGG16 at 224x224, batch 32, as the standard profile plans it on a GPU."""
     opts = plan.Options(profile="standard", device="gpu", repeats=1, frameworks=("pytorch", "tensorflow"),
-                        data_dir=tmp_path, allow_download=False, prepare_data=False)
+                        data=data_step.LookedUp(tmp_path))
     none = {"lock": None, "lock_sha256": None, "image": None}
     specs = plan.specs_for(load(BUILTIN_DIR / "vgg16_cifar10_speed.toml"), opts, lambda fw: none, code())
     pair = {s.framework: s.to_dict() for s in specs}

@@ -14,8 +14,8 @@ from kits.common.spec import RunSpec
 from reprokit import report
 from reprokit.environments import datasets, downloads
 from reprokit.errors import UserError
+from reprokit.execute.from_report import specs_from
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.plan.matrix import specs_from
 from reprokit.report import publish
 from reprokit.results.provenance import REPO, code
 from reprokit.results.store import Store
@@ -70,8 +70,8 @@ def test_the_plan_runs_what_a_claim_in_play_reads_and_names_what_it_left_out(
     VGG16's tuned always (s000-nvidia-similar reads it); without claims, all that is asked; the line names exactly
     what was left out."""
     from reprokit import cli
-    from reprokit.plan import matrix
-    m = matrix.build(cli.parse(["--dry-run", "--backend", "local", "--gpus", "none", "--state-dir",
+    from reprokit.execute import compose
+    m = compose.build(cli.parse(["--dry-run", "--backend", "local", "--gpus", "none", "--state-dir",
                                 str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"), *extra]))
     planned = {(s.experiment, s.variant) for s in m.specs}
     assert any(e == "resnet50_imagenet_speed" for e, _ in planned) == resnet50

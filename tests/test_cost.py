@@ -8,6 +8,7 @@ import pytest
 
 from reprokit import cli
 from reprokit.errors import UserError
+from reprokit.execute import data_step
 from reprokit.plan import cost, matrix
 
 
@@ -27,7 +28,7 @@ def test_an_unknown_gpu_model_is_refused_naming_the_known_ones() -> None:
 def _specs(tmp_path: Path) -> list:
     req = cli.parse(["--dry-run", "--gpu-model", "L4", "--only", "simplecnn_cifar10_memory", "--variants", "fixed",
                      "--state-dir", str(tmp_path), "--data-dir", str(tmp_path / "data")])
-    return matrix.on_gpu_elsewhere(req)[0]
+    return matrix.on_gpu_elsewhere(req, data_step.LookedUp(req.how.data_dir))[0]
 
 
 def test_the_default_on_a_gpu_runs_resnet50_and_tuned_only_where_a_claim_reads_it(tmp_path: Path) -> None:
@@ -36,7 +37,8 @@ def test_the_default_on_a_gpu_runs_resnet50_and_tuned_only_where_a_claim_reads_i
     def planned(*extra: str) -> set[tuple[str, str]]:
         req = cli.parse(["--dry-run", "--gpu-model", "H100-SXM", "--state-dir", str(tmp_path),
                          "--data-dir", str(tmp_path / "data"), *extra])
-        return {(s.experiment, s.variant) for s in matrix.on_gpu_elsewhere(req)[0]}
+        specs = matrix.on_gpu_elsewhere(req, data_step.LookedUp(req.how.data_dir))[0]
+        return {(s.experiment, s.variant) for s in specs}
     default, everything = planned(), planned("--all")
     assert {("resnet50_imagenet_speed", "tuned"), ("vgg16_cifar10_speed", "tuned"),
             ("resnet50_imagenet_speed", "+tuned_compile")} <= default

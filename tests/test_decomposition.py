@@ -20,6 +20,7 @@ from kits.common.pitfalls import PITFALLS
 from reprokit.certify import certify_plan
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts
+from reprokit.execute import data_step
 from reprokit.plan import plan
 from reprokit.plan.experiments import BUILTIN_DIR, discover, load
 from reprokit.report import decomposition, plots
@@ -36,8 +37,8 @@ FWS = ("pytorch", "tensorflow")
 
 
 def _specs(experiment, repeats: int, tmp_path: Path) -> list[dict]:
-    opts = plan.Options(profile="quick", device="cpu", repeats=repeats, frameworks=FWS, data_dir=tmp_path,
-                        allow_download=False, variants=("fixed", "as_posted"), ablation=True, prepare_data=False)
+    opts = plan.Options(profile="quick", device="cpu", repeats=repeats, frameworks=FWS,
+                        data=data_step.LookedUp(tmp_path), variants=("fixed", "as_posted"), ablation=True)
     return [s.to_dict() for s in plan.specs_for(experiment, opts, lambda fw: NONE, code())]
 
 

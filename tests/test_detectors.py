@@ -19,6 +19,7 @@ import pytest
 from conftest import tiny_specs, write_spec
 
 from kits.common import detectors
+from reprokit.execute import data_step
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.results.provenance import REPO, code
@@ -84,8 +85,8 @@ def test_only_the_detector_no_hook_reaches_is_a_declared_reproduction():
 # --- the planted suite: the user's own code, run for real -------------------------------------------
 
 def _user_spec(framework: str, plant: list[str], data_dir: Path) -> dict:
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=(framework,), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=(framework,),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     (planned,) = specs_for(load(USER_DIR / "planted.toml"), opts,
                            lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code([USER_DIR]))
     spec = planned.to_dict()

@@ -30,11 +30,13 @@ from pathlib import Path
 import pytest
 
 from kits.common import report as kit_report
-from reprokit.environments import host_checks, images
+from reprokit.environments import base_images, docker_client, host_checks, images
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
+from reprokit.execute import data_step
 from reprokit.results import results
 from reprokit.runners import base, choose
+from reprokit.runners import container_mounts as cm
 from reprokit.runners import docker as dr
 from reprokit.runners.local import LocalRunner
 
@@ -327,15 +329,15 @@ def test_settings_reach_the_container(make_runner, tmp_path, client, dirs):
         assert "memlock" not in ulimits and box.get("outcome") is not None
     assert not host.get("DeviceRequests")
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    spec_target = f"{dr.INPUTS_TARGET}/0/{spec_path.name}"
-    assert set(mounts) == {dr.KITS_TARGET, spec_target, dr.DATA_TARGET, dr.RESULTS_TARGET, "/opt/reprokit/user"}
+    spec_target = f"{cm.INPUTS_TARGET}/0/{spec_path.name}"
+    assert set(mounts) == {cm.KITS_TARGET, spec_target, cm.DATA_TARGET, cm.RESULTS_TARGET, "/opt/reprokit/user"}
     writable = [d for d, m in mounts.items() if m["RW"]]
-    assert writable == [dr.RESULTS_TARGET]
-    assert mounts[spec_target]["Source"] == str(spec_path) and mounts[dr.RESULTS_TARGET]["Source"] == str(call.output)
+    assert writable == [cm.RESULTS_TARGET]
+    assert mounts[spec_target]["Source"] == str(spec_path) and mounts[cm.RESULTS_TARGET]["Source"] == str(call.output)
     assert attrs["Config"]["Cmd"] == ["python", "-m", "kits.run", "--spec", spec_target,
-                                      "--out", f"{dr.RESULTS_TARGET}/result.json", "--data-dir", dr.DATA_TARGET]
-    assert mounts[dr.KITS_TARGET]["Source"] == str(runner.kits_dir)
-    assert mounts[dr.DATA_TARGET]["Source"] == str(dirs["data"])
+                                      "--out", f"{cm.RESULTS_TARGET}/result.json", "--data-dir", cm.DATA_TARGET]
+    assert mounts[cm.KITS_TARGET]["Source"] == str(runner.kits_dir)
+    assert mounts[cm.DATA_TARGET]["Source"] == str(dirs["data"])
     assert mounts["/opt/reprokit/user"]["Source"] == str(dirs["user"])
     assert not any("docker.sock" in (m["Source"] + m["Destination"]) for m in attrs["Mounts"])
     assert not any("docker.sock" in b for b in (host.get("Binds") or []))
@@ -375,7 +377,7 @@ def test_one_calls_output_is_the_next_calls_read_only_input(make_runner, tmp_pat
     a = json.loads((tmp_path / "a" / "copy.txt").read_text())
     b = json.loads((tmp_path / "b" / "copy.txt").read_text())
     assert a["read"] == "weights" and a["wrote_input"] == "Read-only file system"
-    assert a["src"] == f"{dr.INPUTS_TARGET}/0/source.txt" and a["out"] == f"{dr.RESULTS_TARGET}/copy.txt"
+    assert a["src"] == f"{cm.INPUTS_TARGET}/0/source.txt" and a["out"] == f"{cm.RESULTS_TARGET}/copy.txt"
     assert json.loads(b["read"]) == a and b["wrote_input"] == "Read-only file system"
     with pytest.raises(ValueError, match="in none of its mounts"):
         runner.run(base.KitCall("tensorflow", "kits.chain", ("--in", tmp_path / "elsewhere"),
@@ -672,7 +674,7 @@ def test_engine_down_is_one_clear_message(monkeypatch, tmp_path):
     ok, reason = host_checks.engine_status()
     assert not ok and "no Docker engine answers" in reason and "start" in reason
     with pytest.raises(UserError, match="no Docker engine answers .*; start it"):
-        images.client_or_error()
+        docker_client.client_or_error()
 
 
 def _repo_copy(tmp_path: Path, digest: str | None = None) -> Path:
@@ -681,13 +683,13 @@ def _repo_copy(tmp_path: Path, digest: str | None = None) -> Path:
     root = tmp_path / "repo"
     (root / "docker").mkdir(parents=True)
     (root / "locks").mkdir()
-    bases = images.load_bases(REPO)
+    bases = base_images.load_bases(REPO)
     (root / "docker" / "bases.toml").write_text((REPO / "docker" / "bases.toml").read_text())
     for entry in bases.values():
         text = (REPO / entry["dockerfile"]).read_text()
         if digest is not None:
-            name_part, _ = images.split_ref(images.base_of(REPO / entry["dockerfile"]))
-            text = images._ARG_RE.sub(f"ARG BASE_IMAGE={name_part}@{digest}", text)
+            name_part, _ = base_images.split_ref(base_images.base_of(REPO / entry["dockerfile"]))
+            text = base_images._ARG_RE.sub(f"ARG BASE_IMAGE={name_part}@{digest}", text)
         (root / entry["dockerfile"]).write_text(text)
         for lock in entry["locks"].values():
             (root / lock).write_text("")
@@ -695,12 +697,12 @@ def _repo_copy(tmp_path: Path, digest: str | None = None) -> Path:
 
 
 def test_base_images_are_pinned_by_digest_or_explicitly_unresolved():
-    bases = images.load_bases(REPO)
+    bases = base_images.load_bases(REPO)
     for entry in bases.values():
-        ref = images.base_of(REPO / entry["dockerfile"])
-        name, digest = images.split_ref(ref)
+        ref = base_images.base_of(REPO / entry["dockerfile"])
+        name, digest = base_images.split_ref(ref)
         assert name.startswith("docker.io/library/python:3.11-slim-bookworm"), ref
-        assert digest == images.UNRESOLVED or images._DIGEST_RE.match(digest), ref
+        assert digest == base_images.UNRESOLVED or base_images.DIGEST_RE.match(digest), ref
         text = (REPO / entry["dockerfile"]).read_text()
         assert "# base-pin: " in text, "every pin says where its digest comes from"
         assert "FROM ${BASE_IMAGE} AS builder" in text and "COPY --from=builder /opt/venv /opt/venv" in text
@@ -708,7 +710,7 @@ def test_base_images_are_pinned_by_digest_or_explicitly_unresolved():
 
 
 def test_unresolved_digest_stops_the_build_with_the_pin_command(tmp_path):
-    root = _repo_copy(tmp_path, images.UNRESOLVED)
+    root = _repo_copy(tmp_path, base_images.UNRESOLVED)
     with pytest.raises(UserError) as err:
         images.recipe("pytorch", repo_root=root)
     message = str(err.value)
@@ -717,20 +719,20 @@ def test_unresolved_digest_stops_the_build_with_the_pin_command(tmp_path):
 
 
 def test_pin_rewrites_the_dockerfiles(tmp_path):
-    root = _repo_copy(tmp_path, images.UNRESOLVED)
+    root = _repo_copy(tmp_path, base_images.UNRESOLVED)
     digest = "sha256:" + "ab" * 32
     asked = []
-    done = images.pin(repo_root=root, resolve=lambda name: asked.append(name) or digest, log=lambda line: None)
-    bases = images.load_bases(REPO)
+    done = base_images.pin(repo_root=root, resolve=lambda name: asked.append(name) or digest, log=lambda line: None)
+    bases = base_images.load_bases(REPO)
     assert asked == ["docker.io/library/python:3.11-slim-bookworm"] * len(bases)
     for fw, entry in bases.items():
         path = root / entry["dockerfile"]
-        assert images.base_of(path) == f"docker.io/library/python:3.11-slim-bookworm@{digest}" == done[fw]
+        assert base_images.base_of(path) == f"docker.io/library/python:3.11-slim-bookworm@{digest}" == done[fw]
         assert "resolved on its registry by `nox -s pin`" in path.read_text()
     r = images.recipe("pytorch", repo_root=root)
     assert r.base_digest == digest and r.base_pinned and r.tag.startswith("reprokit/pytorch:")
     with pytest.raises(UserError, match="could not resolve .* run `nox -s pin`"):
-        images.pin(repo_root=root, resolve=lambda name: (_ for _ in ()).throw(OSError("no route")),
+        base_images.pin(repo_root=root, resolve=lambda name: (_ for _ in ()).throw(OSError("no route")),
                    log=lambda line: None)
 
 
@@ -778,8 +780,8 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base,
                              extra_ca=_extra_ca_path(), client=client, log=print)
     assert runner.flavor == "cpu" and runner.recipe("tensorflow").lock.name == "tensorflow-cpu.txt"
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     (spec,) = specs_for(load(tiny_dir / "tiny.toml"), opts, runner.describe, code())
     # as on a host run by root: the plan's dataset file is 0600 and pytest's folders 0700; the runner
     # shares just that file with the container's (non-root) user
@@ -812,8 +814,8 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     folder = REPO / "tests" / "user_scripts"
     runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base, extra_ca=_extra_ca_path(),
                              client=client, log=print)
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     exp = load(folder / "twin_pair.toml")
     (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, runner.describe, code())
     runner.prepare({"tensorflow"})
@@ -826,18 +828,18 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     assert_removed(client, spec.run_id)
     # The certificate's TensorFlow side in the container, from a PyTorch side made here (CI builds no PyTorch
     # image): the PyTorch weights and batch mounted read-only, the script stopped at its first step.
-    from kits.common import certificate as cert
+    from kits.common import numeric_checks
     from reprokit.certify import script_certificate
     kit_python("pytorch")
-    both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
-                   allow_download=False)
+    both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     pair = {s.framework: s.to_dict() for s in script_plan.specs_for(exp.name, exp.scripts, both, runner.describe,
                                                                        code())}
     pt_out, pt, _ = script_certificate._side("pytorch", pair["pytorch"], LocalRunner(ENVS, data_dir, "cpu"),
                                              tmp_path / "cert", None)
     _, tf, why = script_certificate._side("tensorflow", pair["tensorflow"], runner, tmp_path / "cert", pt_out)
     assert tf and tf["status"] == "ok" and tf["weights"]["source"] == "loaded", why or tf
-    assert cert.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, 1e-4)["passed"]
+    assert numeric_checks.compare_logits({"pytorch": pt["logits"], "tensorflow": tf["logits"]}, 1e-4)["passed"]
 
 
 @pytest.mark.docker
@@ -852,8 +854,8 @@ def test_a_tutorial_style_keras_script_loads_mnist_by_name_in_the_cpu_image(clie
 
     runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base, extra_ca=_extra_ca_path(),
                              client=client, log=print)
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     exp = from_scripts("corpus", {"tensorflow": REPO / "tests" / "corpus" / "mnist_examples" / "beginner_keras.py"})
     (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, runner.describe, code())
     runner.prepare({"tensorflow"})

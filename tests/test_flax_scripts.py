@@ -20,7 +20,7 @@ from kits.common import stand_ins
 from reprokit import cli
 from reprokit.certify.script_certificate import certify_scripts
 from reprokit.environments.envs import ENVS
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
@@ -33,7 +33,7 @@ def _pair(twin: str, data_dir: Path, mnist: Path, state: Path,
     parsed = cli.parse(["--script", f"pytorch={CORPUS / 'twins' / twin}", "--script", f"jax={jax_script}",
                         "--data", f"jax:./data/mnist={mnist}", "--frameworks", "pytorch,jax", "--backend", "local",
                         "--profile", "quick", "--data-dir", str(data_dir), "--state-dir", str(state)])
-    return {s.framework: s.to_dict() for s in matrix.build(parsed).specs}
+    return {s.framework: s.to_dict() for s in compose.build(parsed).specs}
 
 
 @pytest.fixture(scope="module")

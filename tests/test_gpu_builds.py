@@ -16,7 +16,7 @@ import pytest
 from reprokit import cli
 from reprokit.claims import sequential
 from reprokit.environments import host_checks
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.report import pair_findings
 from reprokit.results.provenance import REPO
 
@@ -46,7 +46,7 @@ def test_the_hosts_driver_chooses_pytorchs_build_and_the_plan_says_why(driver, f
         assert (f"The NVIDIA driver {driver} is older than the 580.65.06 that the pytorch image's CUDA 13 build "
                 f"needs, so it runs its cuda12 build (CUDA 12.8, driver 525.60.13 or newer)") in line
     assert "GPU build: tensorflow cuda (CUDA 12): its default build runs on the assigned GPUs" in out
-    m = matrix.build(cli.parse(_argv(tiny_dir, tmp_path, "--dry-run")[1:]))
+    m = compose.build(cli.parse(_argv(tiny_dir, tmp_path, "--dry-run")[1:]))
     specs = {s.framework: s.to_dict() for s in m.specs}
     assert specs["pytorch"]["provenance"]["lock"] == lock and specs["pytorch"]["provenance"]["flavor"] == flavor
     assert specs["tensorflow"]["provenance"]["lock"] == "locks/tensorflow-cuda.txt"
@@ -129,9 +129,9 @@ def test_on_a_gpu_host_repeats_are_auto_by_default_and_a_number_overrides_it(sta
     stand_in_gpu_host("580.95.05")
     argv = ["--backend", "local", "--dry-run", "--state-dir", str(tmp_path / "state"), "--data-dir",
             str(tmp_path / "data")]
-    auto = matrix.build(cli.parse(argv))
+    auto = compose.build(cli.parse(argv))
     assert auto.rule is not None and auto.rule.cap == sequential.DEFAULT_CAP and {s.repeat for s in auto.specs} == {0, 1, 2}
     assert cli.main(["reproduce", *argv]) == 0
     assert "repeats auto: 3 of each configuration, then one more at a time" in capsys.readouterr().out
-    fixed = matrix.build(cli.parse([*argv, "--repeats", "4"]))
+    fixed = compose.build(cli.parse([*argv, "--repeats", "4"]))
     assert fixed.rule is None and {s.repeat for s in fixed.specs} == {0, 1, 2, 3}

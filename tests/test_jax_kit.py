@@ -15,6 +15,7 @@ import pytest
 from conftest import TINY, write_spec
 
 from kits.common import settings as settings_lib
+from reprokit.execute import data_step
 from reprokit.plan import model_cost
 from reprokit.plan.experiments import BUILTIN_DIR, load
 from reprokit.plan.plan import Options, specs_for
@@ -73,8 +74,8 @@ def _models() -> dict[str, tuple[dict, int]]:
 
 def _jax_spec(tmp: Path, data_dir: Path) -> dict:
     (tmp / "tiny.toml").write_text(JAX_TINY)
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("jax",), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("jax",),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     planned = specs_for(load(tmp / "tiny.toml"), opts, lambda fw: {"lock": None, "lock_sha256": None,
                                                                    "image": None}, code())
     return next(p.to_dict() for p in planned)

@@ -14,6 +14,7 @@ from kits.common.feeding import NumpyFeeder
 from kits.common.spec import RunSpec
 from reprokit.environments import datasets
 from reprokit.environments.envs import ENVS
+from reprokit.execute import data_step
 from reprokit.plan import model_cost
 from reprokit.report.parameter_counts import parameter_counts
 from reprokit.results import metrics, results
@@ -294,8 +295,8 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
             .replace("train_samples = 256", "train_samples = 64").replace("test_samples = 64", "test_samples = 16"))
     (tmp_path / "tiny.toml").write_text(toml + '\n[variants.as_posted]\ndescription = "the posted input"\n'
                                         'pitfalls = ["tf_batch_of_one"]\n')
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",), data_dir=posted_data,
-                   allow_download=False, variants=("as_posted",))
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("tensorflow",),
+                   data=data_step.Preparing(posted_data, allow_download=False), variants=("as_posted",))
     (planned,) = specs_for(load(tmp_path / "tiny.toml"), opts,
                            lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code())
     spec = planned.to_dict()

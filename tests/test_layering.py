@@ -101,10 +101,13 @@ def test_one_factory_builds_the_runners():
 
 
 # The host's packages from the bottom up: each imports only from those before it (and itself), so data flows
-# one way: results are read by everything, a plan uses environments, runners and executors, the report only reads.
-# locking (a lock between processes) is at the bottom: the environments' builds and the executors' devices use it.
-LAYERS = ("locking", "errors", "console", "results", "claims", "environments", "runners", "execute", "plan", "certify",
-          "report", "bisect", "cli", "__main__")
+# one way: results are read by everything; a plan is pure (no runner, no executor, no data step: it reads the data
+# through a port, reprokit/plan/inputs.py); execute wires the plan to the runners and runs it
+# (reprokit/execute/compose.py); the report only reads. locking (a lock between processes) is at the bottom: the
+# environments' builds and the executors' devices use it. gpu_check (scripts/gpu_check's check) runs the CLI's own
+# commands, so it sits above cli.
+LAYERS = ("locking", "errors", "console", "results", "claims", "environments", "plan", "runners", "execute", "certify",
+          "report", "bisect", "cli", "gpu_check", "__main__")
 
 
 def test_the_host_packages_import_only_downwards():

@@ -20,7 +20,7 @@ from reprokit import cli
 from reprokit.console import RunProgress
 from reprokit.environments import host_checks, topology
 from reprokit.errors import UserError
-from reprokit.execute import schedule
+from reprokit.execute import data_step, schedule
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.report import pair_findings
@@ -128,8 +128,8 @@ def test_a_slots_one_sentence_error_reaches_the_command_as_that_sentence(tiny_di
     engine was: DOCKER_HOST names a socket nobody serves) stops the other slots and comes back as its sentence."""
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     monkeypatch.setenv(topology.FAKE_SLOTS_ENV, "2")
-    opts = Options(profile="quick", device="cpu", repeats=3, frameworks=("pytorch",), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=3, frameworks=("pytorch",),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     todo = list(specs_for(load(tiny_dir / "tiny.toml"), opts,
                           lambda fw: {"lock": None, "lock_sha256": None, "image": None}, code()))
     runner = DockerRunner(REPO, data_dir, "none", pinned_images={"pytorch": "reprokit/pytorch:test"})

@@ -13,6 +13,7 @@ import subprocess
 
 from conftest import tiny_specs, write_spec
 
+from reprokit.execute import data_step
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.plan import Options, specs_for
 from reprokit.report import pair_findings, sections, settings_table
@@ -23,9 +24,9 @@ NONE = {"lock": None, "lock_sha256": None, "image": None}
 
 def test_the_seeds_as_posted_variant_leaves_the_numerics_to_the_frameworks_and_declares_it(data_dir):
     experiments = discover([BUILTIN_DIR])
-    opts = Options(profile="quick", device="gpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
-                   allow_download=False, variants=("fixed", "as_posted"), alone=frozenset({"pt_item_per_step"}),
-                   prepare_data=False)
+    opts = Options(profile="quick", device="gpu", repeats=1, frameworks=("pytorch", "tensorflow"),
+                   data=data_step.LookedUp(data_dir), variants=("fixed", "as_posted"),
+                   alone=frozenset({"pt_item_per_step"}))
     for name in ("vgg16_cifar10_speed", "simplecnn_cifar10_memory"):
         specs = {(s.framework, s.variant): s.to_dict() for s in specs_for(experiments[name], opts, lambda fw: NONE, code())}
         for fw in ("pytorch", "tensorflow"):

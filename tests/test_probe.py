@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from reprokit import cli
+from reprokit.execute import data_step
 from reprokit.results import results
 from reprokit.results.provenance import REPO
 
@@ -142,12 +143,12 @@ def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):
     """Keras's own accuracy, as fit prints it, against the probe's count from the loss's inputs."""
     import re
 
-    from reprokit.plan import matrix
+    from reprokit.execute import compose
     tf_python = kit_python("tensorflow")
     args = cli.parse(["--script", f"tensorflow={SCRIPTS / 'keras_fit.py'}", "--frameworks",
                                      "tensorflow", "--backend", "local", "--profile", "quick", "--data-dir",
                                      str(data_dir), "--state-dir", str(tmp_path / "state")])
-    (planned,) = matrix.build(args).specs
+    (planned,) = compose.build(args).specs
     (tmp_path / "spec.json").write_text(json.dumps(planned.to_dict()))
     proc = subprocess.run([str(tf_python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
                            str(tmp_path / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir",
@@ -210,8 +211,8 @@ def test_a_gpu_run_whose_script_trains_on_the_cpu_fails_as_no_gpu(kit_python, tm
     from reprokit.results.provenance import code
 
     python = kit_python("pytorch")
-    opts = Options(profile="quick", device="gpu", repeats=1, frameworks=("pytorch",), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="gpu", repeats=1, frameworks=("pytorch",),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     exp = from_scripts("gpu", {"pytorch": SCRIPTS / "torch_fixed.py"})
     (spec,) = script_plan.specs_for(exp.name, exp.scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
                                                                              "image": None}, code())

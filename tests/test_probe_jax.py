@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reprokit import cli
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.results import results
 from reprokit.results.provenance import REPO
 
@@ -34,7 +34,7 @@ def _probed(python: Path, tmp_path: Path, data_dir: Path, *scripts: tuple[Path, 
     for script, args in scripts:
         parsed = cli.parse(["--script", f"jax={script}", "--frameworks", "jax", "--backend", "local", "--profile",
                             "quick", "--data-dir", str(data_dir), "--state-dir", str(tmp_path / "state")])
-        (planned,) = matrix.build(parsed).specs
+        (planned,) = compose.build(parsed).specs
         spec = planned.to_dict()
         spec["script"]["args"] = list(args)
         spec["bounds"] = {"max_steps": None, "epochs": None, "eval_steps": None}

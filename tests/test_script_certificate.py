@@ -16,6 +16,7 @@ import pytest
 
 from reprokit.certify.script_certificate import certify_scripts
 from reprokit.environments.envs import ENVS
+from reprokit.execute import data_step
 from reprokit.plan import script_plan
 from reprokit.plan.experiments import from_scripts, load
 from reprokit.plan.plan import Options
@@ -31,8 +32,8 @@ def _pair(exp, data_dir: Path) -> dict[str, dict]:
 
 
 def _pair_of(exp, scripts: dict[str, dict], data_dir: Path) -> dict[str, dict]:
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"), data_dir=data_dir,
-                   allow_download=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
+                   data=data_step.Preparing(data_dir, allow_download=False))
     specs = script_plan.specs_for(exp.name, scripts, opts, lambda fw: {"lock": None, "lock_sha256": None,
                                                                        "image": None}, code())
     return {s.framework: s.to_dict() for s in specs}         # the certificate reads specs as JSON

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reprokit import cli
-from reprokit.plan import matrix
+from reprokit.execute import compose
 
 
 @pytest.mark.parametrize(("profile", "extra"), [("quick", []), ("standard", ["--max-steps", "5"])])
@@ -15,7 +15,7 @@ def test_the_posted_scripts_get_the_kits_data_and_bounds(tmp_path, profile, extr
                                      "--variants", "as_posted,verbatim", "--profile", profile, "--backend", "local",
                                      "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
                                      "--dry-run", *extra])
-    specs = [s.to_dict() for s in matrix.build(args).specs]
+    specs = [s.to_dict() for s in compose.build(args).specs]
     for experiment, folder in (("simplecnn_cifar10_memory", "seed004"), ("vgg16_cifar10_speed", "seed000")):
         by = {(s["framework"], s["variant"]): s for s in specs if s["experiment"] == experiment}
         assert set(by) >= {(fw, v) for fw in ("pytorch", "tensorflow") for v in ("as_posted", "verbatim")}

@@ -23,6 +23,7 @@ import pytest
 from reprokit import cli
 from reprokit.environments import cache, script_packages, script_requirements
 from reprokit.errors import UserError
+from reprokit.execute import data_step
 from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
@@ -108,8 +109,8 @@ def test_require_replaces_the_file_and_a_lock_pin_is_set_aside(matplotlib_set, c
     from reprokit.plan.plan import Options
     from reprokit.plan.script_plan import specs_for
     exp = from_scripts("tut", {"pytorch": CORPUS / "cifar10_tutorials" / "train_classifier.py"})
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch",), data_dir=Path("unused"),
-                   allow_download=False, prepare_data=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch",),
+                   data=data_step.LookedUp(Path("unused")))
     (spec,) = specs_for(exp.name, exp.scripts, opts, lambda fw: {"lock": None, "lock_sha256": None, "image": None},
                         {}, require={"pytorch": ("matplotlib", "numpy<2")})
     req = spec.to_dict()["script"]["requirements"]

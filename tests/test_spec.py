@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
 from kits.common.pitfalls import Pitfall, Pitfalls
 from kits.common.spec import RunSpec, SpecError
+from reprokit.execute import data_step
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.plan import Options, not_run, specs_for
 from reprokit.results.provenance import code
@@ -15,7 +17,7 @@ from reprokit.results.provenance import code
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory) -> list[dict]:
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
-                   data_dir=tmp_path_factory.mktemp("data"), allow_download=False,
+                   data=data_step.Preparing(tmp_path_factory.mktemp("data"), allow_download=False),
                    variants=("fixed", "as_posted"), ablation=True)
     return [s for e in discover([BUILTIN_DIR]).values()
             for s in (t.to_dict() for t in specs_for(e, opts, lambda fw: {"lock": None, "lock_sha256": None,
@@ -55,20 +57,19 @@ def test_pitfalls_are_a_typed_set_in_the_specs_order():
 
 
 def test_planning_only_reads_the_data_and_the_data_step_prepares_it(tmp_path):
-    """A plan with prepare_data off writes nothing and leaves the checksum to come; the data step writes the
-    arrays the runs read, and the plan after it names them by their checksum."""
-    from reprokit.plan.plan import data_step
+    """A plan through a dry run's data step writes nothing and leaves the checksum to come; through a run's data
+    step the arrays the runs read are written first, and the plan names them by their checksum."""
     exp = discover([BUILTIN_DIR])["simplecnn_cifar10_memory"]
     data_dir = tmp_path / "data"
-    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch",), data_dir=data_dir,
-                   allow_download=False, prepare_data=False)
+    opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch",), data=data_step.LookedUp(data_dir))
     describe = lambda fw: {"lock": None, "lock_sha256": None, "image": None}      # noqa: E731
     (before,) = specs_for(exp, opts, describe, code())
     assert before.data.sha256 is None and before.data.file is None and not data_dir.exists()
-    data_step(exp, opts)
-    (after,) = specs_for(exp, opts, describe, code())
+    running = dataclasses.replace(opts, data=data_step.Preparing(data_dir, allow_download=False))
+    (after,) = specs_for(exp, running, describe, code())
     assert after.data.file and (data_dir / after.data.file).is_file() and after.data.sha256
     assert {p.name for p in data_dir.iterdir()} == {after.data.file, f"{after.data.file}.sha256"}
+    assert specs_for(exp, opts, describe, code()) == [after]        # the dry run now reads what was prepared
 
 
 def test_a_framework_added_to_the_seeds_runs_what_it_has_code_for(planned, tmp_path_factory):
@@ -76,7 +77,7 @@ def test_a_framework_added_to_the_seeds_runs_what_it_has_code_for(planned, tmp_p
     variants or their single changes, which the plan says once per experiment; the others' specs (and so their
     run ids) are the same as without it."""
     opts = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow", "jax"),
-                   data_dir=tmp_path_factory.mktemp("data"), allow_download=False,
+                   data=data_step.Preparing(tmp_path_factory.mktemp("data"), allow_download=False),
                    variants=("fixed", "as_posted", "verbatim"), ablation=True)     # verbatim: the posted scripts
     experiments = [e for e in discover([BUILTIN_DIR]).values() if "as_posted" in e.variants]   # the posted cases
     three = [s.to_dict() for e in experiments

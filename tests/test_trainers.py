@@ -22,7 +22,7 @@ import pytest
 
 from reprokit import cli
 from reprokit.environments import script_requirements
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.results import results
 from reprokit.results.provenance import REPO
 
@@ -40,7 +40,7 @@ def _bound_runs(tmp: Path, data_dir: Path, python: Path, framework: str, script:
     parsed = cli.parse(["--script", f"{framework}={SCRIPTS / script}", "--frameworks", framework, "--backend",
                         "local", "--profile", "quick", "--data-dir", str(data_dir), "--state-dir",
                         str(tmp / "state"), *extra])
-    (planned,) = matrix.build(parsed).specs
+    (planned,) = compose.build(parsed).specs
     planned_spec = planned.to_dict()
     if require:
         script_requirements.wheels(planned_spec["script"]["requirements"]["install"], data_dir, script)

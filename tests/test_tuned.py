@@ -12,7 +12,8 @@ import pytest
 
 from reprokit import cli
 from reprokit.errors import UserError
-from reprokit.plan import matrix, tuning
+from reprokit.execute import compose
+from reprokit.plan import tuning
 from reprokit.report import tuned_section
 from reprokit.results import runs
 from reprokit.results.provenance import REPO
@@ -29,7 +30,7 @@ def _by(specs):
 
 
 def test_on_a_cpu_each_framework_gets_its_own_settings_alone_and_together(tiny_dir, tmp_path):
-    m = matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"]))
+    m = compose.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"]))
     by = _by(m.specs)
     assert sorted(v for fw, v in by if fw == "pytorch") == ["+tuned_channels_last", "+tuned_inter_op", "fixed",
                                                             "tuned"]
@@ -49,7 +50,7 @@ def test_on_a_cpu_each_framework_gets_its_own_settings_alone_and_together(tiny_d
 def test_on_a_gpu_tuned_adds_mixed_precision_autotuning_and_compile(stand_in_gpu_host, tiny_dir, tmp_path, capsys):
     """bf16 on an H200, fp16 with loss scaling on a T4, and a P100 (no tensor cores) refused in one sentence."""
     stand_in_gpu_host()
-    by = _by(matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
+    by = _by(compose.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
     pt = by["pytorch", "tuned"].numerics
     assert (pt.precision, pt.cudnn_autotune, pt.compile, pt.channels_last) == ("bf16_mixed", True, True, True)
     assert pt.cpu_threads == by["pytorch", "fixed"].numerics.cpu_threads        # threads are a CPU's setting
@@ -57,7 +58,7 @@ def test_on_a_gpu_tuned_adds_mixed_precision_autotuning_and_compile(stand_in_gpu
     query = tmp_path / "gpu-host" / "query.txt"                                  # the same host with a T4
     text = query.read_text()
     query.write_text(text.replace("NVIDIA H200, 580.95.05, 9.0", "Tesla T4, 580.95.05, 7.5"))
-    by = _by(matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
+    by = _by(compose.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run"])).specs)
     assert {by[fw, v].numerics.precision for fw in ("pytorch", "tensorflow") for v in ("tuned", "+tuned_precision")} \
         == {"fp16_mixed"}
     said = next(d for d in by["pytorch", "tuned"].differences if d["field"] == "tuned: precision")
@@ -70,8 +71,8 @@ def test_on_a_gpu_tuned_adds_mixed_precision_autotuning_and_compile(stand_in_gpu
                                                    "loss scaling where a GPU has no bf16) needs compute capability 7.0")
     assert "leave tuned out with --variants fixed,as_posted" in err
     with pytest.raises(UserError):      # and nothing else of the plan asks for mixed precision: fixed alone plans
-        matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--python", sys.executable]))
-    assert matrix.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--variants", "fixed", "--python",
+        compose.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--python", sys.executable]))
+    assert compose.build(cli.parse([*_argv(tiny_dir, tmp_path), "--dry-run", "--variants", "fixed", "--python",
                                    sys.executable])).specs
 
 
@@ -147,7 +148,7 @@ def test_a_setting_alone_that_a_claim_reads_runs_every_repeat(stand_in_gpu_host,
     """NVIDIA's TF32 figure for TensorFlow is XLA alone on fixed: the seeds' claim reads "+tuned_compile", which then
     runs at each repeat in TensorFlow, where PyTorch's compile alone runs once."""
     stand_in_gpu_host()
-    m = matrix.build(cli.parse(["--only", "resnet50_imagenet_speed", "--backend", "local", "--repeats", "3",
+    m = compose.build(cli.parse(["--only", "resnet50_imagenet_speed", "--backend", "local", "--repeats", "3",
                                 "--state-dir", str(tmp_path / "state"), "--data-dir", str(tmp_path / "data"),
                                 "--dry-run"]))
     repeats = {(s.framework, s.variant): sorted(r.repeat for r in m.specs if (r.framework, r.variant) ==

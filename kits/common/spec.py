@@ -332,6 +332,19 @@ class ScriptSpec:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# The host-kit contract's one spec type, what a training run is given: a kit run's RunSpec, or a ScriptSpec (a
+# user's script under the probe). Specs travel typed; one is a dict only as the JSON a kit process reads, and where
+# the certificates and results take one.
+Spec = RunSpec | ScriptSpec
+
+
+def typed(spec: dict[str, Any]) -> Spec:
+    """A spec's JSON (a plan's, a result's) as its type: a ScriptSpec for a script's run, else a RunSpec."""
+    if spec.get("source") == "script":
+        return ScriptSpec.from_dict(spec)
+    return RunSpec.from_dict(spec)
+
+
 D = TypeVar("D", bound="DataclassInstance")
 
 

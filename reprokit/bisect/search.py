@@ -12,18 +12,18 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kits.common.spec import Spec
 from reprokit.bisect import settings as cfg
 from reprokit.bisect.ddmin import Found, Outcome, OutOfBudget, ddmin, worst_case_tests
 from reprokit.bisect.target import Target
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
-from reprokit.execute import stopping
+from reprokit.execute import compose, stopping
 from reprokit.plan import matrix
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.request import Request
 from reprokit.results import metrics, stats
 from reprokit.results.store import Store
-from reprokit.runners.base import Spec
 
 DEFAULT_BUDGET = 100
 DEFAULT_REPEATS = 3
@@ -72,7 +72,7 @@ def refuse_over_budget(changes: list[str], frameworks: tuple[str, ...], limits: 
 @dataclass
 class Bisect:
     request: Request                      # profile and sizes fixed; the plan's switches for each step
-    built: matrix.Matrix                  # the runner and the executor, planned once
+    built: compose.Matrix                  # the runner and the executor, planned once
     experiment: Experiment
     a: cfg.Side
     b: cfg.Side
@@ -94,7 +94,7 @@ class Bisect:
             what = dataclasses.replace(self.request.what, variants=(name,), frameworks=(framework,),
                                        repeats=repeats, claims="none", ablation=False)
             specs, _ = matrix.planned(dataclasses.replace(self.request, what=what), {exp.name: exp}, profile,
-                                      device, self.built.runner.describe)
+                                      device, self.built.runner.describe, self.built.data)
             out += specs
         return out
 

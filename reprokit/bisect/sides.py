@@ -11,7 +11,7 @@ from reprokit.bisect.search import Bisect, Limits, refuse_over_budget
 from reprokit.claims import claims as claimlib
 from reprokit.environments import host_checks
 from reprokit.errors import UserError
-from reprokit.plan import matrix
+from reprokit.execute import compose
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover
 from reprokit.plan.request import Request
 from reprokit.results.store import Store
@@ -89,7 +89,7 @@ def prepare(req: Request, a_given: str, b_given: str, experiment: str | None, cl
 
 def start(p: Prepared) -> Bisect:
     """The runner and the executor, as reproduce builds them; prints what will be bisected."""
-    built = matrix.build(p.request)
+    built = compose.build(p.request)
     built.executor.prepare(built.runner, set(p.target.frameworks()))
     t = p.target
     print(f"bisect: {p.experiment.name}, A = {p.a.name}, B = {p.b.name}; {built.profile} profile on {built.device}, "

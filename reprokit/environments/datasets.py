@@ -11,8 +11,8 @@ data step (``reprokit/execute/data_step.py``, the only step besides the archive'
 the network) builds in the TensorFlow environment.
 
 MNIST, Fashion-MNIST and CIFAR-100, which a script loads by name, come the same way from their published
-files (``reprokit/environments/published_files.py``; ``published_datasets.py`` stages one whole), and each has its generated stand-in
-(``learnable-mnist`` ..., kits/common/stand_ins.py) as CIFAR-10 has ``learnable``.
+files (``reprokit/environments/published_files.py``; ``published_datasets.py`` stages one whole), and each
+has its generated stand-in (``learnable-mnist`` ..., kits/common/stand_ins.py) as CIFAR-10 has ``learnable``.
 """
 from __future__ import annotations
 

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kits.common.spec import Spec
 from reprokit.console import RunProgress
 from reprokit.environments.topology import Placement
 from reprokit.results.store import Store
 from reprokit.runners import container_limits
-from reprokit.runners.base import Runner, Spec
+from reprokit.runners.base import Runner
 
 if TYPE_CHECKING:
-    from reprokit.execute.cluster import Job
+    from reprokit.execute.node_tasks import Job
 
 ProgressFor = Callable[[int, Spec], RunProgress]
 
@@ -101,9 +102,9 @@ class RayExecutor:
 
     def job(self, runner: Runner, head: Any, images: dict[str, dict[str, str]]) -> Job:
         """What every node's task is given: the runner kind and its options, the head's handle, the images."""
-        from reprokit.execute import cluster
-        return cluster.Job(runner.name, self.device, head, images, tuple(str(d) for d in self.experiment_dirs),
-                           self.memory_limit)
+        from reprokit.execute import node_tasks
+        return node_tasks.Job(runner.name, self.device, head, images, tuple(str(d) for d in self.experiment_dirs),
+                              self.memory_limit)
 
     def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         from reprokit.execute import cluster, node_staging

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from kits.common.data import SCRIPT_WHEELS, wheels_key
 from kits.common.files import atomic_file, clean_stale, write_text_atomic
-from kits.common.spec import ScriptSpec
+from kits.common.spec import ScriptSpec, Spec
 from reprokit.errors import UserError
 from reprokit.results import quarantine
-from reprokit.runners.base import Spec
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from kits.common import parent_death
 from kits.common.files import write_json_atomic
+from kits.common.spec import Spec
 from reprokit.console import RunProgress
 from reprokit.environments import host_checks
 from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
@@ -38,7 +39,7 @@ from reprokit.errors import UserError
 from reprokit.execute import disk_full, gpu_state, locks, stopping
 from reprokit.results import quarantine
 from reprokit.runners import live
-from reprokit.runners.base import Runner, Spec, run_spec
+from reprokit.runners.base import Runner, run_spec
 
 STOP_GRACE_S = 60      # how long interrupted runs get to clean up (kill the kit, remove the container)
 

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kits.common.spec import Spec
 from reprokit.errors import UserError
 from reprokit.plan import estimate
 from reprokit.results import utilisation
-from reprokit.runners.base import Spec
 
 
 @dataclass(frozen=True)

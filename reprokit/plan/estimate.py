@@ -11,10 +11,9 @@ import dataclasses
 import statistics
 from typing import Any
 
-from kits.common.spec import RunSpec, ScriptSpec
+from kits.common.spec import RunSpec, ScriptSpec, Spec
 from reprokit.plan import model_cost
 from reprokit.results import utilisation
-from reprokit.runners.base import Spec
 
 FIRST_GUESS_S = {"quick": 30.0}   # a quick CPU run, start-up included, before any has finished here
 ENV_BUILD_S = 60.0                # building a framework environment or image, once

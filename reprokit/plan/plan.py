@@ -11,7 +11,6 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from kits.common.names import REGISTRY, label
@@ -21,6 +20,7 @@ from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.plan import frameworks
 from reprokit.plan.experiments import Experiment
+from reprokit.plan.inputs import DataStep
 from reprokit.results import runs
 from reprokit.results.runs import ADDED, NUMERICS, POSTED, REMOVED
 
@@ -36,15 +36,13 @@ class Options:
     device: str                     # "cpu" | "gpu"
     repeats: int
     frameworks: tuple[str, ...]     # those this experiment runs (reprokit/plan/frameworks.py chose them)
-    data_dir: Path
-    allow_download: bool
+    data: DataStep                  # what a run reads, prepared first on a run, looked up on a dry run
     dataset: str | None = None      # override the profile's dataset (e.g. synthetic on an offline GPU box)
     timeout_s: float | None = None
     variants: tuple[str, ...] = ("fixed",)
     ablation: bool = False          # also each pitfall alone, "+<pitfall>", and as_posted's factors removed alone
     alone: frozenset[str] = frozenset()   # ... or only these of their pitfalls (those the claims name)
     max_steps: int | None = None    # a tighter cap on training steps per epoch (a bounded check)
-    prepare_data: bool = True       # run the data step first; False (a dry run): plan with what is prepared
 
 
 S = TypeVar("S", bound=RunSpec | ScriptSpec)
@@ -75,22 +73,22 @@ def _request(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
             "input_size": data["input_size"], "resize": data["resize"], "num_classes": resolved["model"]["num_classes"]}
 
 
-def data_step(exp: Experiment, opts: Options) -> None:
-    """Prepare what the experiment's runs read, before it is planned: its arrays and, where a posted
+def _ask_for_data(exp: Experiment, opts: Options) -> None:
+    """Ask the data step for what the experiment's runs read, before it is planned: its arrays and, where a posted
     torchvision reader runs, the archive's batches. Planning itself only reads what is prepared."""
     resolved = exp.resolved(opts.profile)
     request = _request(resolved, opts)
-    datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download)
+    opts.data.prepare(request)
     readers = {p for v in variants_of(exp, opts).values() for fw in opts.frameworks
                for p in for_framework(v.pitfalls, fw)}
     if request["dataset"] == "cifar10" and Pitfall.PT_CPU_RESIZE_DATALOADER in readers:
-        datasets.cifar10_batches(opts.data_dir, allow_download=opts.allow_download)
+        opts.data.cifar10_batches()
 
 
 def _data(resolved: dict[str, Any], opts: Options) -> dict[str, Any]:
     request = _request(resolved, opts)
     data = {**resolved["data"], "dataset": request["dataset"]}
-    prepared = datasets.prepared(request, opts.data_dir)
+    prepared = opts.data.prepared(request)
     if prepared is None:            # a dry run before the data exists: the spec's id waits for its checksum
         train, test = datasets.expected_counts(request)
         data.update(file=None, sha256=None, train_samples=train, test_samples=test)
@@ -107,7 +105,7 @@ def _posted_readers(data: dict[str, Any], pitfalls: list[str], opts: Options) ->
     if data["dataset"] != "cifar10":
         return data
     if Pitfall.TF_BATCH_OF_ONE in pitfalls:
-        return {**data, "tfds": datasets.tfds_prepared(opts.data_dir)}
+        return {**data, "tfds": opts.data.tfds()}
     return data
 
 
@@ -205,11 +203,11 @@ def not_run(exp: Experiment, opts: Options) -> list[str]:
 
 def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],
               code: dict[str, Any]) -> list[RunSpec]:
-    """The RunSpecs of one experiment, after its data step (unless a dry run); describe(framework) gives the
-    runner's facts (lock, image). Each of ``opts.frameworks`` runs it, or one sentence says why its kit cannot."""
+    """The RunSpecs of one experiment, after its data step (which a dry run's does not prepare); describe(framework)
+    gives the runner's facts (lock, image). Each of ``opts.frameworks`` runs it, or one sentence says why its kit
+    cannot."""
     frameworks.check(exp, opts.frameworks, opts.profile)
-    if opts.prepare_data:
-        data_step(exp, opts)
+    _ask_for_data(exp, opts)
     resolved = exp.resolved(opts.profile)
     # CPU threads stay as written: "auto" is resolved by the kit, on the CPUs its run is pinned to.
     numerics = dict(resolved["numerics"])

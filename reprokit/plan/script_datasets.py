@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kits.common import work_folder
 from kits.common.named_datasets import KNOWN
-from reprokit.environments import notebooks, published_datasets
+from reprokit.environments import notebooks
 
 _TORCHVISION = {n.torchvision: n.name for n in KNOWN.values()}
 _KERAS = {n.keras: n.name for n in KNOWN.values()}
@@ -79,12 +79,3 @@ def planned(found: list[str], profile: str) -> str | None:
     if not found or found[0] == "cifar10":
         return None
     return KNOWN[found[0]].stand_in if profile == "quick" else found[0]
-
-
-def prepare_others(found: list[str], planned_name: str, data_dir: Path, allow_download: bool) -> None:
-    """On standard and full, the published datasets the script loads besides the spec's: a run reads them from the
-    host's copies (a quick run generates their stand-ins itself)."""
-    if planned_name in KNOWN:
-        for name in found:
-            if name != planned_name:
-                published_datasets.prepare(name, data_dir, allow_download)

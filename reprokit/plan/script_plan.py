@@ -19,7 +19,7 @@ from typing import Any
 
 from kits.common import work_folder
 from kits.common.spec import ScriptSpec
-from reprokit.environments import datasets, notebooks, published_datasets, script_requirements
+from reprokit.environments import datasets, notebooks, script_requirements
 from reprokit.errors import UserError
 from reprokit.plan import data_mounts, script_datasets
 from reprokit.plan.plan import TIMEOUT_S, Options, identified
@@ -57,18 +57,17 @@ def _data(opts: Options, setting: dict[str, Any] | None, entry: dict[str, Any]) 
         name = script_datasets.planned(found, "quick") or name
     request = {"dataset": name, "train_samples": given.get("train_samples"), "test_samples": given.get("test_samples"),
                "seed": setting["train"]["seed"] if setting else 0}
-    if opts.prepare_data:              # the data step, before planning reads what it prepared
-        datasets.prepare(request, opts.data_dir, allow_download=opts.allow_download)
-        published_datasets.readers_files(name, opts.data_dir, opts.allow_download)   # where torchvision reads
-        script_datasets.prepare_others(found, name, opts.data_dir, opts.allow_download)
-    prepared = datasets.prepared(request, opts.data_dir)
+    opts.data.prepare(request)         # the data step, before planning reads what it prepared
+    opts.data.readers_files(name)
+    opts.data.others(found, name)
+    prepared = opts.data.prepared(request)
     if prepared is None:
         train, test = datasets.expected_counts(request)
         return {"dataset": name, "file": None, "sha256": None, "train_samples": train, "test_samples": test,
                 "tfds": None}
     return {"dataset": name, "file": prepared.file, "sha256": prepared.sha256,
             "train_samples": prepared.train_samples, "test_samples": prepared.test_samples,
-            "tfds": datasets.tfds_prepared(opts.data_dir) if name == "cifar10" else None}
+            "tfds": opts.data.tfds() if name == "cifar10" else None}
 
 
 def _bounds(opts: Options, epochs: int | None, setting: dict[str, Any] | None) -> tuple[dict[str, Any], int]:
@@ -113,9 +112,9 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
         notebook = entry["notebook"] and notebooks.for_spec(entry["notebook"], framework,
                                                             source.lines if source else (),
                                                             script_requirements.locked(framework))
-        if opts.prepare_data:           # before any run (a dry run starts nothing): its wheels, and its imports
-            script_requirements.check_imports(entry["folder"], [entry["path"], *filter(None, [entry["shim"]])],
-                                              framework, source, requirements, opts.data_dir, describe(framework))
+        # before any run (a dry run's data step checks nothing): its wheels, and its imports
+        opts.data.check_imports(entry["folder"], [entry["path"], *filter(None, [entry["shim"]])], framework,
+                                source, requirements, describe(framework))
         script = {"path": entry["path"], "args": entry["args"], "folder": str(entry["folder"]), "files": files,
                   "shim": entry["shim"], "requirements": requirements,
                   "mounts": data_mounts.mounts_for(framework, mounts or {})}

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kits.common.names import label
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
 from reprokit.plan import plan as planning
 from reprokit.results import metrics
 from reprokit.results.runs import FIXED, TUNED_ALONE
-from reprokit.runners.base import Spec
 
 TUNED = planning.TUNED
 SLOWER = 0.03           # a setting whose throughput alone is more than 3% below fixed's slows this device

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from kits.common import cpu_peak
 from kits.common.names import PROGRESS_MARKER
-from kits.common.spec import RunSpec, ScriptSpec
+from kits.common.spec import Spec
 from reprokit.environments.topology import Placement
 from reprokit.results import results
 
@@ -31,18 +31,6 @@ LOG_TAIL_LINES = 40
 RESULT_NAME = "result.json"
 
 ProgressFn = Callable[[dict[str, Any]], None]
-
-# What a training run is given: a kit run's RunSpec, or a ScriptSpec (a user's script under the probe). Specs
-# travel typed; one is a dict only as the JSON a kit process reads, and where the certificates and results take one.
-Spec = RunSpec | ScriptSpec
-
-
-def typed(spec: dict[str, Any]) -> Spec:
-    """A spec's JSON (a plan's, a result's) as its type: a ScriptSpec for a script's run, else a RunSpec."""
-    if spec.get("source") == "script":
-        return ScriptSpec.from_dict(spec)
-    return RunSpec.from_dict(spec)
-
 
 @dataclass(frozen=True)
 class KitCall:
