@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from kits.common.spec import RunSpec
 from reprokit.errors import UserError
+from reprokit.execute import data_step
 from reprokit.plan import plan
 from reprokit.plan.experiments import load
 from reprokit.results import results
@@ -43,8 +44,8 @@ EXPERIMENT = REPO / "kits" / "experiments" / "simplecnn_cifar10_memory.toml"
 
 def tiny_spec(runner: dr.DockerRunner, framework: str, data_dir: Path, device: str) -> RunSpec:
     """The built-in experiment's quick profile cut to a few steps: the training is ~0."""
-    opts = plan.Options(profile="quick", device=device, repeats=1, frameworks=(framework,), data_dir=data_dir,
-                        allow_download=False)
+    opts = plan.Options(profile="quick", device=device, repeats=1, frameworks=(framework,),
+                        data=data_step.Preparing(data_dir, allow_download=False))
     (spec,) = [s for s in plan.specs_for(load(EXPERIMENT), opts, runner.describe, code())
                if s.framework == framework]
     return plan.identified(dataclasses.replace(

@@ -77,6 +77,7 @@ from kits.common.spec import RunSpec
 from reprokit import report
 from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError
+from reprokit.execute import data_step
 from reprokit.plan import model_cost, plan
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.results import stats
@@ -107,7 +108,8 @@ def log(line: str = "") -> None:
 def quick_specs(frameworks: list[str], data_dir: Path, runner: LocalRunner) -> tuple[dict[str, list], list[str]]:
     """The fixed quick-profile RunSpecs of every built-in experiment on the CPU, by framework, for each pair the
     framework's kit can run; and one line for each pair it cannot, with the kit's reason."""
-    opts = plan.Options("quick", "cpu", repeats=1, frameworks=(), data_dir=data_dir, allow_download=False)
+    opts = plan.Options("quick", "cpu", repeats=1, frameworks=(),
+                        data=data_step.Preparing(data_dir, allow_download=False))
     specs: dict[str, list[RunSpec]] = {fw: [] for fw in frameworks}
     left_out = [f"{fw}: no kit/bare ratio: its kit has no bare loop ({REGISTRY[fw].package}.bare)"
                 for fw in frameworks if not REGISTRY[fw].has("bare")]
@@ -115,8 +117,8 @@ def quick_specs(frameworks: list[str], data_dir: Path, runner: LocalRunner) -> t
         plan.specs_for(e, opts, runner.describe, code())          # its data step alone: a failure there is the bench's
         for fw in frameworks:
             try:          # with the data prepared, what is refused here is the kit's: its builders and its limits
-                planned = plan.specs_for(e, dataclasses.replace(opts, frameworks=(fw,), prepare_data=False),
-                                         runner.describe, code())
+                looked = dataclasses.replace(opts, frameworks=(fw,), data=data_step.LookedUp(data_dir))
+                planned = plan.specs_for(e, looked, runner.describe, code())
             except UserError as exc:
                 left_out.append(f"{fw} {e.name}: not measured: {str(exc).removeprefix(f'{e.path}: ')}")
                 continue

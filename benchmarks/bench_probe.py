@@ -32,6 +32,7 @@ from pathlib import Path
 
 from kits.common.spec import ScriptSpec
 from reprokit.environments.envs import ENVS
+from reprokit.execute import data_step
 from reprokit.plan.experiments import from_scripts
 from reprokit.plan.plan import Options
 from reprokit.plan.script_plan import specs_for
@@ -81,8 +82,8 @@ def bench(framework: str, name: str, rounds: int, work: Path) -> dict:
     runner = LocalRunner(ENVS, work / "data", "cpu")
     runner.prepare({framework})
     python = runner.python_of(framework)
-    opts = Options(profile="full", device="cpu", repeats=1, frameworks=(framework,), data_dir=work / "data",
-                   allow_download=False, dataset="learnable")
+    opts = Options(profile="full", device="cpu", repeats=1, frameworks=(framework,),
+                   data=data_step.Preparing(work / "data", allow_download=False), dataset="learnable")
     exp = from_scripts("bench", {framework: script})
     (spec,) = specs_for(exp.name, exp.scripts, opts, runner.describe, code())
     spec = dataclasses.replace(spec, measure=dataclasses.replace(spec.measure, memory_every_steps=5))

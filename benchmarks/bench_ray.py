@@ -42,7 +42,7 @@ from kits.common.spec import Spec  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
 from reprokit.environments.envs import ENVS  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
-from reprokit.execute import cluster, node_tasks, schedule  # noqa: E402
+from reprokit.execute import cluster, data_step, node_tasks, schedule  # noqa: E402
 from reprokit.plan.experiments import load  # noqa: E402
 from reprokit.plan.plan import Options, specs_for  # noqa: E402
 from reprokit.results.provenance import code  # noqa: E402
@@ -87,7 +87,8 @@ def main() -> int:
         runner = LocalRunner(ENVS, data_dir, "cpu")
         runner.prepare({"pytorch", "tensorflow"})
         opts = Options(profile="quick", device="cpu", repeats=max(1, args.runs // 2),
-                       frameworks=("pytorch", "tensorflow"), data_dir=data_dir, allow_download=False)
+                       frameworks=("pytorch", "tensorflow"),
+                       data=data_step.Preparing(data_dir, allow_download=False))
         specs = specs_for(load(root / "exp" / "tiny.toml"), opts, runner.describe, code())[:args.runs]
 
         def label(i: int, spec: Spec) -> RunProgress:
