@@ -21,6 +21,7 @@ import pytest
 import stub_matrix as sm
 import test_docker_runner as tdr
 from conftest import tiny_specs
+from kits.common.spec import typed
 from test_docker_runner import REPO, make_spec, probe_call
 
 from reprokit.environments import topology
@@ -84,7 +85,7 @@ def test_a_local_tensorflow_run_leaves_nothing_in_tmp(tmp_path, tiny_dir, data_d
     own_tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(own_tmp))          # what the kit would inherit without a folder of its own
     before = set(os.listdir("/tmp"))
-    spec = base.typed(tiny_specs(tiny_dir, data_dir)["tensorflow"])
+    spec = typed(tiny_specs(tiny_dir, data_dir)["tensorflow"])
     work = tmp_path / "work"
     result = base.run_spec(LocalRunner(ENVS, data_dir, "cpu"), spec, work, lambda event: None)
     assert result is not None and result["status"] == "ok", result and result["failure"]
