@@ -88,7 +88,7 @@ def faults(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Lint and type-check: `ruff check .` over the project, then mypy on reprokit/ and kits/common/.
+    """Lint and type-check: `ruff check .` over the project, then mypy on reprokit/ and kits' shared packages.
 
     Both take their settings from pyproject.toml ([tool.ruff], [tool.mypy]: strict module by module).
     Options after -- go to ruff, e.g. `nox -s lint -- --statistics`.

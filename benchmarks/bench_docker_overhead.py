@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
 from reprokit.errors import UserError
 from reprokit.execute import data_step
 from reprokit.plan import plan

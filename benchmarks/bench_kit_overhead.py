@@ -40,7 +40,7 @@ reason (the plan asks its limits, kits/<kit>/limits.py, as a real run would), an
    through reprokit.runners.base.run_spec, several times per framework: the time
    from just before the process is launched to the result collected, minus the
    kit's timing.wall_s, which counts from the process's start (interpreter start
-   and imports included; kits/common/measure.process_age_s). What is left is
+   and imports included; kits/framework_free/measure.process_age_s). What is left is
    the launch, what the kit does after its measurements (the CPU's matmul
    peak, read from its cache after the first run; findings; writing the
    result; exit) and the host's collect (reading and checking the result).
@@ -72,8 +72,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kits.common.names import FRAMEWORKS, REGISTRY
-from kits.common.spec import RunSpec
+from kits.contract.names import FRAMEWORKS, REGISTRY
+from kits.contract.spec import RunSpec
 from reprokit import report
 from reprokit.environments.envs import ENVS, STATE
 from reprokit.errors import UserError

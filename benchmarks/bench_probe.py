@@ -14,7 +14,7 @@ the probed step's time minus the plain one's, in microseconds and as a share of 
 median and its order-statistic interval (reprokit/results/stats.py, as in the reports) are printed. That
 difference carries each fresh process's own bias (on this project's 2-core VM, whole steps differ by 5-30%
 between processes of the same code), so the gated figure is the probe's own time on the script's path,
-measured inside the probed process (kits/common/observe.HookClock: every hook, count and bookkeeping it
+measured inside the probed process (kits/observation/observe.HookClock: every hook, count and bookkeeping it
 runs between the script's steps): gate, the top of its bracket at most 1% of the plain step.
 
 Exit status: 0 when every gate holds, 1 when one misses, 2 on a setup error.
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kits.common.spec import ScriptSpec
+from kits.contract.spec import ScriptSpec
 from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
 from reprokit.plan.experiments import from_scripts

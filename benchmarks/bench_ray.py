@@ -38,7 +38,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 
-from kits.common.spec import Spec  # noqa: E402
+from kits.contract.spec import Spec  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
 from reprokit.environments.envs import ENVS  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402

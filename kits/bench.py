@@ -46,10 +46,10 @@ import sys
 import time
 from pathlib import Path
 
-from kits.common import data as datalib
-from kits.common import parts
-from kits.common.names import PROGRESS_MARKER
-from kits.common.spec import RunSpec
+from kits import parts
+from kits.contract.names import PROGRESS_MARKER
+from kits.contract.spec import RunSpec
+from kits.framework_free import data as datalib
 
 # --- the kit ----------------------------------------------------------------------------------
 

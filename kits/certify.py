@@ -8,22 +8,22 @@
 spec's path relative to JOBS.json's folder (so the list holds no path of the machine that wrote it),
 and optionally "parts": "structure", which stops a job after the fp32 logits (the host certifies
 the dropout passes and the trajectories of a model too large for them at a reduced width), and "steps",
-which replaces --steps for that job. As each job ends it prints a progress line (kits/common/progress.py):
+which replaces --steps for that job. As each job ends it prints a progress line (kits/training_loop/progress.py):
 the job, how many are done of how many, its seconds and how it ended.
 Job NAME writes OUT/NAME/side.json and OUT/NAME/after-steps.npz, and OUT/NAME/layer-outputs.npz and
-gradients.npz (kits/common/parting.py); it exports its initial weights to OUT/NAME/initial-weights.npz, or
+gradients.npz (kits/framework_free/parting.py); it exports its initial weights to OUT/NAME/initial-weights.npz, or
 with --weights-from starts from IN/NAME/initial-weights.npz.
 ``--steps N`` shortens the trajectories (default 10) and ``--dropout-passes N`` the dropout check
 (default 128), for timing a large model.
 
 Builds the spec's model, optimizer and loss exactly as the kit trains them (the framework's
-Backend) and writes to OUT, in a canonical framework-neutral form (kits/common/certificate.py):
+Backend) and writes to OUT, in a canonical framework-neutral form (kits/framework_free/certificate.py):
 
 - ``optimizer``: the optimizer the kit built, read back from the object;
 - ``layers``: per-layer parameter names, canonical shapes and counts;
 - ``ops``, ``flops``: the canonical convolutions and matrix products of one traced forward pass
   with the layers without parameters between them, and the training FLOPs per sample they make
-  (kits/common/arithmetic.py);
+  (kits/framework_free/arithmetic.py);
 - ``outputs``: the shape of the model's outputs and whether they are probabilities;
 - ``logits``: the first test samples through the kit's own preprocessing, fp32 in evaluation
   mode, and fp64 in evaluation and training mode (dropout off);
@@ -62,14 +62,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common import arithmetic, custom, model_checks, parting
-from kits.common import certificate as cert
-from kits.common import data as datalib
-from kits.common.files import write_json_atomic
-from kits.common.names import FRAMEWORKS
-from kits.common.parts import CanonicalModel, CapturedSide, CertifySide, certifier
-from kits.common.progress import Progress
-from kits.common.spec import RunSpec
+from kits.contract.files import write_json_atomic
+from kits.contract.names import FRAMEWORKS
+from kits.contract.spec import RunSpec
+from kits.framework_free import arithmetic, custom, model_checks, parting
+from kits.framework_free import certificate as cert
+from kits.framework_free import data as datalib
+from kits.parts import CanonicalModel, CapturedSide, CertifySide, certifier
+from kits.training_loop.progress import Progress
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -110,7 +110,7 @@ def certify(spec: RunSpec, data_dir: Path, out: dict, folder: Path, weights_in: 
             weights_out: Path | None = None, weights_after_out: Path | None = None,
             steps: int = cert.STEPS, dropout_passes: int = cert.DROPOUT_PASSES, parts: str = "all") -> dict:
     """Fill ``out`` step by step, so that a refusal still carries what was found before it. ``folder`` (beside
-    side.json) gets the fp64 layer outputs and gradients (kits/common/parting.py).
+    side.json) gets the fp64 layer outputs and gradients (kits/framework_free/parting.py).
 
     ``parts`` "structure" stops after the fp32 logits: what the host asks of a model too large for
     the dropout passes and the trajectories, which it certifies again at a declared reduced width."""
@@ -222,7 +222,7 @@ def _certify(side: CertifySide, spec, out, x, batches, weights_in, weights_out, 
 
 def _record_layers(side: CanonicalModel, out: dict, x, folder: Path, precision: str) -> None:
     """Every layer's output on the first samples of the fixed batch, from the weights loaded now, into
-    folder (kits/common/parting.py): where the two models part, if they do."""
+    folder (kits/framework_free/parting.py): where the two models part, if they do."""
     n = min(parting.RECORD_SAMPLES, len(x))
     try:
         modes = parting.save_outputs(folder, {"eval": side.layer_outputs(x[:n], training=False),

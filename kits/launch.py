@@ -13,7 +13,7 @@ import os
 import runpy
 import sys
 
-from kits.common.parent_death import arm
+from kits.framework_free.parent_death import arm
 
 
 def main(argv: list[str]) -> None:

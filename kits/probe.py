@@ -25,20 +25,24 @@ from pathlib import Path
 
 import numpy as np
 
+from kits import parts
 from kits.certify import certify_captured, guarded
-from kits.common import bounds, detectors, environment, notebook_script, parts, report, work_folder
-from kits.common import certificate as cert
-from kits.common import data as datalib
-from kits.common.energy import Energy
-from kits.common.files import write_json_atomic
-from kits.common.measure import ResidentPeak, process_age_s
-from kits.common.network_guard import NO_NETWORK, block_network, sockets_fit
-from kits.common.nvml import DeviceSampler
-from kits.common.observe import HookClock, Observer, StopScript
-from kits.common.phases import WARMUP, PhaseMemory
-from kits.common.progress import Progress
-from kits.common.spec import ScriptSpec
-from kits.common.staged_data import StagedData
+from kits.contract import work_folder
+from kits.contract.files import write_json_atomic
+from kits.contract.spec import ScriptSpec
+from kits.framework_free import certificate as cert
+from kits.framework_free import data as datalib
+from kits.framework_free import environment
+from kits.framework_free.measure import ResidentPeak, process_age_s
+from kits.framework_free.nvml import DeviceSampler
+from kits.measurement.energy import Energy
+from kits.measurement.phases import WARMUP, PhaseMemory
+from kits.observation import bounds, detectors
+from kits.observation.observe import HookClock, Observer, StopScript
+from kits.training_loop import notebook_script, report
+from kits.training_loop.network_guard import NO_NETWORK, block_network, sockets_fit
+from kits.training_loop.progress import Progress
+from kits.training_loop.staged_data import StagedData
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -58,7 +62,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _workdir(spec: ScriptSpec, script_dir: Path, out: Path) -> Path:
-    """The run's writable copy of the script's folder (kits/common/work_folder.py), checked against the files
+    """The run's writable copy of the script's folder (kits/contract/work_folder.py), checked against the files
     the spec hashed."""
     work = out.parent / "work"
     work_folder.make(script_dir, work)
@@ -242,7 +246,7 @@ def _requirements(spec: ScriptSpec, data_dir: Path, work: Path) -> list[str]:
 
 
 def _bounds(spec: ScriptSpec) -> list[str]:
-    """The bounds as declared shims (kits/common/bounds.py): each loader's pass ends at its bound, so the script's
+    """The bounds as declared shims (kits/observation/bounds.py): each loader's pass ends at its bound, so the script's
     evaluation after training runs; evaluation passes take at least Bounds.eval_samples samples."""
     return bounds.declared(spec.bounds)
 

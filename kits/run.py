@@ -15,17 +15,20 @@ import time
 import traceback
 from pathlib import Path
 
-from kits.common import cpu_peak, detectors, environment, nvidia_smi, parts, report
-from kits.common import data as datalib
-from kits.common.energy import Energy
-from kits.common.files import write_json_atomic
-from kits.common.measure import ResidentPeak, process_age_s
-from kits.common.names import label
-from kits.common.nvml import DeviceSampler
-from kits.common.phases import PhaseMemory
-from kits.common.progress import Progress
-from kits.common.spec import RunSpec
-from kits.common.training import train
+from kits import parts
+from kits.contract.files import write_json_atomic
+from kits.contract.names import label
+from kits.contract.spec import RunSpec
+from kits.framework_free import cpu_peak, environment, nvidia_smi
+from kits.framework_free import data as datalib
+from kits.framework_free.measure import ResidentPeak, process_age_s
+from kits.framework_free.nvml import DeviceSampler
+from kits.measurement.energy import Energy
+from kits.measurement.phases import PhaseMemory
+from kits.observation import detectors
+from kits.training_loop import report
+from kits.training_loop.progress import Progress
+from kits.training_loop.training import train
 
 
 class NoGpuError(RuntimeError):
@@ -87,7 +90,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
         result["environment"]["nvml"] = sampler.report()
     if env["device"] == "cpu":
         # The CPU's peak for utilisation: measured after training, so it cannot disturb the run, once per
-        # CPU, threads and framework (kits/common/cpu_peak.py), then read from the data folder's cache.
+        # CPU, threads and framework (kits/framework_free/cpu_peak.py), then read from the data folder's cache.
         result["environment"].update(cpu_peak.for_run(env, data_dir, backend.matmul_flops_per_s))
     result["provenance"] = {**spec.provenance, "data_sha256": arrays.sha256}
     footprint = detectors.training_footprint(spec, model["parameters"]["total"])

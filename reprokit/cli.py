@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kits.common import data as kitdata
-from kits.common.names import FRAMEWORKS
-from kits.common.spec import Spec
+from kits.contract.names import FRAMEWORKS
+from kits.contract.spec import Spec
+from kits.framework_free import data as kitdata
 from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
@@ -217,7 +217,7 @@ def _reproduce(req: request.Request, m: compose.Matrix) -> int:
         m.executor.prepare(m.runner, {s.framework for s in todo})
     as_json = [s.to_dict() for s in m.specs]          # what the certificates and the wheels' fetch read
     script_requirements.fetch(as_json, m.runner.data_dir)       # scripts' extra wheels: the one download
-    certificates = certify_runs.for_matrix(as_json, m.runner, how.state_dir, how.certify,
+    certificates = certify_runs.for_matrix(as_json, m.executor.untimed(m.runner), how.state_dir, how.certify,
                                            *certify_plan.trajectory_budget(m.device, m.gpu_name))
 
     def progress_for(i: int, spec: Spec) -> RunProgress:

@@ -19,7 +19,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from kits.common.names import FRAMEWORKS
+from kits.contract.names import FRAMEWORKS
 from reprokit.environments import envs
 from reprokit.results.provenance import REPO
 

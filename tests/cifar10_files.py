@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common.data import cifar10_batch, pickle2
+from kits.framework_free.data import cifar10_batch, pickle2
 from reprokit.environments import datasets
 from reprokit.results.provenance import REPO
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.common.names import FRAMEWORKS
+from kits.contract.names import FRAMEWORKS
 from reprokit.environments import envs
 from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
@@ -202,7 +202,7 @@ NVIDIA_SMI_CAPTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 @pytest.fixture
 def nvidia_smi_replay(tmp_path, monkeypatch):
     """Put a stand-in nvidia-smi on PATH that answers from one recorded capture (see its SOURCES.md)."""
-    from kits.common import nvidia_smi
+    from kits.framework_free import nvidia_smi
 
     bin_dir = tmp_path / "replay-bin"
     bin_dir.mkdir()
@@ -292,7 +292,7 @@ def stand_in_gpu_host(tmp_path, monkeypatch):
     (tests/gpu_host.py), fake GPU slots off."""
     import gpu_host
 
-    from kits.common import nvidia_smi
+    from kits.framework_free import nvidia_smi
     from reprokit.environments import topology
 
     def use(driver: str = "580.95.05") -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common.network_guard import block_network
-from kits.common.spec import ScriptData
-from kits.common.staged_data import NotProvided, StagedData
+from kits.contract.spec import ScriptData
+from kits.training_loop.network_guard import block_network
+from kits.training_loop.staged_data import NotProvided, StagedData
 
 framework, data_dir, spec_data = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
 tried: list[str] = []

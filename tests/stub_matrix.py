@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import TINY
 
-from kits.common import names
+from kits.contract import names
 from reprokit.results.provenance import REPO
 
 STUB = "tests.stub_kit:FRAMEWORK"

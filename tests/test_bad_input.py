@@ -503,7 +503,7 @@ def test_a_framework_asked_for_without_a_builder_is_one_sentence(tmp_path, capsy
 
 
 LIMITED = '''\
-from kits.common.names import Framework
+from kits.contract.names import Framework
 
 FRAMEWORK = Framework("limited", "Limited", "limited_kit", "#CC79A7", parts=("backend",))
 '''

@@ -15,8 +15,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_kit_overhead
 
 from kits import bench
-from kits.common import cpu_peak
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
+from kits.framework_free import cpu_peak
 
 REFERENCE = sorted((REPO / "reports" / "quick-cpu" / "results").glob("*.json"))
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from benchmarks import bench_kit_overhead
-from kits.common.names import FRAMEWORKS
+from kits.contract.names import FRAMEWORKS
 from reprokit.environments.envs import ENVS
 from reprokit.plan import frameworks
 from reprokit.plan.experiments import BUILTIN_DIR, discover

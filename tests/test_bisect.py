@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from kits.common import names
+from kits.contract import names
 from reprokit import cli
 from reprokit.bisect import search, sides
 from reprokit.bisect.ddmin import Outcome, OutOfBudget, ddmin, worst_case_tests

@@ -1,4 +1,4 @@
-"""The PyTorch probe's bounds change nothing a step computes (kits/common/bounds.py, kits/common/observe.py).
+"""The PyTorch probe's bounds change nothing a step computes (kits/observation/bounds.py, kits/observation/observe.py).
 
 Three scripts in tests/bound_scripts/ take their batches each its own way: a loop over shuffled DataLoaders
 with 2 workers (then a checkpoint, a NEW model loaded from it and tested under inference_mode, and an

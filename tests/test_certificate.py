@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from conftest import tiny_specs, write_spec
 
-from kits.common import arithmetic, model_checks, numeric_checks, stochastic
-from kits.common import certificate as cert
+from kits.framework_free import arithmetic, model_checks, numeric_checks, stochastic
+from kits.framework_free import certificate as cert
 from reprokit.certify import certificate
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError

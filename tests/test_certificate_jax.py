@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import tiny_specs
 
-from kits.common import arithmetic
+from kits.framework_free import arithmetic
 from kits.jax_kit import conventions
 from reprokit.certify import differences
 
@@ -22,7 +22,7 @@ _IN_JAX = textwrap.dedent("""\
     import numpy as np
     import optax
     from flax import nnx
-    from kits.common import certificate as cert
+    from kits.framework_free import certificate as cert
     from kits.jax_kit import certify, trace
     from kits.jax_kit.canonical import read_optimizer
 

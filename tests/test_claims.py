@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.common.pitfalls import PITFALLS
+from kits.contract.pitfalls import PITFALLS
 from reprokit.claims import claims
 from reprokit.errors import UserError
 from reprokit.plan.experiments import BUILTIN_DIR, discover

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
 from reprokit import report
 from reprokit.environments import datasets, downloads
 from reprokit.errors import UserError

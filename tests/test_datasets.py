@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kits.common import data as kitdata
+from kits.framework_free import data as kitdata
 from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.results.provenance import REPO
@@ -326,7 +326,7 @@ import hashlib, json, sys
 from pathlib import Path
 import torch
 from torchvision.datasets import CIFAR10
-from kits.common import data as datalib
+from kits.framework_free import data as datalib
 from kits.pytorch_kit.posted_input import CpuResizeLoader
 
 data_dir, md5s = Path(sys.argv[1]), json.loads(sys.argv[2])

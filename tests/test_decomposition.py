@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kits.common.pitfalls import PITFALLS
+from kits.contract.pitfalls import PITFALLS
 from reprokit.certify import certify_plan
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import tiny_specs, write_spec
 
-from kits.common import detectors
+from kits.observation import detectors
 from reprokit.execute import data_step
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
@@ -169,6 +169,6 @@ def test_eval_mode_in_training_is_the_kits_reproduction_of_the_post(kit_python, 
 def test_input_bound_needs_a_wait_above_the_schedulers_noise(wait_s, train_s, fires):
     """A wait of milliseconds over millisecond steps (a batch of one on a busy host) is no finding; a wait of
     a quarter second or more that is over 30% of the training time is."""
-    from kits.common.training import Measurements
+    from kits.training_loop.training import Measurements
     found = detectors.input_bound(Measurements(data_wait_s=wait_s, measured_train_s=train_s))
     assert [f["code"] for f in found] == (["input-bound"] if fires else [])

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.common import report as kit_report
+from kits.training_loop import report as kit_report
 from reprokit.environments import base_images, docker_client, host_checks, images
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
@@ -828,7 +828,7 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     assert_removed(client, spec.run_id)
     # The certificate's TensorFlow side in the container, from a PyTorch side made here (CI builds no PyTorch
     # image): the PyTorch weights and batch mounted read-only, the script stopped at its first step.
-    from kits.common import numeric_checks
+    from kits.framework_free import numeric_checks
     from reprokit.certify import script_certificate
     kit_python("pytorch")
     both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kits.common import stand_ins
+from kits.framework_free import stand_ins
 from reprokit import cli
 from reprokit.certify.script_certificate import certify_scripts
 from reprokit.environments.envs import ENVS

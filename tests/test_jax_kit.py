@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, write_spec
 
-from kits.common import settings as settings_lib
+from kits.contract import settings as settings_lib
 from reprokit.execute import data_step
 from reprokit.plan import model_cost
 from reprokit.plan.experiments import BUILTIN_DIR, load
@@ -34,7 +34,7 @@ JAX_TINY = (TINY.replace('frameworks = ["pytorch", "tensorflow"]', 'frameworks =
 JAX_COUNTS = textwrap.dedent("""\
     import json, sys
     from flax import nnx
-    from kits.common.spec import Model, parse
+    from kits.contract.spec import Model, parse
     from kits.jax_kit import models, trace
     out = {}
     for name, (cfg, size) in json.loads(sys.argv[1]).items():
@@ -44,7 +44,7 @@ JAX_COUNTS = textwrap.dedent("""\
     """)
 PYTORCH_COUNTS = textwrap.dedent("""\
     import json, sys
-    from kits.common.spec import Model, parse
+    from kits.contract.spec import Model, parse
     from kits.pytorch_kit import models, trace
     out = {name: trace.training_flops(models.build(parse(Model, cfg, "model"), size), size, "cpu")
            for name, (cfg, size) in json.loads(sys.argv[1]).items()}
@@ -52,8 +52,8 @@ PYTORCH_COUNTS = textwrap.dedent("""\
     """)
 WRONG_TYPE = textwrap.dedent("""\
     import sys
-    from kits.common import custom
-    from kits.common.spec import Model
+    from kits.framework_free import custom
+    from kits.contract.spec import Model
     from kits.jax_kit import models
 
     sys.path.insert(0, sys.argv[1])

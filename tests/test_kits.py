@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import tiny_specs, write_spec
 
-from kits.common.feeding import NumpyFeeder
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
+from kits.training_loop.feeding import NumpyFeeder
 from reprokit.environments import datasets
 from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
@@ -159,13 +159,13 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     device = ", 'cpu'" if fw == "pytorch" else ""
     code = (f"import json, sys; from {package} import build; from {counts} import parameter_counts; "
             f"from {trace} import training_flops; "
-            f"from kits.common.spec import Model, parse; "
+            f"from kits.contract.spec import Model, parse; "
             f"cfg = parse(Model, json.loads(sys.argv[1]), 'model'); m = build(cfg, {size}); "
             f"print(json.dumps({{**parameter_counts(m), 'flops': training_flops(m, {size}{device})}}))")
     if fw == "tensorflow" and experiment == "vgg16_cifar10_speed":
         # the posted model: keras.applications' VGG16 at the seed's size (as published, 134,301,514), and the
         # structure the quick profile rebuilds at its width, layer for layer the same at full width (at 32x32)
-        code += ("; from kits.common.pitfalls import Pitfalls; from kits.tensorflow_kit.models import "
+        code += ("; from kits.contract.pitfalls import Pitfalls; from kits.tensorflow_kit.models import "
                  "posted_vgg16_structure; import keras; "
                  f"posted = build(cfg, {size}, Pitfalls.of(['tf_posted_vgg16'])); "
                  "app = keras.applications.vgg16.VGG16(input_shape=(32, 32, 3), weights=None, classes=10); "

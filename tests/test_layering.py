@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kits.common.names import REGISTRY
+from kits.contract.names import BUILTIN, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,13 +41,48 @@ def test_the_kits_import_nothing_of_the_host():
 
 
 def test_a_frameworks_kit_is_reached_only_through_the_registry():
-    """kits/*.py and kits/common name no framework's package: they look it up (names.kit_module), so a new
+    """kits/*.py and the shared packages name no framework's package: they look it up (names.kit_module), so a new
     framework is its folder and its registry entry."""
     packages = {fw.package for fw in REGISTRY.values()}
     for name, path in _modules("kits").items():
         own = next((p for p in packages if name.startswith(p)), None)
         reached = {m for m in _imports(path) if any(m.startswith(p) for p in packages - {own})}
         assert not reached, f"{name} imports {sorted(reached)}"
+
+
+# What the host may import of kits/: the contract (spec types, names, pitfalls, settings keys, the result's head)
+# and the framework-free code both sides run (arithmetic, parting, the certificate's checks, datasets' files).
+HOST_SIDE_OF_KITS = ("kits.contract", "kits.framework_free")
+
+
+def _kits_imported(path: Path) -> set[str]:
+    return {m for m in _imports(path) if m.split(".")[0] == "kits"}
+
+
+def test_the_host_reaches_the_kits_through_the_contract_and_the_framework_free_code():
+    """Imports in functions and under TYPE_CHECKING count: a type is an arrow too. The host's scripts, the fault
+    suite and the benchmarks are host code as well."""
+    paths = [*_modules("reprokit").values(), *_modules("faults").values(), *_modules("benchmarks").values(),
+             *(p for p in (REPO / "scripts").iterdir() if p.suffix == ".py"
+               or (p.is_file() and not p.suffix and p.read_bytes().startswith(b"#!/usr/bin/env python")))]
+    assert len(paths) > 100
+    for path in paths:
+        beyond = {m for m in _kits_imported(path) if not m.startswith(HOST_SIDE_OF_KITS)}
+        assert not beyond, f"{path.relative_to(REPO)} imports {sorted(beyond)}: the host's side is {HOST_SIDE_OF_KITS}"
+
+
+# The kits' shared packages from the bottom up, each reading only those before it: the contract stands alone, the
+# framework-free code reads the contract, so the host loads no kit's training loop or measurement through them.
+KIT_LAYERS = ("kits.contract", "kits.framework_free", "kits.measurement", "kits.training_loop", "kits.observation")
+
+
+def test_the_kits_shared_packages_import_only_downwards():
+    for i, package in enumerate(KIT_LAYERS):
+        modules = _modules(package.replace(".", "/"))
+        assert modules
+        for name, path in modules.items():
+            beyond = {m for m in _kits_imported(path) if not m.startswith(KIT_LAYERS[:i + 1])}
+            assert not beyond, f"{name} imports {sorted(beyond)}: above {package}"
 
 
 def test_the_host_modules_import_no_cycle():
@@ -67,6 +102,28 @@ def test_the_host_modules_import_no_cycle():
 
     for name in graph:
         visit(name, [])
+
+
+# The host files that may name a framework: those that map each framework's own settings (tuned's, and the
+# settings a certificate declares apart), and the GPU check, which drives PyTorch's posted scripts (and JAX where
+# the device has it) on a device that carries them. Elsewhere the host reaches a framework through the registry.
+NAMING_FRAMEWORKS = ("reprokit/plan/tuning.py", "reprokit/certify/differences.py", "reprokit/gpu_check/")
+
+
+def test_outside_the_registry_the_host_names_no_framework():
+    """A string that is a built-in framework's name, docstrings aside: a fourth framework then touches no host file."""
+    named = {fw.name for fw in BUILTIN}
+    for path in sorted((REPO / "reprokit").rglob("*.py")):
+        rel = str(path.relative_to(REPO))
+        if rel.startswith(NAMING_FRAMEWORKS):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        found = sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in named
+                        and id(n) not in docs})
+        assert not found, f"{rel} names a framework on line(s) {found}; read it from the registry"
 
 
 MAX_LINES = 450

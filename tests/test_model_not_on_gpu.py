@@ -6,7 +6,7 @@ host a GPU spec still stops at the first step, the run seeing no GPU (tests/test
 """
 from __future__ import annotations
 
-from kits.common import detectors
+from kits.observation import detectors
 from reprokit.report.markdown import device_label
 
 SOURCE = "nvmlDeviceGetUtilizationRates, sampled every 20 ms in the training phases"

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kits.common import dataset_formats as formats
-from kits.common import stand_ins
-from kits.common.data import Arrays
-from kits.common.named_datasets import IDX_FILES, KNOWN
-from kits.common.spec import ScriptData
-from kits.common.staged_data import NotProvided, StagedData
+from kits.contract.named_datasets import IDX_FILES, KNOWN
+from kits.contract.spec import ScriptData
+from kits.framework_free import dataset_formats as formats
+from kits.framework_free import stand_ins
+from kits.framework_free.data import Arrays
+from kits.training_loop.staged_data import NotProvided, StagedData
 from reprokit import cli
 from reprokit.environments import datasets
 from reprokit.plan import script_datasets

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kits.common.energy import Energy
-from kits.common.nvml import DeviceSampler
+from kits.framework_free.nvml import DeviceSampler
+from kits.measurement.energy import Energy
 
 SOURCE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
 

@@ -21,9 +21,9 @@ import pytest
 import stub_matrix as sm
 import test_docker_runner as tdr
 from conftest import tiny_specs
-from kits.common.spec import typed
 from test_docker_runner import REPO, make_spec, probe_call
 
+from kits.contract.spec import typed
 from reprokit.environments import topology
 from reprokit.environments.envs import ENVS
 from reprokit.runners import base, owners

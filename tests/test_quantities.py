@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from kits.common.measure import NoStepTimer, Tracker, WindowTimer
+from kits.framework_free.measure import NoStepTimer, Tracker, WindowTimer
 from reprokit.claims import claims, claims_schema
 from reprokit.report import sections, summary_csv
 from reprokit.results import metrics, units

@@ -24,7 +24,7 @@ import pytest
 import ray_cluster  # sets Ray's environment before Ray is imported
 
 pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
-from kits.common.spec import RunSpec  # noqa: E402
+from kits.contract.spec import RunSpec  # noqa: E402
 from reprokit.environments import host_checks  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
 from reprokit.results import results  # noqa: E402
@@ -262,7 +262,7 @@ def test_the_memory_limit_reaches_each_nodes_docker_runner(tmp_path):
     if not host_checks.engine_status()[0]:
         pytest.skip("no Docker engine answers here")
     head_runner = DockerRunner(REPO, tmp_path, "none")
-    executor = RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, memory_limit="2g")
+    executor = RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, tmp_path / "ledger", memory_limit="2g")
     job = executor.job(head_runner, None, {})
     assert (job.runner, job.memory_limit) == ("docker", "2g")
     assert node_tasks._node_runner(job, tmp_path).memory_bytes() == 2 << 30
@@ -270,4 +270,5 @@ def test_the_memory_limit_reaches_each_nodes_docker_runner(tmp_path):
     engine_host = node.client.info()["MemTotal"]
     assert node.memory_bytes() == int(engine_host * container_limits.AUTO_SHARE) > 0
     with pytest.raises(UserError, match="--memory-limit lots is not understood"):
-        RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, memory_limit="lots").prepare(head_runner, set())
+        RayExecutor("127.0.0.1:6379", [], 1, "cpu", tmp_path, tmp_path / "ledger",
+                    memory_limit="lots").prepare(head_runner, set())

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from kits.common import names
+from kits.contract import names
 from reprokit.claims import claims, claims_schema
 from reprokit.results.provenance import REPO
 
@@ -33,14 +33,14 @@ def _with_stub(code: str) -> subprocess.CompletedProcess:
 
 
 def test_the_hook_registers_an_entry_after_the_built_in_ones():
-    got = _with_stub("from kits.common import names; from reprokit.results import results; "
+    got = _with_stub("from kits.contract import names; from reprokit.results import results; "
                      "print(names.FRAMEWORKS, names.REFERENCE, names.kit_module('stub', 'backend'), "
                      "results._schema()['properties']['framework']['enum'])")
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["('pytorch',", "'tensorflow',", "'jax',", "'stub')", "pytorch",
                                   "tests.stub_kit.backend", "['pytorch',", "'tensorflow',", "'jax',", "'stub']"]
     env = {**os.environ, names.EXTRA_ENV: "tests.stub_kit"}
-    bad = subprocess.run([sys.executable, "-c", "import kits.common.names"], cwd=REPO, env=env, capture_output=True,
+    bad = subprocess.run([sys.executable, "-c", "import kits.contract.names"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode != 0 and "is not module:attr" in bad.stderr
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.common.pitfalls import PITFALLS
+from kits.contract.pitfalls import PITFALLS
 from reprokit import report
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts

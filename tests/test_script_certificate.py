@@ -116,7 +116,7 @@ def test_the_probes_process_never_imports_the_kits_pitfall_module(kit_python, tm
                               env={**os.environ, "PYTHONPATH": str(REPO)})
         assert proc.returncode == 0, proc.stderr[-3000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
-        assert "kits.common.observe" in imported and "kits.common.pitfalls" not in imported, (fw, extra)
+        assert "kits.observation.observe" in imported and "kits.contract.pitfalls" not in imported, (fw, extra)
         if extra:
             assert json.loads((out.parent / "side.json").read_text())["status"] == "ok"
 

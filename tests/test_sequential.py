@@ -12,7 +12,7 @@ import pytest
 import stub_matrix
 from scipy import stats as scipy_stats
 
-from kits.common import names
+from kits.contract import names
 from reprokit.claims import sequential
 from reprokit.errors import UserError
 from reprokit.plan import request

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from kits.common.pitfalls import Pitfall, Pitfalls
-from kits.common.spec import RunSpec, SpecError
+from kits.contract.pitfalls import Pitfall, Pitfalls
+from kits.contract.spec import RunSpec, SpecError
 from reprokit.execute import data_step
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.plan import Options, not_run, specs_for

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import TINY
 
-from kits.common import files
+from kits.contract import files
 from reprokit.certify import certify_runs
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import publish
@@ -28,7 +28,7 @@ REFERENCE = REPO / "reports" / "quick-cpu"
 # lets it finish and prints the events it went through.
 WRITER = textwrap.dedent("""\
     import json, os, signal, sys
-    from kits.common.files import write_json_atomic
+    from kits.contract.files import write_json_atomic
     target, k, payload = sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3]).read())
     seen = []
 

@@ -13,7 +13,11 @@ from pathlib import Path
 
 import stub_matrix as sm
 
+from reprokit.environments.envs import ENVS
+from reprokit.execute.executors import HostExecutor
 from reprokit.report import pair_findings
+from reprokit.runners.base import KitCall
+from reprokit.runners.local import LocalRunner
 
 
 def _holding(state: Path) -> dict:
@@ -87,6 +91,25 @@ def test_two_state_folders_never_time_runs_on_one_device_at_once(tmp_path):
     # would overlap by most of a run (each takes seconds here).
     for (_, end), (start, _) in zip(runs, runs[1:]):
         assert start >= end - 1.0, f"two runs were timed at once: {runs}"
+
+
+def test_a_certificate_side_waits_for_a_timed_run_on_its_devices_and_stands_in_the_ledger(tmp_path, capsys):
+    """A kit process that is no timed run (a certificate's side) goes through the executor's gate: it waits for
+    the CPUs another command times a run on, then runs, with its entry in its own command's ledger."""
+    exp = sm.experiment(tmp_path / "exp", epochs=800)           # a run of about 4 s
+    a = sm.start(sm.command(tmp_path, exp, tmp_path / "a", repeats=1), tmp_path / "a.log")
+    sm.wait_for(lambda: sm.kit_processes(tmp_path / "a"), timeout=60)      # a is timing its run
+    executor = HostExecutor(tmp_path / "b" / "work", tmp_path / "b" / "ledger", device="cpu")
+    gated = executor.untimed(LocalRunner(ENVS, tmp_path / "data", "cpu", python=Path(sys.executable)))
+    call = KitCall("pytorch", "kits.run", ("--help",), output=tmp_path / "b" / "out", label="certify-pytorch")
+    outcome = gated.run(call, lambda event: None)
+    _finish(a, tmp_path / "a.log")
+    assert outcome.exit_code == 0, outcome.log_tail
+    assert "waiting for CPU" in capsys.readouterr().out
+    (entry,) = [json.loads(p.read_text()) for p in (tmp_path / "b" / "ledger").glob("*.json")]
+    assert (entry["experiment"], entry["framework"], entry["variant"]) == ("untimed", "pytorch", "certify-pytorch")
+    ((_, a_end),) = _windows(tmp_path / "a")
+    assert entry["start"] >= a_end - 1.0 and entry["end"] >= entry["start"], (entry, a_end)
 
 
 def test_the_lock_of_a_killed_command_is_taken_over_and_named(tmp_path):

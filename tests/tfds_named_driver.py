@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from kits.common import tfds_named
-from kits.common.network_guard import block_network
-from kits.common.spec import ScriptData
-from kits.common.staged_data import StagedData
+from kits.contract.spec import ScriptData
+from kits.training_loop import tfds_named
+from kits.training_loop.network_guard import block_network
+from kits.training_loop.staged_data import StagedData
 
 stand_in_dir, stand_in_spec, posted_dir, posted_spec = sys.argv[1:5]
 # CIFAR-10's verified data: written here from the python batches, and TFDS's own build from the binary archive

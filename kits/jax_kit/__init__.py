@@ -1,1 +1,1 @@
-"""The JAX kit: Flax NNX models, Optax optimizers, one jitted train step (kits/common drives it)."""
+"""The JAX kit: Flax NNX models, Optax optimizers, one jitted train step (kits/training_loop drives it)."""

@@ -17,15 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kits.common import cpu_peak, custom
-from kits.common import data as datalib
-from kits.common import settings as settings_lib
-from kits.common.environment import cpu_name, nvidia_smi
-from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
-from kits.common.measure import WindowTimer
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.contract import settings as settings_lib
+from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.framework_free import cpu_peak, custom
+from kits.framework_free import data as datalib
+from kits.framework_free.environment import cpu_name, nvidia_smi
+from kits.framework_free.measure import WindowTimer
 from kits.jax_kit import memory, models, steps, trace, xla_env
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, intra_op_threads, model_settings
+from kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder
 
 PREFETCH = 2          # batches on their way to the device ahead of the step that takes them
 

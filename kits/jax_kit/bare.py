@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 
-from kits.common import bare
-from kits.common import data as datalib
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
+from kits.framework_free import data as datalib
 from kits.jax_kit import xla_env
+from kits.training_loop import bare
 
 
 def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:

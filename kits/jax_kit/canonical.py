@@ -1,4 +1,4 @@
-"""A Flax NNX model in the certificate's canonical form (kits/common/certificate.py), and its passes.
+"""A Flax NNX model in the certificate's canonical form (kits/framework_free/certificate.py), and its passes.
 
 Flax is NHWC with HWIO kernels and (in, out) dense kernels: the canonical form already, except a dense
 layer fed by a feature map through transposes, whose rows the trace (kits/jax_kit/trace.py) puts in
@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from kits.common import arithmetic, custom, parting
-from kits.common import certificate as cert
+from kits.framework_free import arithmetic, custom, parting
+from kits.framework_free import certificate as cert
 from kits.jax_kit import layer_settings, trace
 
 _ROLES = {nnx.Conv: ("conv", [("kernel", "kernel"), ("bias", "bias")]),

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from kits.common import certificate as cert
-from kits.common import parting
+from kits.framework_free import certificate as cert
+from kits.framework_free import parting
 from kits.jax_kit import layer_settings, trace
 from kits.jax_kit.canonical import Canonical, modules, read_optimizer, set_mode
 
@@ -131,7 +131,7 @@ class Captured(Canonical):
 
     def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict[str, Any], np.ndarray]]:
         """Every leaf module's output in call order (an nnx.Sequential's functions too), dropout off, with its
-        settings (kits/common/parting.py): NHWC, and a flatten's rows in (h, w, c) order, are canonical already.
+        settings (kits/framework_free/parting.py): NHWC, and a flatten's rows in (h, w, c) order, are canonical already.
         A training-mode pass updates BatchNorm's running statistics: the caller loads the weights again."""
         if isinstance(self.model, nnx.Sequential):
             return super().layer_outputs(x, training)

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from kits.common import certificate as cert
+from kits.framework_free import certificate as cert
 from kits.jax_kit import conventions, steps
 from kits.jax_kit import trace as tracing
 from kits.jax_kit.backend import Backend
@@ -109,7 +109,7 @@ class Certifier(Canonical, cert.Side):
         return read_optimizer(self.kit_optimizer.tx, self.kit_optimizer.opt_state)
 
     def _inputs(self, x: np.ndarray) -> jax.Array:
-        """fp32: the kit's own preprocessing on the device; fp64: kits.common.certificate.preprocess64."""
+        """fp32: the kit's own preprocessing on the device; fp64: kits.framework_free.certificate.preprocess64."""
         if getattr(self, "dtype", jnp.float32) == jnp.float64:
             return jax.device_put(cert.preprocess64(x, self.backend.scale, self.backend.resize), self.backend.device)
         return steps.inputs(jax.device_put(x, self.backend.device), self.backend.scale, self.backend.resize)

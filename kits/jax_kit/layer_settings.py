@@ -1,5 +1,5 @@
 """A Flax NNX (or linen) module's settings, read from the built object, under the keys the other kits give
-(kits/common/parting.py): padding as (top, bottom, left, right), BatchNorm's momentum as the weight of
+(kits/framework_free/parting.py): padding as (top, bottom, left, right), BatchNorm's momentum as the weight of
 the new batch (Flax keeps the weight of the old running value, as Keras), axes of the NHWC layout.
 """
 from __future__ import annotations

@@ -25,8 +25,8 @@ from flax import nnx
 from flax.core import unfreeze
 from flax.training.train_state import TrainState
 
-from kits.common import certificate as cert
-from kits.common import parting
+from kits.framework_free import certificate as cert
+from kits.framework_free import parting
 from kits.jax_kit import layer_settings, trace
 from kits.jax_kit.canonical import Layer, Param, layer_params, read_optimizer
 from kits.jax_kit.captured import Captured
@@ -312,7 +312,7 @@ class LinenCaptured(Captured):
                 if n > 1 and any(isinstance(self.layers[path], cls) for cls, _, _ in _ROLES)]
 
     def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict[str, Any], np.ndarray]]:
-        """Every leaf layer's output in call order, dropout off, with its settings (kits/common/parting.py)."""
+        """Every leaf layer's output in call order, dropout off, with its settings (kits/framework_free/parting.py)."""
         out: list[tuple[dict[str, Any], np.ndarray]] = []
 
         def record(path: str, m: nn.Module, args: tuple, _kwargs: dict, y: Any) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.common.measure import rss_bytes
+from kits.framework_free.measure import rss_bytes
 
 
 def stats(device: Any) -> dict[str, int]:

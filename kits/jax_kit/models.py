@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kits.common import custom
-from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
-from kits.common.spec import Init, Model, RunSpec
+from kits.contract.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
+from kits.contract.spec import Init, Model, RunSpec
+from kits.framework_free import custom
 
 # The spec's initializer names; both draw from a uniform bound, as torch's xavier_/kaiming_uniform_ and
 # Keras's of the same names (fan-in of a (kh, kw, in, out) kernel is kh * kw * in).

@@ -30,16 +30,16 @@ import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from kits.common import certificate as cert  # noqa: E402
-from kits.common import settings as settings_lib  # noqa: E402
-from kits.common import tfds_named  # noqa: E402
-from kits.common.measure import rss_bytes  # noqa: E402
-from kits.common.observe import Observer, own_time  # noqa: E402
-from kits.common.staged_data import StagedData  # noqa: E402
+from kits.contract import settings as settings_lib  # noqa: E402
+from kits.framework_free import certificate as cert  # noqa: E402
+from kits.framework_free.measure import rss_bytes  # noqa: E402
 from kits.jax_kit import memory  # noqa: E402
 from kits.jax_kit.linen_captured import Found, find  # noqa: E402
 from kits.jax_kit.probe_steps import EVAL, LOGITS_LOSS, TRAIN, Tracing, Watched, hook_traces, jit_hook  # noqa: E402
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, model_settings  # noqa: E402
+from kits.observation.observe import Observer, own_time  # noqa: E402
+from kits.training_loop import tfds_named  # noqa: E402
+from kits.training_loop.staged_data import StagedData  # noqa: E402
 
 CIFAR10_BATCHES = "cifar-10-batches-py"
 
@@ -116,7 +116,7 @@ class JaxProbe:
         """JAX has no dataset reader: a script reads CIFAR-10's python batches itself, where their tarball unpacks
         (``data/cifar-10-batches-py`` or ``cifar-10-batches-py`` in its folder): linked there where absent. Where
         the script's requirements bring TFDS, ``tfds.load`` of the four datasets reads them as in the TensorFlow
-        kit (kits/common/tfds_named.py)."""
+        kit (kits/training_loop/tfds_named.py)."""
         work = Path(self.script_dir)             # the script's writable copy of its folder
         linked = []
         for where in (work / "data" / CIFAR10_BATCHES, work / CIFAR10_BATCHES):
@@ -251,7 +251,7 @@ class JaxProbe:
         return "the script's own loop over its arrays (JAX has no loader)"
 
     def environment(self) -> dict:
-        from kits.common.environment import cpu_name, nvidia_smi
+        from kits.framework_free.environment import cpu_name, nvidia_smi
         device = self._device() or jax.devices()[0]
         gpu = device.platform == "gpu"
         settings = self.settings()

@@ -29,7 +29,7 @@ import jax
 import optax
 from flax import nnx
 
-from kits.common.measure import now
+from kits.framework_free.measure import now
 from kits.jax_kit.linen_captured import Applied
 
 TRAIN, EVAL, OTHER = "train step", "evaluation", "not the model's"

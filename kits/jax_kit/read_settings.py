@@ -1,4 +1,4 @@
-"""The settings JAX reports at run time, under kits/common/settings.py's keys (docs/settings.md).
+"""The settings JAX reports at run time, under kits/contract/settings.py's keys (docs/settings.md).
 
 JAX has a call to read some of them (its config, the jitted step, the parameters' dtype). XLA's own
 switches (threads, autotuning, determinism) are environment variables XLA reads at its start and
@@ -13,7 +13,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from kits.common import settings as settings_lib
+from kits.contract import settings as settings_lib
 
 read = settings_lib.read
 FROM_FLAGS = "XLA_FLAGS as XLA started (XLA has no call that reads it back: a declared reproduction)"

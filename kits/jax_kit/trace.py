@@ -1,4 +1,4 @@
-"""One forward pass of a Flax NNX model as the canonical ops of kits/common/arithmetic.py.
+"""One forward pass of a Flax NNX model as the canonical ops of kits/framework_free/arithmetic.py.
 
 ``jax.make_jaxpr`` traces the model as a pure function of its parameters, its other state and the
 input; the equations are walked in order, into the sub-jaxprs of ``jit``, ``custom_jvp_call`` and
@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.extend import core as jcore
 
-from kits.common import arithmetic
+from kits.framework_free import arithmetic
 
 LAYOUT = "channels_last"
 _NAMED_ACTIVATIONS = {"relu": "relu", "relu6": "relu6", "leaky_relu": "leaky_relu", "elu": "elu",

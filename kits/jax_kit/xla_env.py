@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
 
 # JAX takes 75% of a GPU's memory at its start unless told otherwise: then no peak would mean anything.
 ALLOCATOR = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

@@ -7,17 +7,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kits.common import cpu_peak, custom
-from kits.common import data as datalib
-from kits.common import settings as settings_lib
-from kits.common.environment import cpu_name, nvidia_smi
-from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder
-from kits.common.measure import WindowTimer, rss_bytes
-from kits.common.pitfalls import Pitfall
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.contract import settings as settings_lib
+from kits.contract.pitfalls import Pitfall
+from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.framework_free import cpu_peak, custom
+from kits.framework_free import data as datalib
+from kits.framework_free.environment import cpu_name, nvidia_smi
+from kits.framework_free.measure import WindowTimer, rss_bytes
 from kits.pytorch_kit import models, posted_input, trace
 from kits.pytorch_kit.canonical import parameter_counts
 from kits.pytorch_kit.read_settings import framework_settings, model_settings
+from kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder
 
 
 class Backend(FeederMixin):
@@ -107,7 +107,7 @@ class Backend(FeederMixin):
         self.model.register_forward_pre_hook(self._observe_forward)
         self.eager = self.model           # what the FLOP count traces; the compiled module wraps it and its parameters
         if self.spec.numerics.compile:
-            # compiled at the first step of each shape, in the warmup (kits/common/training.py warms every shape)
+            # compiled at the first step of each shape, in the warmup (kits/training_loop/training.py warms every shape)
             self.model = torch.compile(self.model)
         opt = train.optimizer
         if opt.name == "adam":

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from kits.common import bare
-from kits.common import data as datalib
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
+from kits.framework_free import data as datalib
+from kits.training_loop import bare
 
 
 def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:

@@ -1,4 +1,4 @@
-"""A PyTorch model in the certificate's canonical form (kits/common/certificate.py), however it was built.
+"""A PyTorch model in the certificate's canonical form (kits/framework_free/certificate.py), however it was built.
 
 ``Canonical`` traces a built model once, maps its weights to canonical names and shapes, exports and
 loads them, and runs its passes: the logits with dropout switched off by a dispatch mode (so functional
@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kits.common import arithmetic, custom, parting
-from kits.common import certificate as cert
+from kits.framework_free import arithmetic, custom, parting
+from kits.framework_free import certificate as cert
 from kits.pytorch_kit import layer_settings, trace
 
 aten = torch.ops.aten
@@ -220,7 +220,7 @@ class Canonical:
     def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict, np.ndarray]]:
         """Every leaf module's output in call order, in evaluation or training mode with dropout off (a training
         pass updates BatchNorm's running statistics: load the weights again after it), in canonical layout
-        (NHWC; a flatten of an NCHW map in (h, w, c) order), with its settings (kits/common/parting.py)."""
+        (NHWC; a flatten of an NCHW map in (h, w, c) order), with its settings (kits/framework_free/parting.py)."""
         names = {id(m): n for n, m in self.model.named_modules()}
         out: list[tuple[dict, np.ndarray]] = []
 

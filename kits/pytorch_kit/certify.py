@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kits.common import certificate as cert
+from kits.framework_free import certificate as cert
 from kits.pytorch_kit.backend import Backend
 from kits.pytorch_kit.canonical import Canonical, NoDropout, read_optimizer
 
@@ -65,7 +65,7 @@ class Certifier(Canonical, cert.Side):
 
     def _inputs(self, x: np.ndarray) -> torch.Tensor:
         """fp32: the kit's own preprocessing (scale, layout, resize on the device); fp64: the same
-        scale and resize computed in float64 (kits.common.certificate.preprocess64), then NCHW."""
+        scale and resize computed in float64 (kits.framework_free.certificate.preprocess64), then NCHW."""
         if self.dtype == torch.float64:
             x64 = cert.preprocess64(x, self.backend.scale, self.backend.resize)
             return torch.from_numpy(x64.transpose(0, 3, 1, 2).copy()).to(self.backend.device)

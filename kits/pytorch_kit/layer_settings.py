@@ -1,5 +1,5 @@
 """A PyTorch module's settings, read from the built object, in the certificate's canonical comparable form
-(kits/common/parting.py): padding as (top, bottom, left, right), BatchNorm's momentum as the weight of the
+(kits/framework_free/parting.py): padding as (top, bottom, left, right), BatchNorm's momentum as the weight of the
 new batch, axes of the canonical NHWC layout. kits/tensorflow_kit/layer_settings.py gives Keras's the same keys.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ DataLoaders' passes. Lightning differs in two ways, which this module covers (re
 - it fetches a batch ahead of the one it trains on, so a loader's pass ended after N steps would train on
   N + 1 batches: training is bounded by the Trainer's own ``limit_train_batches`` and ``max_epochs``
   instead, set here and declared. Evaluation passes (validation, test) are bounded where their loaders'
-  passes end (kits/common/bounds.py): Lightning evaluates every batch it fetched.
+  passes end (kits/observation/bounds.py): Lightning evaluates every batch it fetched.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import inspect
 import sys
 from typing import Any
 
-from kits.common.phases import EVAL
+from kits.measurement.phases import EVAL
 
 TRAINER_MODULES = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer")
 EPOCHS_DEFAULT = 1000          # Lightning's max_epochs where neither max_epochs nor max_steps is given

@@ -1,16 +1,16 @@
 """The spec's models in PyTorch, built layer for layer like the Keras ones.
 
-``pitfalls`` rebuilds what the seed posts wrote instead (see kits/common/pitfalls.py).
+``pitfalls`` rebuilds what the seed posts wrote instead (see kits/contract/pitfalls.py).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from kits.common import custom, resnet
-from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
-from kits.common.pitfalls import Pitfall, Pitfalls
-from kits.common.spec import Init, Model
+from kits.contract.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
+from kits.contract.pitfalls import Pitfall, Pitfalls
+from kits.contract.spec import Init, Model
+from kits.framework_free import custom, resnet
 
 
 def _init(model: nn.Module, init: Init) -> None:

@@ -1,7 +1,7 @@
 """torchvision's named datasets served from the run's data, and every other download refused in one sentence.
 
 ``torchvision.datasets.MNIST / FashionMNIST / CIFAR10 / CIFAR100(root, download=...)`` read the run's files of
-the dataset (kits/common/staged_data.py), whatever root the script gives: the class is handed a root of the
+the dataset (kits/training_loop/staged_data.py), whatever root the script gives: the class is handed a root of the
 run's own, where its folder holds the files it reads (it then never downloads). A dataset the kit does not
 know (``datasets.SVHN``), torchvision's own others (``KMNIST``) and pretrained weights
 (``torchvision.models.resnet18(weights=...)``, through torch.hub) are refused where they would download,
@@ -14,8 +14,8 @@ import urllib.parse
 
 import torch.hub
 
-from kits.common.named_datasets import CIFAR_FOLDERS, KNOWN, Named, not_provided
-from kits.common.staged_data import NotProvided, StagedData, replace_everywhere
+from kits.contract.named_datasets import CIFAR_FOLDERS, KNOWN, Named, not_provided
+from kits.training_loop.staged_data import NotProvided, StagedData, replace_everywhere
 
 
 def install(named: StagedData) -> list[str]:

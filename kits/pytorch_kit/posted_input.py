@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from kits.common import data as datalib
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
+from kits.framework_free import data as datalib
 
 
 class _ArrayImages(Dataset):

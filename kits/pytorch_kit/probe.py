@@ -30,15 +30,15 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _DatasetKind
 
-from kits.common import settings as settings_lib
-from kits.common.bounds import Bounded
-from kits.common.hook_clock import HookClock, own_time
-from kits.common.measure import now
-from kits.common.observe import Observer
-from kits.common.staged_data import StagedData
+from kits.contract import settings as settings_lib
+from kits.framework_free.measure import now
+from kits.measurement.hook_clock import HookClock, own_time
+from kits.observation.bounds import Bounded
+from kits.observation.observe import Observer
 from kits.pytorch_kit import lightning_hooks, named_data
 from kits.pytorch_kit.evaluation import OutputCount, watch_twins
 from kits.pytorch_kit.read_settings import framework_settings, model_settings
+from kits.training_loop.staged_data import StagedData
 
 SYNC_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__")
 
@@ -82,7 +82,7 @@ class TorchProbe:
             torch.cuda.synchronize()
 
     def memory_now(self) -> int:
-        from kits.common.measure import rss_bytes
+        from kits.framework_free.measure import rss_bytes
         return torch.cuda.memory_allocated() if self._on_gpu() else rss_bytes()
 
     def _on_gpu(self) -> bool:
@@ -278,7 +278,7 @@ class TorchProbe:
 
         import numpy as np
 
-        from kits.common.environment import cpu_name, nvidia_smi
+        from kits.framework_free.environment import cpu_name, nvidia_smi
         cuda = self._on_gpu()
         device = next(self.model.parameters()).device if self.model is not None else torch.device("cpu")
         return {

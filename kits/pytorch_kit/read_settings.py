@@ -1,4 +1,4 @@
-"""The settings torch reports at run time, under kits/common/settings.py's keys (docs/settings.md).
+"""The settings torch reports at run time, under kits/contract/settings.py's keys (docs/settings.md).
 
 Apart from the Backend so that the probe reads them too without importing the kit's pitfalls.
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kits.common import settings as settings_lib
+from kits.contract import settings as settings_lib
 
 
 def framework_settings() -> dict:

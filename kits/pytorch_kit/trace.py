@@ -1,4 +1,4 @@
-"""One forward pass of a PyTorch model as the canonical ops of kits/common/arithmetic.py.
+"""One forward pass of a PyTorch model as the canonical ops of kits/framework_free/arithmetic.py.
 
 A TorchDispatchMode sees every aten op below autograd, whether a layer is a module or a
 function call: ``nn.ReLU()`` and ``F.relu`` are both ``aten.relu``, ``nn.Linear`` is ``aten.t``
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kits.common import arithmetic
+from kits.framework_free import arithmetic
 
 aten = torch.ops.aten
 LAYOUT = "channels_first"

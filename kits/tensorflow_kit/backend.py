@@ -11,16 +11,19 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import cpu_peak, custom  # noqa: E402
-from kits.common import settings as settings_lib  # noqa: E402
-from kits.common.environment import cpu_name, nvidia_smi  # noqa: E402
-from kits.common.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
-from kits.common.measure import WindowTimer, rss_bytes  # noqa: E402
-from kits.common.pitfalls import Pitfall  # noqa: E402
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec  # noqa: E402
+from kits.contract import settings as settings_lib  # noqa: E402
+from kits.contract.pitfalls import Pitfall  # noqa: E402
+from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec  # noqa: E402
+from kits.framework_free import (
+    cpu_peak,
+    custom,  # noqa: E402
+)
+from kits.framework_free.environment import cpu_name, nvidia_smi  # noqa: E402
+from kits.framework_free.measure import WindowTimer, rss_bytes  # noqa: E402
 from kits.tensorflow_kit import models, trace  # noqa: E402
 from kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 from kits.tensorflow_kit.read_settings import NO_PINNING, framework_settings, model_settings, pipeline_settings  # noqa: E402,E501
+from kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
 
 
 class Backend(FeederMixin):

@@ -13,7 +13,7 @@ steps, epoch by epoch (tests/test_bounds_keras.py holds one against the other). 
   batch); where it does not, the step function raises StopIteration (Keras's end of data, as unbounded);
   where the script's own steps_per_epoch has Keras read one iterator across epochs, the batches past the
   bound are read and not trained on, so the next epoch starts where the unbounded one does.
-- a loop over a tf.data dataset outside Keras: each pass is a LoaderPass (kits/common/bounds.py), which
+- a loop over a tf.data dataset outside Keras: each pass is a LoaderPass (kits/observation/bounds.py), which
   ends it between batches.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ import keras
 import tensorflow as tf
 from keras.src.trainers.epoch_iterator import EpochIterator
 
-from kits.common.observe import Bounded
-from kits.common.phases import EVAL
+from kits.measurement.phases import EVAL
+from kits.observation.observe import Bounded
 from kits.tensorflow_kit.read_settings import pipeline_settings
 
 # Keras warns so when a step function's StopIteration ends a pass: here, where the bound ended it

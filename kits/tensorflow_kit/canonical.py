@@ -1,4 +1,4 @@
-"""A Keras model in the certificate's canonical form (kits/common/certificate.py), however it was built.
+"""A Keras model in the certificate's canonical form (kits/framework_free/certificate.py), however it was built.
 
 ``Canonical`` traces a built model once, maps its weights to canonical names and shapes (Keras's layout
 is the canonical one: weights pass through unchanged, except the rows of a dense layer fed by a
@@ -17,8 +17,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import arithmetic, custom, parting  # noqa: E402
-from kits.common import certificate as cert  # noqa: E402
+from kits.framework_free import (
+    arithmetic,
+    custom,
+    parting,  # noqa: E402
+)
+from kits.framework_free import certificate as cert  # noqa: E402
 from kits.tensorflow_kit import layer_settings, trace  # noqa: E402
 
 
@@ -148,7 +152,7 @@ class Canonical:
 
     def layer_outputs(self, x: np.ndarray, training: bool) -> list[tuple[dict, np.ndarray]]:
         """Every layer's output in call order, in evaluation or training mode (an eager pass; dropout off: its
-        rate set to 0 before), with its settings (kits/common/parting.py). A fused activation is an entry of
+        rate set to 0 before), with its settings (kits/framework_free/parting.py). A fused activation is an entry of
         its own after its layer's product, as PyTorch's separate module is: the product is computed with the
         activation set to linear for the call."""
         out: list[tuple[dict, np.ndarray]] = []

@@ -16,7 +16,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import certificate as cert  # noqa: E402
+from kits.framework_free import certificate as cert  # noqa: E402
 from kits.tensorflow_kit.backend import Backend  # noqa: E402
 from kits.tensorflow_kit.canonical import Canonical, read_optimizer  # noqa: E402
 
@@ -80,7 +80,7 @@ class Certifier(Canonical, cert.Side):
 
     def _inputs(self, x: np.ndarray) -> tf.Tensor:
         """fp32: the kit's own preprocessing (scale, resize on the device); fp64: the same scale and
-        resize computed in float64 (kits.common.certificate.preprocess64; tf.image.resize returns float32)."""
+        resize computed in float64 (kits.framework_free.certificate.preprocess64; tf.image.resize returns float32)."""
         if self.dtype == tf.float64:
             return tf.convert_to_tensor(cert.preprocess64(x, self.backend.scale, self.backend.resize))
         xb, _ = self._batch(x, np.zeros(len(x), np.int64))

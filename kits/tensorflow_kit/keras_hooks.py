@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 from keras.src.layers.layer import Layer
 
-from kits.common.observe import HookClock, own_time
+from kits.observation.observe import HookClock, own_time
 from kits.tensorflow_kit import optimizer_steps
 
 STEPS, FORWARDS, BATCH, TRAINING, CORRECT, LOSSES, LOSS_SUM = range(7)     # the packed counters' places

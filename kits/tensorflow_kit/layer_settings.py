@@ -1,5 +1,5 @@
 """A Keras layer's settings, read from the built object (``layer.get_config()``), in the certificate's canonical
-comparable form (kits/common/parting.py): the keys kits/pytorch_kit/layer_settings.py gives PyTorch's modules,
+comparable form (kits/framework_free/parting.py): the keys kits/pytorch_kit/layer_settings.py gives PyTorch's modules,
 padding as (top, bottom, left, right), BatchNorm's momentum as the weight of the new batch (Keras's 1 - m).
 """
 from __future__ import annotations

@@ -5,10 +5,10 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kits.common import custom, resnet
-from kits.common.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
-from kits.common.pitfalls import Pitfall, Pitfalls
-from kits.common.spec import Init, Model
+from kits.contract.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
+from kits.contract.pitfalls import Pitfall, Pitfalls
+from kits.contract.spec import Init, Model
+from kits.framework_free import custom, resnet
 
 _INITS = {"glorot_uniform": "glorot_uniform", "he_uniform": "he_uniform"}
 

@@ -1,10 +1,10 @@
 """Keras's and TFDS's named datasets served from the run's data, and every other download refused in one sentence.
 
 ``keras.datasets.mnist / fashion_mnist / cifar100.load_data()`` (``tf.keras.datasets`` too) run as Keras wrote
-them, on the run's files of the dataset in Keras's own formats (kits/common/staged_data.py): their ``get_file``
+them, on the run's files of the dataset in Keras's own formats (kits/training_loop/staged_data.py): their ``get_file``
 gives the run's file instead of fetching it. CIFAR-10's load_data expects the published 50,000 training
 images, so it is replaced by a reader of the run's batches with Keras's own load_batch. ``tfds.load`` of the four
-reads TFDS's own prepared datasets (kits/common/tfds_named.py). Anything
+reads TFDS's own prepared datasets (kits/training_loop/tfds_named.py). Anything
 else Keras would download (another dataset, ``keras.applications``' pretrained weights) is refused, naming the
 file, unless it is in Keras's cache already.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.common import tfds_named
-from kits.common.named_datasets import KNOWN, not_provided
-from kits.common.staged_data import NotProvided, StagedData, replace_everywhere
+from kits.contract.named_datasets import KNOWN, not_provided
+from kits.training_loop import tfds_named
+from kits.training_loop.staged_data import NotProvided, StagedData, replace_everywhere
 
 
 def install(named: StagedData, tfds_root: Path | None) -> list[str]:

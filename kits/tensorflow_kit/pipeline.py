@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
 
 
 def examples(ds: tf.data.Dataset, size: int, scale: float, shuffle: bool, seed: int) -> tf.data.Dataset:

@@ -30,13 +30,13 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kits.common import settings as settings_lib  # noqa: E402
-from kits.common.measure import rss_bytes  # noqa: E402
-from kits.common.observe import Observer, own_time  # noqa: E402
-from kits.common.staged_data import StagedData  # noqa: E402
+from kits.contract import settings as settings_lib  # noqa: E402
+from kits.framework_free.measure import rss_bytes  # noqa: E402
+from kits.observation.observe import Observer, own_time  # noqa: E402
 from kits.tensorflow_kit import bounds, keras_hooks, named_data  # noqa: E402
 from kits.tensorflow_kit.keras_hooks import BATCH, CORRECT, FORWARDS, LOSS_SUM, LOSSES, STEPS, TRAINING  # noqa: E402
 from kits.tensorflow_kit.read_settings import framework_settings, model_settings, pipeline_settings  # noqa: E402
+from kits.training_loop.staged_data import StagedData  # noqa: E402
 
 
 class KerasProbe:
@@ -246,7 +246,7 @@ class KerasProbe:
         return "tf.function graph with XLA" if fit_xla or self.xla else "tf.function graph"
 
     def environment(self) -> dict:
-        from kits.common.environment import cpu_name, nvidia_smi
+        from kits.framework_free.environment import cpu_name, nvidia_smi
         build = tf.sysconfig.get_build_info()
         gpus = tf.config.list_physical_devices("GPU")
         return {

@@ -1,4 +1,4 @@
-"""The settings TensorFlow reports at run time, under kits/common/settings.py's keys (docs/settings.md).
+"""The settings TensorFlow reports at run time, under kits/contract/settings.py's keys (docs/settings.md).
 
 Apart from the Backend so that the probe reads them too without importing the kit's pitfalls.
 """
@@ -9,7 +9,7 @@ import os
 import keras
 import tensorflow as tf
 
-from kits.common import settings as settings_lib
+from kits.contract import settings as settings_lib
 
 NO_PINNING = settings_lib.not_reported("TensorFlow has no pinned-memory switch: it stages copies to a GPU itself")
 

@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow_datasets as tfds  # noqa: E402
 
-from kits.common import data as datalib  # noqa: E402
+from kits.framework_free import data as datalib  # noqa: E402
 
 ROOT, DATASET = datalib.TFDS_ROOT, datalib.TFDS_CIFAR10
 NAME, VERSION = Path(DATASET).parts[1:]

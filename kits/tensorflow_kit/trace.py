@@ -1,4 +1,4 @@
-"""One forward pass of a Keras model as the canonical ops of kits/common/arithmetic.py.
+"""One forward pass of a Keras model as the canonical ops of kits/framework_free/arithmetic.py.
 
 The model's call is traced into a tf.Graph with static shapes (nothing runs) and the graph's ops
 are read in creation order, which is the order the layers ran in. ``Conv2D(activation="relu")``
@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from kits.common import arithmetic  # noqa: E402
+from kits.framework_free import arithmetic  # noqa: E402
 
 LAYOUT = "channels_last"
 _VIEWS = {"Reshape", "Transpose", "Identity", "Squeeze", "ExpandDims", "Cast"}

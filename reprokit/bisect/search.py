@@ -12,13 +12,13 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.bisect import settings as cfg
 from reprokit.bisect.ddmin import Found, Outcome, OutOfBudget, ddmin, worst_case_tests
 from reprokit.bisect.target import Target
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
-from reprokit.execute import compose, stopping
+from reprokit.execute import compose, loop, policies, stopping
 from reprokit.plan import matrix
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.request import Request
@@ -110,8 +110,8 @@ class Bisect:
         def progress(i: int, spec: Spec) -> RunProgress:
             return RunProgress(f"  [{label} run {i + 1}/{len(todo)}] {spec.framework} / {spec.variant} r{spec.repeat}")
 
-        _, interrupted = self.built.executor.run(self.built.runner, todo, self.store, progress)
-        if interrupted:
+        ran = loop.run(self.built.executor, self.built.runner, self.store, todo, [policies.Once(todo, progress)])
+        if ran.interrupted:
             raise Stopped
 
     def measure(self, flipped: Sequence[str], label: str) -> Measurement:

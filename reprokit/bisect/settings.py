@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kits.common.names import label
-from kits.common.pitfalls import PITFALLS, for_framework
+from kits.contract.names import label
+from kits.contract.pitfalls import PITFALLS, for_framework
 from reprokit.errors import UserError
 from reprokit.plan.experiments import Experiment
 from reprokit.report import compare

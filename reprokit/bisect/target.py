@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kits.common.names import FRAMEWORKS, label
+from kits.contract.names import FRAMEWORKS, label
 from reprokit.claims.claims import Claim, reference
 from reprokit.errors import UserError
 from reprokit.plan.experiments import Experiment

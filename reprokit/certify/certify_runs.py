@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kits.common.files import clean_stale, write_json_atomic
+from kits.contract.files import clean_stale, write_json_atomic
 from reprokit.certify import certify_plan
 from reprokit.certify.certificate import certify_many
 from reprokit.certify.script_certificate import certify_scripts

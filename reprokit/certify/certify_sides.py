@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kits.common import certificate as cert
-from kits.common.names import REFERENCE, label
+from kits.contract.names import REFERENCE, label
+from kits.framework_free import certificate as cert
 from reprokit.runners.base import KitCall, Runner
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kits.common.names import REFERENCE, label
+from kits.contract.names import REFERENCE, label
 from reprokit.certify.certify_sides import pair_of as _pair
 
 

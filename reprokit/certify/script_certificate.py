@@ -2,7 +2,7 @@
 
 Each script runs under the probe with ``--certify``, through the runner the timed runs use,
 PyTorch's first. At the script's first optimizer step, before the update, the probe puts the model
-that the optimizer steps into the certificate's canonical form (kits/common/certificate.py), from
+that the optimizer steps into the certificate's canonical form (kits/framework_free/certificate.py), from
 the object itself as the script built and changed it, and stops the script. The PyTorch side also
 writes its initial weights and the batch its model received; the TensorFlow script then runs to its
 own first step, and its model starts from those weights on that batch. Compared:
@@ -32,10 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.common import arithmetic, model_checks, numeric_checks
-from kits.common import certificate as cert
-from kits.common.files import write_json_atomic
-from kits.common.names import REFERENCE, label
+from kits.contract.files import write_json_atomic
+from kits.contract.names import REFERENCE, label
+from kits.framework_free import arithmetic, model_checks, numeric_checks
+from kits.framework_free import certificate as cert
 from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances, where_they_part
 from reprokit.runners.base import RESULT_NAME, Outcome, Runner, spec_call
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kits.common.pitfalls import PITFALLS
+from kits.contract.pitfalls import PITFALLS
 from reprokit.claims.claims_schema import FRAMEWORK_SCHEMAS, SCHEMA, framework_schema_text, schema_text, validated
 from reprokit.errors import UserError
 from reprokit.results import metrics
@@ -39,7 +39,7 @@ from reprokit.results.units import NON_NEGATIVE, UNITS
 
 SCHEMA_ID = "reprokit.claims/1"
 # The claims schema's quantity enum is written from metrics, and every schema's framework enum from
-# kits/common/names.py BUILTIN, by this command (tests/test_quantities.py and tests/test_registry.py fail until it
+# kits/contract/names.py BUILTIN, by this command (tests/test_quantities.py and tests/test_registry.py fail until it
 # is run).
 REGENERATE = 'python -c "from reprokit.claims import claims; claims.write_schema()"'
 

@@ -9,18 +9,15 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from kits.contract.names import schema_objects
+
 PER_FRAMEWORK = "x-per-framework"
 
 
 def fill_per_framework(schema: Any, names: Iterable[str]) -> Any:
     """``schema`` with a property of each of ``names`` in every object marked PER_FRAMEWORK, in place."""
     names = list(names)
-    if isinstance(schema, dict):
-        if PER_FRAMEWORK in schema:
-            schema["properties"].update({fw: copy.deepcopy(schema[PER_FRAMEWORK]) for fw in names})
-        for value in schema.values():
-            fill_per_framework(value, names)
-    elif isinstance(schema, list):
-        for value in schema:
-            fill_per_framework(value, names)
+    for obj in schema_objects(schema):
+        if PER_FRAMEWORK in obj:
+            obj["properties"].update({fw: copy.deepcopy(obj[PER_FRAMEWORK]) for fw in names})
     return schema

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kits.common.names import LABELS
+from kits.contract.names import LABELS
 from reprokit.claims.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
 from reprokit.results import metrics, shares, stats
 from reprokit.results import runs as run_groups

@@ -1,7 +1,7 @@
 """Prepare datasets on the host as one framework-neutral, checksummed .npz each.
 
 Kits never download or decode anything: they read the .npz that ``prepare``
-wrote (``kits/common/data.py``) and check its sha256 against the spec, so both
+wrote (``kits/framework_free/data.py``) and check its sha256 against the spec, so both
 frameworks train on the same bytes and a run needs no network.
 
 The as-posted readers of seed 000 read CIFAR-10 as the posts did, from files prepared
@@ -12,7 +12,7 @@ the network) builds in the TensorFlow environment.
 
 MNIST, Fashion-MNIST and CIFAR-100, which a script loads by name, come the same way from their published
 files (``reprokit/environments/published_files.py``; ``published_datasets.py`` stages one whole), and each
-has its generated stand-in (``learnable-mnist`` ..., kits/common/stand_ins.py) as CIFAR-10 has ``learnable``.
+has its generated stand-in (``learnable-mnist`` ..., kits/framework_free/stand_ins.py) as CIFAR-10 has ``learnable``.
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from kits.common import data as kitdata
-from kits.common import stand_ins
-from kits.common.files import atomic_file
-from kits.common.named_datasets import KNOWN, Named, of_dataset
+from kits.contract.files import atomic_file
+from kits.contract.named_datasets import KNOWN, Named, of_dataset
+from kits.framework_free import data as kitdata
+from kits.framework_free import stand_ins
 from reprokit.environments import downloads, published_files
 from reprokit.errors import UserError
 from reprokit.results.quarantine import set_aside
@@ -270,7 +270,7 @@ def _to_nhwc(batch: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _generate(name: str, n_train: int, n_test: int, seed: int, size: int,
               classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """synthetic's noise, or a named dataset's learnable stand-in (kits/common/stand_ins.py, which a probed
+    """synthetic's noise, or a named dataset's learnable stand-in (kits/framework_free/stand_ins.py, which a probed
     script's run also generates from). One stream each, train drawn first: the test set is independent of the
     train set yet fixed by (n_train, n_test, seed) and synthetic's shape, which the file name records."""
     if name != "synthetic":

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from kits.common.files import atomic_file
+from kits.contract.files import atomic_file
 from reprokit.console import duration
 from reprokit.errors import UserError
 

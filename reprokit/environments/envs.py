@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import venv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.common.files import write_text_atomic
+from kits.contract.files import write_text_atomic
 from reprokit.environments import base_images, cache
 from reprokit.errors import UserError
 from reprokit.locking import Lock
@@ -30,13 +31,13 @@ STATE = REPO / ".reprokit"     # the clone's local state: data, work folders, fi
 ENVS = cache.root() / "envs"   # shared by every clone and state dir: an env is a pure function of its lock file
 
 LOCKS = REPO / "locks"
+VERSIONS = LOCKS / "versions.toml"     # each lock's pins, and its env's measured size (installed_gb)
 COMPLETE = ".complete"         # JSON, written last, once the env's packages are installed
 LAST_USED = "last-used"        # touched whenever a command uses the env: `reprokit cache prune` reads its age
 PYTHON_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
 
-# Installed sizes of the envs of the current locks, measured (size_bytes, in GB of 1e9 bytes: 5.84, 1.83, 0.79)
-# and rounded up; a build needs MARGIN times as much free, for pip's downloads and unpacking on the way.
-MEASURED_GB = {"pytorch": 5.9, "tensorflow-cpu": 1.9, "jax-cpu": 0.8}
+# A build needs its lock's measured size (installed_gb in locks/versions.toml) MARGIN times over, for pip's
+# downloads and unpacking on the way.
 UNMEASURED_GB = 8.0            # a CUDA build not measured yet: more than the largest measured, to be safe
 MARGIN = 1.3
 GB = 1e9
@@ -171,7 +172,8 @@ def _used(env: Path) -> None:
 
 def needed_bytes(name: str) -> float:
     """The free space a build of this lock's env needs: its measured size with margin."""
-    return MEASURED_GB.get(name, UNMEASURED_GB) * GB * MARGIN
+    measured = tomllib.loads(VERSIONS.read_text()).get(name, {}).get("installed_gb")
+    return (measured or UNMEASURED_GB) * GB * MARGIN
 
 
 def check_room(folder: Path, name: str, free_bytes: float) -> None:

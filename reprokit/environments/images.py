@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import CONTAINER_LABEL
-from kits.common.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
+from kits.contract.names import CONTAINER_LABEL
+from kits.contract.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
 from reprokit.environments.base_images import (
     BASES_FILE,
     DIGEST_RE,

@@ -11,7 +11,7 @@ and declared where the script's requirements (--require, or a requirements.txt b
 framework's lock give every package it names, and refused, naming its cell, where not; any other magic or
 shell line is refused, naming its cell and line. The user's file is never edited: the converted text goes
 into the spec with its sha256 and the notebook's (both in the run id), and the probe runs it in a copy of
-the notebook's folder (kits/common/notebook_script.py).
+the notebook's folder (kits/training_loop/notebook_script.py).
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlparse
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kits.common.files import write_text_atomic
+from kits.contract.files import write_text_atomic
 from reprokit.environments import cache, source_wheels
 from reprokit.errors import UserError
 

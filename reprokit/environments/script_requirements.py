@@ -27,7 +27,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from kits.common.data import SCRIPT_WHEELS, wheels_key
+from kits.framework_free.data import SCRIPT_WHEELS, wheels_key
 from reprokit.environments import base_images, envs, import_scan, script_packages, source_wheels
 from reprokit.environments.script_packages import TARGET
 from reprokit.errors import UserError

@@ -104,7 +104,7 @@ def _sysfs_affinity(bus_id: str) -> tuple[set[int] | None, str | None]:
 
 def gpu_affinity(gpus: list[dict[str, Any]]) -> dict[str, tuple[set[int] | None, str | None]]:
     """GPU index -> (CPUs near it, its memory node), from `nvidia-smi topo -m`, else sysfs by the PCI bus id."""
-    from kits.common.nvidia_smi import _run
+    from kits.framework_free.nvidia_smi import _run
     topo = parse_topo(_run(["topo", "-m"]) or "")
     out = {}
     for g in gpus:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.common.spec import RunSpec, Spec, Threads
+from kits.contract.spec import RunSpec, Spec, Threads
 from reprokit.console import RunProgress
 from reprokit.environments.topology import FAKE_SLOTS_ENV
 from reprokit.errors import UserError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from kits.common.spec import RunSpec, Spec
+from kits.contract.spec import RunSpec, Spec
 from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
 from reprokit.environments import host_checks, topology
@@ -105,7 +105,8 @@ def build(request: Request) -> Matrix:
         runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
         serving, at_once = cluster.check(where.runner, device, address)
         why += f"; {len(serving)} node(s) of the cluster at {address} can serve runs"
-        executor = RayExecutor(address, serving, at_once, device, how.data_dir, what.experiment_dirs,
+        executor = RayExecutor(address, serving, at_once, device, how.data_dir, how.state_dir / "ledger",
+                               what.experiment_dirs,
                                where.memory_limit)
         gpu_name = None
         mixed = tuning.DEFAULT_MIXED            # the nodes' GPUs are not known here: tuned's bf16 asks for 8.0
@@ -122,7 +123,7 @@ def build(request: Request) -> Matrix:
         gpu_name = assigned[0]["name"] if assigned else None
         mixed = host_checks.mixed_precision(gpus) if assigned else tuning.DEFAULT_MIXED
         executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots,
-                                gpus=tuple(g["uuid"] for g in assigned))
+                                gpus=tuple(g["uuid"] for g in assigned), device=device)
         if slots != [None] and (first := slots[0]) is not None:      # several slots: each a placement
             why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if first.fake else ''}GPU slot"
     if what.from_report:

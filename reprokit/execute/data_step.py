@@ -9,8 +9,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kits.common import data as kitdata
-from kits.common.named_datasets import KNOWN
+from kits.contract.named_datasets import KNOWN
+from kits.contract.names import REGISTRY, TFDS_DATA, kit_module
+from kits.framework_free import data as kitdata
 from reprokit.environments import datasets, published_datasets, script_requirements
 from reprokit.environments.datasets import tfds_prepared
 from reprokit.environments.script_requirements import Source
@@ -25,7 +26,8 @@ def tfds(cache_dir: Path, runner: Runner, work: Path) -> dict[str, Any]:
     cifar-10-binary.tar.gz placed in cache_dir) and writes its dataset into the call's own folder under
     ``work``, moved into cache_dir/tfds once it is whole. It may use the network; no timed run does."""
     out = Path(work) / "tfds-data"
-    call = KitCall("tensorflow", "kits.tensorflow_kit.tfds_data", ("--data-dir", cache_dir, "--out", out),
+    builder = next(fw for fw in REGISTRY.values() if fw.has(TFDS_DATA))
+    call = KitCall(builder.name, kit_module(builder.name, TFDS_DATA), ("--data-dir", cache_dir, "--out", out),
                    output=out, timeout_s=3600.0, label="tfds-data")
     outcome = runner.run(call, lambda event: None)
     built = out / kitdata.TFDS_CIFAR10

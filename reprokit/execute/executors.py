@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.console import RunProgress
 from reprokit.environments.topology import Placement
 from reprokit.results.store import Store
@@ -43,6 +43,10 @@ class Executor(Protocol):
     def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         """Run every spec, storing each result as it ends; (failed runs, interrupted)."""
 
+    def untimed(self, runner: Runner) -> Runner:
+        """The runner of the kit processes that are no timed run (a certificate's sides), on this host: each call
+        holds the devices a timed run holds and stands in the ledger (reprokit/execute/untimed.py)."""
+
 
 def _at_once(n: int) -> str:
     return f", up to {n} at once" if n > 1 else ""
@@ -57,6 +61,7 @@ class HostExecutor:
     ledger: Path
     slots: list[Placement | None] = field(default_factory=lambda: [None])
     gpus: tuple[str, ...] | None = None
+    device: str = "cpu"
     name: str = "host"
 
     @property
@@ -76,6 +81,10 @@ class HostExecutor:
         from reprokit.execute import schedule
         return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for, self.gpus)
 
+    def untimed(self, runner: Runner) -> Runner:
+        from reprokit.execute import untimed
+        return untimed.Gated(runner, self.device, self.ledger, self.gpus)
+
 
 @dataclass
 class RayExecutor:
@@ -85,6 +94,7 @@ class RayExecutor:
     at_once: int
     device: str
     data_dir: Path
+    ledger: Path                # this host's, for the kit processes it runs itself (the certificates)
     experiment_dirs: tuple[Path, ...] = ()
     memory_limit: str = "auto"  # --memory-limit, for each node's containers
     name: str = "ray"
@@ -112,3 +122,7 @@ class RayExecutor:
         head, images = cluster.stage_on_head(runner, {s.framework for s in todo}, data_files,
                                              node_staging.script_files(todo, self.data_dir))
         return cluster.run_all(self.job(runner, head, images), todo, self.serving, store, progress_for)
+
+    def untimed(self, runner: Runner) -> Runner:
+        from reprokit.execute import untimed
+        return untimed.Gated(runner, self.device, self.ledger)

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from kits.common.spec import RunSpec, ScriptSpec, Spec, SpecError, typed
+from kits.contract.spec import RunSpec, ScriptSpec, Spec, SpecError, typed
 from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.plan import plan as planning

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.execute.executors import Executor, ProgressFor
 from reprokit.results.store import Store
 from reprokit.runners.base import Runner

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.common.data import SCRIPT_WHEELS, wheels_key
-from kits.common.files import atomic_file, clean_stale, write_text_atomic
-from kits.common.spec import ScriptSpec, Spec
+from kits.contract.files import atomic_file, clean_stale, write_text_atomic
+from kits.contract.spec import ScriptSpec, Spec
+from kits.framework_free.data import SCRIPT_WHEELS, wheels_key
 from reprokit.errors import UserError
 from reprokit.results import quarantine
 

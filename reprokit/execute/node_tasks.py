@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.common.spec import ScriptSpec, Spec
+from kits.contract.spec import ScriptSpec, Spec
 from reprokit.environments.topology import FAKE_SLOTS_ENV, Placement, fake_slots, gpu_slots
 from reprokit.errors import UserError
 from reprokit.execute.node_staging import stage_data, stage_image, stage_script

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.console import RunProgress

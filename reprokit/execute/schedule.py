@@ -29,9 +29,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.common import parent_death
-from kits.common.files import write_json_atomic
-from kits.common.spec import Spec
+from kits.contract.files import write_json_atomic
+from kits.contract.spec import Spec
+from kits.framework_free import parent_death
 from reprokit.console import RunProgress
 from reprokit.environments import host_checks
 from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
@@ -91,12 +91,17 @@ class Ledger:
         return cast("dict[str, Any]", entry)
 
     def begin(self, spec: Spec, placement: Placement | None) -> None:
+        self.begin_entry(spec.run_id, spec.experiment, spec.framework, spec.variant, spec.repeat,
+                         placement.gpu_uuid if placement else None)
+
+    def begin_entry(self, run_id: str, experiment: str, framework: str, variant: str, repeat: int,
+                    slot: str | None) -> None:
+        """A timed run's entry, or a kit process's that is none (reprokit/execute/untimed.py)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        entry = {"run_id": spec.run_id, "experiment": spec.experiment, "framework": spec.framework,
-                 "variant": spec.variant, "repeat": spec.repeat, "pid": os.getpid(),
-                 "slot": placement.gpu_uuid if placement else None, "start": time.time(), "end": None}
-        write_json_atomic(self.root / f"{spec.run_id}.json", entry)
-        self._begun[spec.run_id] = entry
+        entry = {"run_id": run_id, "experiment": experiment, "framework": framework, "variant": variant,
+                 "repeat": repeat, "pid": os.getpid(), "slot": slot, "start": time.time(), "end": None}
+        write_json_atomic(self.root / f"{run_id}.json", entry)
+        self._begun[run_id] = entry
 
     def end(self, run_id: str) -> list[dict[str, Any]]:
         """Mark a run ended; the other runs that overlapped it, with the seconds they overlapped."""
@@ -154,7 +159,12 @@ def devices_of(spec: Spec, placement: Placement | None, gpus: tuple[str, ...] | 
         if placement.fake:
             return [f"cpu{c}" for c in sorted(parse_cpulist(placement.cpus))]
         return [placement.gpu_uuid or f"gpu{placement.gpu}"]
-    if spec.device != "gpu":
+    return timed_on(spec.device, gpus)
+
+
+def timed_on(device: str, gpus: tuple[str, ...] | None) -> list[str]:
+    """The devices a run of ``device`` without a slot times on: every CPU it may use, or the assigned GPUs."""
+    if device != "gpu":
         return [f"cpu{c}" for c in sorted(usable_cpus())]
     if gpus is None:
         try:

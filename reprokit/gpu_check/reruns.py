@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
 from reprokit.certify import certify_plan
 from reprokit.environments import datasets
 from reprokit.gpu_check import say
@@ -27,7 +27,7 @@ from reprokit.runners.make import make
 def warmup_twin(python: str, results: list[dict[str, Any]], data_dir: Path, work: Path,
                 timeout_s: float) -> list[str]:
     """The memory case's fixed run again with a full last evaluation batch: with every evaluation shape warmed
-    up (kits/common/training.warm_shapes), cuDNN's autotuning of the partial batch stays out of the evaluation
+    up (kits/training_loop/training.warm_shapes), cuDNN's autotuning of the partial batch stays out of the evaluation
     phase, so both evaluation peaks are the same. Returns what it missed."""
     run = next((r for r in results if r["status"] == "ok" and r["experiment"] == TWIN and r["variant"] == "fixed"),
                None)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.errors import UserError
 from reprokit.plan import estimate
 from reprokit.results import utilisation

@@ -13,7 +13,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kits.common.names import FRAMEWORKS
+from kits.contract.names import FRAMEWORKS
 from reprokit.errors import UserError
 
 FORM = "--data [FRAMEWORK:]WHERE=FOLDER, e.g. --data pytorch:./data=/datasets/mine"

@@ -12,8 +12,8 @@ from typing import Any
 
 import jsonschema
 
-from kits.common.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
-from kits.common.pitfalls import PITFALLS
+from kits.contract.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
+from kits.contract.pitfalls import PITFALLS
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
 from reprokit.plan.script_entries import script_entry

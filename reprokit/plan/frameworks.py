@@ -12,8 +12,8 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from kits.common.names import FRAMEWORKS, REGISTRY, kit_module, label
-from kits.common.spec import RunSpec
+from kits.contract.names import FRAMEWORKS, REGISTRY, kit_module, label
+from kits.contract.spec import RunSpec
 from reprokit.errors import UserError
 from reprokit.plan.experiments import Experiment
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
 from reprokit.errors import UserError

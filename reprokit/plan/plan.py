@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kits.common.names import REGISTRY, label
-from kits.common.pitfalls import PITFALLS, Pitfall, for_framework
-from kits.common.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
+from kits.contract.names import REGISTRY, label
+from kits.contract.pitfalls import PITFALLS, Pitfall, for_framework
+from kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
 from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.plan import frameworks

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from kits.common.spec import Spec
+from kits.contract.spec import Spec
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.plan import plan as planning

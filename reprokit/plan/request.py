@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kits.common.names import FRAMEWORKS
+from kits.contract.names import FRAMEWORKS
 from reprokit.claims import sequential
 from reprokit.errors import UserError
 from reprokit.plan import data_mounts

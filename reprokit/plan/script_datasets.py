@@ -8,15 +8,15 @@ and strings are not code, and do not count). Read at plan time, the first one fo
 the host prepares it (the published dataset, or its stand-in on quick) and checksums it, so the report names
 the data the script trained on and the run id covers it; the plan refuses, before any run, a standard run
 whose dataset is not there and cannot be downloaded. A script that loads another of them as well (chosen by
-its arguments) still gets it in the run (kits/common/staged_data.py): the plan prepares those too.
+its arguments) still gets it in the run (kits/training_loop/staged_data.py): the plan prepares those too.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from kits.common import work_folder
-from kits.common.named_datasets import KNOWN
+from kits.contract import work_folder
+from kits.contract.named_datasets import KNOWN
 from reprokit.environments import notebooks
 
 _TORCHVISION = {n.torchvision: n.name for n in KNOWN.values()}

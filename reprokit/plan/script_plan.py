@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.common import work_folder
-from kits.common.spec import ScriptSpec
+from kits.contract import work_folder
+from kits.contract.spec import ScriptSpec
 from reprokit.environments import datasets, notebooks, script_requirements
 from reprokit.errors import UserError
 from reprokit.plan import data_mounts, script_datasets
@@ -33,7 +33,7 @@ STAND_IN = "learnable"
 
 
 def _files(folder: Path) -> dict[str, str]:
-    """Every .py file of the script's folder that a run copies (kits/common/work_folder.py), by relative name,
+    """Every .py file of the script's folder that a run copies (kits/contract/work_folder.py), by relative name,
     with its sha256 (the script imports them); a folder that would copy more than the limit is refused."""
     copied = work_folder.copied_bytes(folder)
     if copied > work_folder.COPY_LIMIT_BYTES:

@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from kits.common.names import label
-from kits.common.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
+from kits.contract.names import label
+from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
 from reprokit.plan import plan as planning
 from reprokit.results import metrics
 from reprokit.results.runs import FIXED, TUNED_ALONE
@@ -84,6 +84,9 @@ NOT_HERE = {
     ("precision", "tensorflow", "cpu"): "fp32 on a CPU",
     ("precision", "jax", "cpu"): "fp32 on a CPU",
 }
+# A numerics field that, where it differs, makes a framework draw a model's dropout masks otherwise: tuned and
+# fixed then train on other masks (the report says so beside their first losses).
+DROPOUT_DRAWS = {("pytorch", "channels_last"): "channels_last draws PyTorch's dropout masks in memory order"}
 
 
 def settings(framework: str, device: str) -> list[Setting]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kits.common.feeding import NumpyFeeder
-from kits.common.names import FRAMEWORKS, LABELS, joined
+from kits.contract.names import FRAMEWORKS, LABELS, joined
+from kits.contract.result_header import KIT_INPUT
 from reprokit.report import explanations
 from reprokit.report.markdown import md, short, table
 from reprokit.results import metrics, runs, units
@@ -104,8 +104,8 @@ def _readers(by_variant: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str
     by_input: dict[tuple[str, str], list[str]] = {}
     for variant in runs.variant_order(by_variant):
         for fw, rs in sorted(by_variant[variant].items(), key=lambda item: FRAMEWORKS.index(item[0])):
-            read = rs[0].get("effective", {}).get("input", NumpyFeeder.READER)
-            if read != NumpyFeeder.READER:
+            read = rs[0].get("effective", {}).get("input", KIT_INPUT)
+            if read != KIT_INPUT:
                 by_input.setdefault((fw, read), []).append(f"`{md(variant)}`")
     return [f"{joined(vs)} ({LABELS[fw]}): {md(read)}." for (fw, read), vs in by_input.items()]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kits.common.names import LABELS
+from kits.contract.names import LABELS
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim, Operand
 from reprokit.claims.verdicts import STATUSES, Verdict, fmt_figure, posted_text

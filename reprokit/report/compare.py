@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kits.common.names import LABELS
+from kits.contract.names import LABELS
 from reprokit.errors import UserError
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics, stats

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import LABELS, REFERENCE, others
-from kits.common.pitfalls import PITFALLS
+from kits.contract.names import LABELS, REFERENCE, others
+from kits.contract.pitfalls import PITFALLS
 from reprokit.claims.verdicts import Verdict, posted_gap
 from reprokit.report import plots
 from reprokit.report.first_screen import DEFAULT_HEADLINES

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kits.common.files import write_text_atomic
-from kits.common.names import LABELS, compared, joined, ratios
+from kits.contract.files import write_text_atomic
+from kits.contract.names import LABELS, compared, joined, ratios
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate

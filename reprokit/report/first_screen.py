@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import FRAMEWORKS, LABELS, REFERENCE
+from kits.contract.names import FRAMEWORKS, LABELS, REFERENCE
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 from reprokit.plan import tuning
 from reprokit.report import reconstruction

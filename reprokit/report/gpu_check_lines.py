@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kits.contract.names import label
 from reprokit.results import utilisation
 
 
@@ -115,11 +116,13 @@ def phase_lines(mem: dict[str, Any]) -> list[str]:
 
 
 def variant_lines(results: list[dict[str, Any]]) -> list[str]:
-    """Seed by seed, PyTorch as posted against fixed: throughput, step time, and the phase peaks."""
+    """Seed by seed, a framework's as posted against its fixed (those that ran as posted): throughput, step
+    time, and the phase peaks."""
     out = []
-    ok = [r for r in results if r["status"] == "ok" and r["framework"] == "pytorch"]
-    for experiment in sorted({r["experiment"] for r in ok}):
-        runs = {r["variant"]: r for r in ok if r["experiment"] == experiment}
+    posted = {r["framework"] for r in results if r["variant"] == "as_posted"}
+    ok = [r for r in results if r["status"] == "ok" and r["framework"] in posted]
+    for experiment, framework in sorted({(r["experiment"], r["framework"]) for r in ok}):
+        runs = {r["variant"]: r for r in ok if (r["experiment"], r["framework"]) == (experiment, framework)}
         for variant in ("fixed", "as_posted", *sorted(v for v in runs if v.startswith("+"))):
             r = runs.get(variant)
             if r is None:
@@ -127,7 +130,7 @@ def variant_lines(results: list[dict[str, Any]]) -> list[str]:
             t, base = r["timing"], runs.get("fixed", r)["timing"]
             peaks = {p: max((x["peak_bytes"] or 0 for x in r["memory"].get("phases", []) if x["phase"] == p),
                             default=None) for p in ("warmup", "train", "eval")}
-            out.append(f"  {experiment:<26} PyTorch {variant:<26} {t['samples_per_s']:9,.1f} samples/s "
+            out.append(f"  {experiment:<26} {label(framework)} {variant:<26} {t['samples_per_s']:9,.1f} samples/s "
                        f"({t['samples_per_s'] / base['samples_per_s']:.2f}x fixed), step p50 "
                        f"{figure(t['step_s'].get('p50') and t['step_s']['p50'] * 1e3, '{:.1f}')} ms; peaks warmup / "
                        f"train / eval {' / '.join(mib(v) for v in peaks.values())}")

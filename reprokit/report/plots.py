@@ -24,8 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from kits.common.files import atomic_file
-from kits.common.names import LABELS, REGISTRY, compared
+from kits.contract.files import atomic_file
+from kits.contract.names import LABELS, REGISTRY, compared
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import Grouped, variant_order

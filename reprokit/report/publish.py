@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kits.common.files import alive, fsync_dir, write_json_atomic
+from kits.contract.files import alive, fsync_dir, write_json_atomic
 from reprokit import report
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential

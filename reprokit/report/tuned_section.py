@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.common.names import LABELS, compared
+from kits.contract.names import LABELS, compared
+from reprokit.plan import tuning
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics
 from reprokit.results.metrics import NotMeasured
@@ -32,11 +33,12 @@ def _first_loss(r: dict[str, Any]) -> float:
 
 def _other_draws(t: dict[str, Any], f: dict[str, Any]) -> str | None:
     """Why the two runs train on different random draws, or None where they draw alike."""
-    layout = [bool(r["spec"]["numerics"].get("channels_last")) for r in (t, f)]
     dropout = t["spec"]["model"].get("dropout") or 0            # one rate, or one per block
     rates = dropout if isinstance(dropout, list) else [dropout]
-    if t["framework"] == "pytorch" and layout[0] != layout[1] and any(p > 0 for p in rates):
-        return "channels_last draws PyTorch's dropout masks in memory order, so the two train on other masks"
+    for (framework, numeric), why in tuning.DROPOUT_DRAWS.items():
+        differs = len({bool(r["spec"]["numerics"].get(numeric)) for r in (t, f)}) > 1
+        if t["framework"] == framework and differs and any(p > 0 for p in rates):
+            return f"{why}, so the two train on other masks"
     return None
 
 

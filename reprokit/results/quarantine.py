@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from kits.common.files import fsync_dir
+from kits.contract.files import fsync_dir
 
 QUARANTINE = "quarantine"
 

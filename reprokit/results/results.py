@@ -11,8 +11,8 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 
-from kits.common.names import schema_with_registry
-from kits.common.report import header
+from kits.contract.names import schema_with_registry
+from kits.contract.result_header import header
 
 
 @lru_cache(maxsize=1)

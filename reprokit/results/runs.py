@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from kits.common.pitfalls import PITFALLS
+from kits.contract.pitfalls import PITFALLS
 
 FIXED, POSTED = "fixed", "as_posted"
 SCRIPT, VERBATIM = "script", "verbatim"      # a script experiment's runs; a seed's posted code itself

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kits.common import cpu_peak
-from kits.common.names import PROGRESS_MARKER
-from kits.common.spec import Spec
+from kits.contract.names import PROGRESS_MARKER
+from kits.contract.spec import Spec
+from kits.framework_free import cpu_peak
 from reprokit.environments.topology import Placement
 from reprokit.results import results
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.common.names import CONTAINER_LABEL
+from kits.contract.names import CONTAINER_LABEL
 from reprokit.environments import docker_client, host_checks, images
 from reprokit.environments.host_checks import (
     TOOLKIT_FIX,

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from kits.common import arithmetic
-from kits.common import data as datalib
-from kits.common.environment import cpu_name
-from kits.common.feeding import FeederMixin, NumpyFeeder
-from kits.common.measure import WindowTimer, now, rss_bytes
-from kits.common.spec import RunSpec
+from kits.contract.spec import RunSpec
+from kits.framework_free import arithmetic
+from kits.framework_free import data as datalib
+from kits.framework_free.environment import cpu_name
+from kits.framework_free.measure import WindowTimer, now, rss_bytes
+from kits.training_loop.feeding import FeederMixin, NumpyFeeder
 
 
 class Backend(FeederMixin):
