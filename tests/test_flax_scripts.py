@@ -51,9 +51,12 @@ def mnist(kit_python, tmp_path_factory) -> Path:
 def certificates(mnist, data_dir) -> dict[str, dict]:
     """Both pairs' certificates: the twin's and the planted twin's."""
     tmp, runner = mnist.parent, LocalRunner(ENVS, data_dir, "cpu")
-    return {twin: certify_scripts(_pair(f"{twin}.py", data_dir, mnist, tmp / twin / "state"), runner,
+    made = {twin: certify_scripts(_pair(f"{twin}.py", data_dir, mnist, tmp / twin / "state"), runner,
                                   tmp / twin / "certificate")
             for twin in ("mnist_torch", "mnist_torch_planted")}
+    for twin, cert in made.items():         # what -s shows of each: its verdict and its summary
+        print(f"\n{twin}: {cert['status']}: {cert['summary']}")
+    return made
 
 
 def _checks(cert: dict) -> dict[str, dict]:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from test_corpus import row
 
 from reprokit.environments import datasets
 from reprokit.plan import script_datasets
@@ -87,6 +88,7 @@ def _run_script(framework: str, script, tmp_path) -> dict:
 def test_the_tfds_tutorial_script_trains_on_the_stand_in_tfds_prepares(kit_python, tmp_path):
     kit_python("tensorflow")
     r = _run_script("tensorflow", CORPUS / "mnist_tfds_keras.py", tmp_path)
+    print("\n" + row(r, "not run (one script)"))
     # the plan read tfds.load('mnist'): the host made MNIST's stand-in, and TFDS read it as its prepared mnist
     assert r["spec"]["data"]["dataset"] == "learnable-mnist"
     n_train, n_test = r["spec"]["data"]["train_samples"], r["spec"]["data"]["test_samples"]
@@ -105,6 +107,7 @@ def test_the_flax_tfds_tutorial_trains_in_the_jax_environment(kit_python, tmp_pa
     built into a pure-Python wheel once)."""
     kit_python("jax")
     r = _run_script("jax", CORPUS / "flax" / "mnist_tfds_nnx.py", tmp_path)
+    print("\n" + row(r, "not run (one script)"))
     install = r["spec"]["script"]["requirements"]["install"]
     assert any(line.startswith("promise==") for line in install), install
     assert any(line.startswith("tensorflow-cpu==") for line in install), install

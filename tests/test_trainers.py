@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from test_corpus import row
 
 from reprokit import cli
 from reprokit.environments import script_requirements
@@ -90,6 +91,8 @@ def runs(kit_python, tmp_path_factory, data_dir) -> dict:
         done[result["spec"]["framework"], "corpus"] = result
     (cert,) = (tmp / "reports" / "trainers").glob("certificate-*.json")
     done["certificate"] = json.loads(cert.read_text())
+    for framework in ("pytorch", "tensorflow"):       # the corpus table's rows, for -s
+        print("\n" + row(done[framework, "corpus"], done["certificate"]["status"]))
     return done
 
 
