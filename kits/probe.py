@@ -27,7 +27,7 @@ import numpy as np
 
 from kits import parts
 from kits.certify import certify_captured, guarded
-from kits.contract import work_folder
+from kits.contract import result_header, work_folder
 from kits.contract.files import write_json_atomic
 from kits.contract.spec import ScriptSpec
 from kits.framework_free import certificate as cert
@@ -124,7 +124,7 @@ def run(raw: dict, data_dir: Path, script_dir: Path, out: Path, started: float, 
         running = "the script"
         runpy.run_path(str(script), init_globals=globals_, run_name="__main__")
     except Certified:
-        return report.header(raw, "certified", None) | {"probe": {"shims": shims, "models": probe.models}}
+        return result_header.header(raw, "certified", None) | {"probe": {"shims": shims, "models": probe.models}}
     except StopScript:
         pass                         # the probe's bound: observer.stopped says so
     except NoGpu as exc:
@@ -255,7 +255,7 @@ def _failed(spec: ScriptSpec, message: str, tried: list[str], kind: str = "error
     if tried:
         message, kind = f"{NO_NETWORK} (it tried to reach {tried[0]})", "error"
     tail = traceback.format_exc().splitlines()[-40:]
-    return report.header(spec.to_dict() | {"run_id": spec.run_id}, "failed",
+    return result_header.header(spec.to_dict() | {"run_id": spec.run_id}, "failed",
                          {"kind": kind, "message": message, "log_tail": tail})
 
 
@@ -273,7 +273,7 @@ def _result(raw: dict, spec: ScriptSpec, observer: Observer, probe: parts.Probe,
         (f"the script's own DataLoader (batch_size {loader.batch_size}, num_workers {loader.workers})"
          if loader.batch_size is not None else "the script's own tf.data dataset, iterated by its loop") if loader
         else "the script's own loop (no loader)")
-    result = report.header(raw, "ok", None)
+    result = result_header.header(raw, "ok", None)
     result.update(report.script_sections(spec, m, wall_s, reader, configured))
     result["memory"] = report.memory_section(phases, m, probe.memory_series(), device)
     parameters = probe.parameters()
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                      [(at, Path(folder).resolve()) for at, folder in args.mount])
     except Exception as exc:     # noqa: BLE001 - the probe itself failed: still a result
         tail = traceback.format_exc().splitlines()[-40:]
-        result = report.header(raw, "failed", {"kind": "error", "message": f"{type(exc).__name__}: {exc}",
+        result = result_header.header(raw, "failed", {"kind": "error", "message": f"{type(exc).__name__}: {exc}",
                                                "log_tail": tail})
     write_json_atomic(out, result)
     return 0 if result["status"] in ("ok", "certified") else 1

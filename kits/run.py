@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from kits import parts
+from kits.contract import result_header
 from kits.contract.files import write_json_atomic
 from kits.contract.names import label
 from kits.contract.spec import RunSpec
@@ -77,7 +78,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     phases = PhaseMemory(counters)
     m = train(backend, spec, len(arrays.x_train), Progress(), phases, Energy(sampler))
-    result = report.header(raw, "ok", None)
+    result = result_header.header(raw, "ok", None)
     result.update(report.sections(spec, m, time.perf_counter() - t0, backend.input_reader, backend.metrics_source))
     result["memory"] = report.memory_section(phases, m, backend.memory_series, sampler.stop() if sampler else None)
     result["model"] = model
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         tail = traceback.format_exc().splitlines()[-40:]
         failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}",
                    "log_tail": tail}
-        write_json_atomic(args.out, report.header(spec, "failed", failure))
+        write_json_atomic(args.out, result_header.header(spec, "failed", failure))
         print("\n".join(tail), file=sys.stderr)
         return 1
     write_json_atomic(args.out, result)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.training_loop import report as kit_report
+from kits.contract import result_header
 from reprokit.environments import base_images, docker_client, host_checks, images
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
@@ -149,7 +149,7 @@ def ok_result(spec: dict) -> dict:
     """The smallest result of status ok that the schema accepts."""
     spec = {k: v for k, v in spec.items() if k != "probe"}
     return {
-        "schema": kit_report.SCHEMA, "run_id": spec["run_id"], "experiment": spec["experiment"],
+        "schema": result_header.SCHEMA, "run_id": spec["run_id"], "experiment": spec["experiment"],
         "variant": spec["variant"], "framework": spec["framework"], "profile": spec["profile"],
         "repeat": spec["repeat"], "status": "ok", "failure": None, "spec": spec,
         "effective": {"batch_size": {"configured": 1, "min": 1, "max": 1, "mean": 1.0},

@@ -5,8 +5,6 @@ from typing import Any
 
 import numpy as np
 
-from kits.contract.result_header import SCHEMA as SCHEMA
-from kits.contract.result_header import header as header
 from kits.contract.spec import RunSpec, ScriptSpec
 from kits.framework_free.measure import step_stats
 from kits.measurement.phases import WARMUP, PhaseMemory
