@@ -27,9 +27,11 @@ def reproduce(session: nox.Session) -> None:
     virtualenvs built from locks/. Pass options after --, e.g.
     `nox -s reproduce -- --profile quick --backend local` (see `-- --help`).
     `--backend ray --ray-address HOST:PORT` runs on a Ray cluster (Ray is installed for it).
+    The clone's reports go to reports/ (an installed `reprokit` writes ./reprokit-reports/); a --reports-dir after
+    -- still wins.
     """
     _host(session, ray="ray" in session.posargs)
-    session.run("python", "-m", "reprokit", "reproduce", *session.posargs)
+    session.run("python", "-m", "reprokit", "reproduce", "--reports-dir", "reports", *session.posargs)
 
 
 @nox.session
@@ -64,6 +66,10 @@ def tests(session: nox.Session) -> None:
     and the mounts, kill the engine or run a Ray cluster). Options after -- go to one plain pytest run.
     """
     _host(session, ray=True, test=True)
+    # The numpy stub framework, a plugin package, into a folder of this environment that is not on its path: only the
+    # tests that put it there see it registered (tests/plugin_site.py).
+    session.install("--no-deps", "--no-build-isolation", "--upgrade", "--target",
+                    f"{session.virtualenv.location}/reprokit-test-plugins", "./tests/stub_plugin")
     if session.posargs:
         session.run("python", "-m", "pytest", *session.posargs)
         return
@@ -135,10 +141,13 @@ def bench(session: nox.Session) -> None:
     bare loop beyond the interval, step timing on/off (the kit against itself)
     with an interval that covers 1. Then the local
     runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
-    (< 2 s). Then the probe's cost (benchmarks/bench_probe.py): a script that
-    times its own steps, plain and under the probe in fresh processes, 12
-    rounds per framework (options in $REPROKIT_BENCH_PROBE_ARGS); gate: the
-    median cost at most 1% of a step, printed in microseconds and %. Options after --, e.g.
+    (< 2 s). Then the probe's cost (benchmarks/bench_probe.py): per framework and
+    loop kind (PyTorch's DataLoader loop, with and without workers; TensorFlow's
+    tf.function loop and Keras fit; JAX's jitted loop) a script that times its own
+    steps, plain and under the probe in fresh processes, 12 rounds (options in
+    $REPROKIT_BENCH_PROBE_ARGS); gate: the whole step, probed against plain, its
+    median at most 1% (printed with its interval, in microseconds and %, and its
+    CPU time beside it), and the probe's own code, its bracket's top at most 1%. Options after --, e.g.
     `nox -s bench -- --max-rounds 9 --frameworks pytorch`. Where a Docker engine
     answers it also runs benchmarks/bench_docker_overhead.py (its options in
     $REPROKIT_BENCH_DOCKER_ARGS, default `--runs 5`). Every (experiment,

@@ -75,19 +75,19 @@ sys.path.insert(0, str(REPO))
 from kits.contract.names import FRAMEWORKS, REGISTRY
 from kits.contract.spec import RunSpec
 from reprokit import report
-from reprokit.environments.envs import ENVS, STATE
+from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute import data_step
+from reprokit.places import DATA
 from reprokit.plan import model_cost, plan
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.results import stats
 from reprokit.results.provenance import code
 from reprokit.results.store import Store
-from reprokit.runners.base import KitCall, run_spec
+from reprokit.runners.base import run_spec
+from reprokit.runners.kit_bench import pair_summary, throughput
 from reprokit.runners.local import LocalRunner
 
-MIN_RATIO = 0.97          # kit throughput / bare-loop throughput, median over rounds, per model and framework
-GOAL_RATIO = 0.99         # where we want that ratio to be (printed, not gated)
 TARGET = 0.02             # rounds go on until both median ratios' intervals are within +-TARGET ...
 MAX_ROUNDS = 15           # ... or this many ran,
 PER_PROCESS = 5           # in fresh processes of this many rounds each
@@ -132,89 +132,7 @@ def cheapest(specs: list[RunSpec]) -> RunSpec:
                                      or math.inf) * s.train.batch_size)
 
 
-# --- 1. throughput ----------------------------------------------------------------------------
-
-def throughput(framework: str, runner: LocalRunner, specs: list[RunSpec], work: Path, args) -> list[dict]:
-    """kits.bench in the framework's environment, through the runner, in fresh processes of
-    ``args.per_process`` rounds each, until every model's pooled rounds are settled; each model's summary.
-
-    One process keeps what it gave a side (memory layout, thread placement) for all its rounds: the
-    same kit against itself came out 7% slower in 6 rounds of 6 in one process and not in the next.
-    Pooling the rounds of several processes puts that in the spread, where the interval sees it (pyperf
-    spawns worker processes for the same reason)."""
-    pooled: dict[str, dict] = {}
-    for p in range(math.ceil(args.max_rounds / args.per_process)):
-        todo = [s for s in specs if not _settled(pooled.get(s.experiment), args)]
-        if not todo:
-            break
-        done = len(pooled[todo[0].experiment]["rounds"]) if pooled else 0     # the same for every unsettled model
-        rounds = min(args.per_process, args.max_rounds - done)
-        log(f"  process {p + 1}: {rounds} round(s) of {', '.join(s.experiment for s in todo)}")
-        for m in _bench_process(framework, runner, todo, work / f"{framework}-{p + 1}", rounds, args):
-            seed = m.pop("seed")
-            kept = pooled.setdefault(m["experiment"], {**m, "rounds": [], "seeds": []})
-            kept["rounds"] += m["rounds"]
-            kept["seeds"].append(seed)
-            widths = ", ".join(f"{name} {w:.1%}" for name, w in zip(("kit/bare", "on/off"), _widths(kept))
-                               if w < math.inf) or f"none below {stats.MIN_INTERVAL} rounds"
-            log(f"  {m['framework']:<10} {m['experiment']:<26} {len(kept['rounds'])} rounds from {p + 1} "
-                f"process(es): interval half-widths {widths}")
-    return [summary(pooled[s.experiment]) for s in specs]
-
-
-def _bench_process(framework: str, runner: LocalRunner, specs: list[RunSpec], work: Path, rounds: int,
-                   args) -> list:
-    """One kits.bench process; its per-round lines are shown as they come."""
-    work.mkdir(parents=True)
-    spec_path, out = work / "specs.json", work / "out"
-    spec_path.write_text(json.dumps([s.to_dict() for s in specs]))
-    call = KitCall(framework, "kits.bench", ("--specs", spec_path, "--data-dir", runner.data_dir,
-                                             "--rounds", str(rounds), "--warmup", str(args.warmup),
-                                             "--steps", str(args.steps), "--out", out / "throughput.json"),
-                   output=out, inputs=(spec_path,), timeout_s=3600, label=f"bench-{framework}")
-    outcome = runner.run(call, lambda event: "bench" in event and log(event["bench"]))
-    if outcome.exit_code != 0:
-        raise RuntimeError(f"{framework}: kits.bench ended with {outcome.exit_code}:\n" + "\n".join(outcome.log_tail))
-    return json.loads((out / "throughput.json").read_text())
-
-
-def _estimate(m: dict, key: str) -> stats.Estimate:
-    """The median of one figure over the pooled rounds, with its interval (as the reports make it)."""
-    return stats.estimate([r[key] for r in m["rounds"]])
-
-
-def _widths(m: dict) -> list[float]:
-    """Each median ratio's interval (kit/bare, on/off): its larger distance from the median, relative to it
-    (inf while there is no interval)."""
-    return [max(e.median - e.low, e.high - e.median) / e.median if e.kind == "interval" else math.inf
-            for e in (_estimate(m, "ratio"), _estimate(m, "timing_ratio"))]
-
-
-def _settled(m: dict | None, args) -> bool:
-    """Enough rounds: max_rounds, or min_rounds with both median ratios' intervals within +-target."""
-    if m is None:
-        return False
-    n = len(m["rounds"])
-    return n >= args.max_rounds or (n >= args.min_rounds and max(_widths(m)) <= args.target)
-
-
-def summary(m: dict) -> dict:
-    """One model's pooled rounds summed up: each median ratio with its interval, each side's spread."""
-    rows = m["rounds"]
-
-    def interval(key: str) -> tuple[float, float, float] | None:
-        e = _estimate(m, key)
-        return (e.low, e.high, e.coverage) if e.kind == "interval" else None
-
-    return {**m, "processes": len(m["seeds"]),
-            **{f"median_{k}": statistics.median(r[k] for r in rows)
-               for k in ("ratio", "outer_ratio", "cpu_ratio", "timing_ratio")},
-            "interval_ratio": interval("ratio"), "interval_timing_ratio": interval("timing_ratio"),
-            # Each side's fastest round: what it does when nothing else runs (robust to bursts of other work).
-            "best_ratio": max(r["kit_sps"] for r in rows) / max(r["bare_sps"] for r in rows),
-            # Spread of each side over rounds (stdev / mean): above a few percent, the machine was not quiet.
-            "spread": {side: statistics.pstdev(v) / statistics.fmean(v)
-                       for side in ("kit", "untimed", "bare") for v in [[r[f"{side}_sps"] for r in rows]]}}
+# --- 1. throughput: kits.bench through the runner, pooled until settled (reprokit/runners/kit_bench.py) --------
 
 
 # --- 2. local runner overhead -----------------------------------------------------------------
@@ -297,52 +215,6 @@ def reference_results() -> list[dict]:
     return results
 
 
-def _interval(m: dict, name: str) -> str:
-    found = m[f"interval_{name}"]
-    if found is None:
-        return "no interval (under 6 rounds)"
-    lo, hi, coverage = found
-    med = m[f"median_{name}"]
-    return f"{coverage:.1%} interval {lo:.3f}-{hi:.3f} ({(lo - med) / med:+.1%}/{(hi - med) / med:+.1%})"
-
-
-def pair_summary(m: dict) -> list[str]:
-    """The gates of one (experiment, framework) pair, printed; the misses returned."""
-    misses = []
-    name = f"{m['framework']:<10} {m['experiment']:<26}"
-    rows = m["rounds"]
-    rs = [r["ratio"] for r in rows]
-    ratio = m["median_ratio"]
-    lo = m["interval_ratio"][0] if m["interval_ratio"] else None
-    if ratio < MIN_RATIO:
-        verdict = "MISSED"
-        misses.append(f"{m['framework']} {m['experiment']} kit/bare {ratio:.3f} < {MIN_RATIO}")
-    elif lo is not None and lo > 1:
-        # The kit beats its reference by more than the interval: the reference is not the fastest loop.
-        verdict = "MISSED (the kit beats its bare loop beyond the interval: make the reference faster)"
-        misses.append(f"{m['framework']} {m['experiment']} bare loop slower than the kit (interval from {lo:.3f})")
-    else:
-        verdict = "ok" + (f", goal {GOAL_RATIO} reached" if ratio >= GOAL_RATIO else f", goal {GOAL_RATIO} not yet")
-    log(f"  {name} kit/bare median {ratio:.3f}, {_interval(m, 'ratio')}, {len(rows)} rounds in {m['processes']} "
-        f"processes "
-        f"(range {min(rs):.3f}-{max(rs):.3f}); gate >= {MIN_RATIO} (goal {GOAL_RATIO}): {verdict}")
-    log(f"  {'':<10} {'':<26}   kit {statistics.median(r['kit_sps'] for r in rows):.1f}, bare "
-        f"{statistics.median(r['bare_sps'] for r in rows):.1f} samples/s (medians), {m['steps']} timed steps of "
-        f"{m['batch_size']}; spread over rounds (stdev/mean) kit {m['spread']['kit']:.1%}, kit without timing "
-        f"{m['spread']['untimed']:.1%}, bare {m['spread']['bare']:.1%}; outer clock {m['median_outer_ratio']:.3f}, "
-        f"per CPU second {m['median_cpu_ratio']:.3f}, best round vs best round {m['best_ratio']:.3f}")
-    timing, found = m["median_timing_ratio"], m["interval_timing_ratio"]
-    # The null check judges by its interval, not by a fixed band around 1: with ~4% noise per round, the median
-    # of 15 rounds is ~1.5% uncertain, and a band of 2% would fail a perfect bench one time in five.
-    ok = found is not None and found[0] <= 1 <= found[1]
-    log(f"  {'':<10} {'':<26}   step timing on/off (the bench's null check) median {timing:.3f}, "
-        f"{_interval(m, 'timing_ratio')}; gate interval covers 1: {'ok' if ok else 'MISSED'}")
-    if not ok:
-        misses.append(f"{m['framework']} {m['experiment']} step timing on/off {timing:.3f}: the same kit differs "
-                      f"from itself beyond the interval ({_interval(m, 'timing_ratio')})")
-    return misses
-
-
 def gates(out: dict) -> list[str]:
     """Every part's gates, printed; the misses returned."""
     misses: list[str] = []
@@ -389,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overhead-runs", type=int, default=3, help="local runner runs per framework (after one dropped)")
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {', '.join(PARTS)}")
-    ap.add_argument("--data-dir", type=Path, default=STATE / "data")
+    ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--small", action="store_true", help="every part once, on the first framework's cheapest model, "
                                                          "printed and not judged (the test suite's form)")
     ap.add_argument("--json", type=Path, help="also write every measured value here")

@@ -105,7 +105,7 @@ def main() -> int:
         local_cluster.add_worker("n2")
         os.environ[FAKE_SLOTS_ENV] = "1"        # the head asks for the nodes' fake GPU slots
         cluster.connect(local_cluster.address)
-        serving, _ = cluster.check("local", "cpu", local_cluster.address)
+        serving = cluster.check("local", "cpu", local_cluster.address)[0]
         head, _ = cluster.stage_on_head(runner, {"pytorch", "tensorflow"},
                                         {s.data.file: data_dir / s.data.file for s in specs if s.data.file})
         job = node_tasks.Job("local", "cpu", head)

@@ -65,7 +65,7 @@ import numpy as np
 from kits.contract.files import write_json_atomic
 from kits.contract.names import FRAMEWORKS
 from kits.contract.spec import RunSpec
-from kits.framework_free import arithmetic, custom, model_checks, parting
+from kits.framework_free import arithmetic, custom, model_call, model_checks, parting
 from kits.framework_free import certificate as cert
 from kits.framework_free import data as datalib
 from kits.parts import CanonicalModel, CapturedSide, CertifySide, certifier
@@ -267,6 +267,7 @@ def certify_captured(side: CapturedSide, out: dict, classes: int, device: str, w
     The trajectories need the scripts' own loss and optimizer replayed in fp64, which is not done here (the
     host names them as not checked)."""
     x = side.x_first
+    out["call"] = side.call.describe()
     _canonical(side, out)
     _layer_settings(side, out, x)
     out["shared"] = side.shared()
@@ -280,7 +281,11 @@ def certify_captured(side: CapturedSide, out: dict, classes: int, device: str, w
                     "dropout": f"on in the trace and in {dropout_passes} training-mode passes on {n_drop} samples "
                                f"(fp32; {cert.DROPOUT_PASSES} where they cost under "
                                f"{cert.PASSES_BUDGET_FLOPS[device]:.0e} FLOPs on a {device.upper()}); off in the "
-                               f"logits, in evaluation and in training mode",
+                               f"logits, in evaluation and in training mode; each framework draws its own masks, so "
+                               f"the passes compare dropout by its distribution, not mask for mask",
+                    "calls": "each model called as its script called it at its first step, the certificate's batch "
+                             "in place of the script's: its other arrays the script's own, its random-number objects "
+                             "by value, its flags as given; compared at the part of its output its loss read",
                     "modes": "training mode is each model's mode, or training argument, as its script trained it",
                     "precision": "fp32, as the scripts ran"}
     out["outputs"] = _outputs(side, side.logits(x, training=False), len(x), classes)
@@ -346,7 +351,7 @@ def guarded(out: dict, work) -> int:
         return 0
     except cert.UnmappableModel as exc:
         out.update(status="unmappable", message=str(exc))
-    except cert.NotCaptured as exc:
+    except (cert.NotCaptured, model_call.Unreplayable) as exc:
         out.update(status="not-run", message=str(exc))
     except custom.BadModel as exc:
         out.update(status="bad-model", message=str(exc))

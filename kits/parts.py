@@ -24,6 +24,7 @@ from kits.training_loop.backend import Backend
 if TYPE_CHECKING:
     from kits.contract.spec import RunSpec
     from kits.framework_free.data import Arrays
+    from kits.framework_free.model_call import ModelCall
     from kits.observation.observe import Observer
     from kits.training_loop.staged_data import StagedData
 
@@ -113,6 +114,10 @@ class CapturedSide(CanonicalModel, Protocol):
     def framework(self) -> str: ...
 
     @property
+    def call(self) -> ModelCall:
+        """How the script called its model at its first step, which every pass of the certificate replays."""
+
+    @property
     def x_first(self) -> np.ndarray:
         """The first samples of its first batch: the certificate's fixed batch."""
 
@@ -132,7 +137,8 @@ class Probe(Protocol):
 
     kits/probe.py also reads, where a probe has them: ``bound_shims()`` (the bounds on the framework's own
     loops, as declared shims), ``own_input`` (after ``captured``: the model did not take the PyTorch side's
-    batch), ``pipeline_note``, ``notes`` and ``compilations``."""
+    batch), ``pipeline_note``, ``notes``, ``compilations``; and kits/ranks/process.py ``group`` (its process
+    group: rank, ranks, collectives' backend) and ``replicas()`` (the devices one process's model is split over)."""
     certifying: bool              # the certificate's own passes run: not the script's (kits/probe.py sets it)
 
     @property

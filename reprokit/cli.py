@@ -16,21 +16,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import FRAMEWORKS
+from kits.contract.names import BROKEN, FRAMEWORKS
 from kits.contract.spec import Spec
 from kits.framework_free import data as kitdata
+from reprokit import doctor
 from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
 from reprokit.console import RunProgress, duration
-from reprokit.environments import datasets, env_cache, published_datasets, script_requirements
-from reprokit.environments.envs import ENVS, STATE
+from reprokit.environments import datasets, env_cache, published_datasets, requirement_sets
+from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
-from reprokit.execute import compose, data_step, disk_full, locks, loop, policies, stopping
-from reprokit.plan import cost, estimate, matrix, repeats, request, tuning
+from reprokit.execute import compose, data_step, device_placement, disk_full, locks, loop, policies, stopping
+from reprokit.places import DATA, REPORTS, STATE, check_writable, first_line
+from reprokit.plan import cost, estimate, repeats, request, tuning
 from reprokit.plan.experiments import PROFILES
 from reprokit.report import compare, publish
-from reprokit.results.provenance import REPO
 from reprokit.results.store import Store
 from reprokit.runners.make import make
 
@@ -75,27 +76,41 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", default="1", metavar="auto|N",
                    help="runs at once on this host, one per assigned GPU, each pinned to CPUs near it "
                         "(auto: one per GPU; default 1: one run at a time with every assigned GPU)")
+    p.add_argument("--devices", metavar="N[,N...]",
+                   help="the devices one script run holds, taken from those --gpus assigns: N GPUs (--parallel auto "
+                        "then runs floor(GPUs/N) at once), or on a CPU host N stand-in devices, at most its usable "
+                        "CPUs, declared in each result. Several counts make a sweep: each script runs at each, in "
+                        "one matrix (default: one device, and at --parallel 1 every assigned GPU)")
+    p.add_argument("--mixed-gpus", action="store_true",
+                   help="let a --devices sweep run on GPUs that differ in model (refused otherwise), declared in each "
+                        "result and in the report")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster's head (with --backend ray)")
     p.add_argument("--ray-runner", choices=("docker", "local"), default="docker",
                    help="the runner each Ray node uses: its Docker engine with the pinned images (default), "
                         "or virtualenvs from the lock files")
     p.add_argument("--python", type=Path, help="run the kits with this interpreter instead of building virtualenvs")
     p.add_argument("--dataset", choices=datasets.DATASETS, help="override the profile's dataset")
-    p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
+    p.add_argument("--data-dir", type=Path, default=DATA,
+                   help="dataset cache (default: the per-user cache's data/, shared by every project)")
     p.add_argument("--state-dir", type=Path, default=STATE,
-                   help="finished results and scratch space (default .reprokit)")
-    p.add_argument("--reports-dir", type=Path, default=REPO / "reports", help="where reports/<name>/ goes")
+                   help=f"finished results and scratch space (default {STATE} in the folder the command runs in)")
+    p.add_argument("--reports-dir", type=Path, default=REPORTS,
+                   help=f"where <name>/ goes (default {REPORTS} in the folder the command runs in)")
     p.add_argument("--offline", action="store_true", help="never download; fail early if data is missing")
-    p.add_argument("--name", help="report name: reports/<name>/ (default runs/<date>-<profile>-<device>, git-ignored)")
+    p.add_argument("--name", help="report name: <reports-dir>/<name>/ (default runs/<date>-<profile>-<device>)")
     p.add_argument("--from", dest="from_report", type=Path, metavar="REPORT",
                    help="re-run the exact specs of a report folder (e.g. reports/seeds-quick-cpu) on this machine")
     p.add_argument("--timeout", type=float, help="seconds per run before it is stopped (default by profile)")
     p.add_argument("--max-steps", type=int, help="at most this many training steps per epoch (recorded in the spec; "
                                                  "a script's evaluation passes too)")
-    p.add_argument("--script", action="append", metavar="FRAMEWORK=PATH [ARGS]",
+    p.add_argument("--script", action="append", metavar="FRAMEWORK=[LAUNCHER] PATH [ARGS]",
                    help="run this script of your own, unmodified, under the probe (repeatable: one per framework); "
                         "the two scripts are then the experiment. Its arguments follow the path, split as a shell "
-                        "splits them: --script \"pytorch=main.py --epochs 1 --lr 0.01\"")
+                        "splits them: --script \"pytorch=main.py --epochs 1 --lr 0.01\". A script that imports its "
+                        "own package runs as its module from the package's root; FRAMEWORK=-m MODULE [ARGS] runs "
+                        "python -m MODULE from the current folder. A launcher may come first, with its options: "
+                        "torchrun, python -m torch.distributed.run, accelerate launch or fabric run "
+                        "(--script \"pytorch=torchrun --nproc-per-node 2 train.py\"), its count that of --devices")
     p.add_argument("--require", action="append", metavar="FRAMEWORK=NAME[,NAME...]",
                    help="packages that framework's script imports beyond its lock, each a name with an optional "
                         "version range (repeatable, or comma-separated: --require pytorch=matplotlib,tqdm); "
@@ -149,8 +164,10 @@ def _print_plan(m: compose.Matrix, done: set[str], history: list[dict[str, Any]]
             when = f"~{duration(seconds)} ({how})" + (", once its settings alone have run" if s.variant == tuning.TUNED
                                                       else "")
         run_id = s.run_id if s.data.sha256 else "(id once data is prepared)"
-        print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}  {when}")
-    for line in m.not_run:
+        held = f" {n} devices" if (n := device_placement.held(s)) > 1 else ""
+        print(f"  {i:>2}. {run_id:<16}  {s.experiment:<26} {s.framework:<10} {s.variant:<28} r{s.repeat}{held}  "
+              f"{when}")
+    for line in [*m.devices, *m.not_run]:
         print(f"  {line}")
     if m.left_out:
         print(m.left_out)
@@ -173,6 +190,9 @@ def parse(argv: list[str] | None) -> request.Request:
 
 def reproduce(argv: list[str] | None = None) -> int:
     req = parse(argv)
+    print(first_line(req.how.state_dir, req.how.reports_dir), flush=True)
+    if not req.how.dry_run:                  # a dry run writes nothing: it runs in a read-only folder too
+        check_writable(req.how.state_dir, req.how.reports_dir)
     if req.how.gpu_model is not None:
         return _cost(req)
     m = compose.build(req)                    # a bad spec is refused before the state folder is touched
@@ -185,18 +205,8 @@ def reproduce(argv: list[str] | None = None) -> int:
 def _cost(req: request.Request) -> int:
     """A dry run priced on a GPU model this host need not have: the plan, its GPU time and, with a price, its cost."""
     model = cost.gpu_model(req.how.gpu_model or "")
-    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(req, data_step.LookedUp(req.how.data_dir))
     history = Store(req.how.state_dir / "results").all()
-    print(f"plan: {len(specs)} runs, profile {profile} on a GPU, {len({s.experiment for s in specs})} experiment(s)"
-          + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})" if rule else ""))
-    print("\n".join(cost.lines(cost.of_plan(specs, history, model), model, req.how.price_per_hour)))
-    if left_out:
-        print(left_out)
-    if rule:
-        more = repeats.to_the_cap(specs, claims, rule)
-        print(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
-              f"({len(more)} more runs):")
-        print("\n".join(cost.lines(cost.of_plan(specs + more, history, model), model, req.how.price_per_hour)))
+    print("\n".join(cost.dry_run(req, data_step.LookedUp(req.how.data_dir), history, model)))
     print("dry run: nothing was started.")
     return 0
 
@@ -216,7 +226,7 @@ def _reproduce(req: request.Request, m: compose.Matrix) -> int:
     if todo:
         m.executor.prepare(m.runner, {s.framework for s in todo})
     as_json = [s.to_dict() for s in m.specs]          # what the certificates and the wheels' fetch read
-    script_requirements.fetch(as_json, m.runner.data_dir)       # scripts' extra wheels: the one download
+    requirement_sets.install_all(as_json)        # scripts' extra requirements: installed once per machine
     certificates = certify_runs.for_matrix(as_json, m.executor.untimed(m.runner), how.state_dir, how.certify,
                                            *certify_plan.trajectory_budget(m.device, m.gpu_name))
 
@@ -247,7 +257,7 @@ def _reproduce(req: request.Request, m: compose.Matrix) -> int:
     finished = [r for s in ran.specs if (r := store.get(s.run_id)) is not None]     # every run's, by now
     try:
         path = publish.publish(report_dir, name, [*kept, *finished], m.experiments, m.claims,
-                               {**kept_certs, **certificates}, m.rule)
+                               {**kept_certs, **certificates}, m.rule, m.left_out)
     except OSError as exc:
         if not disk_full.is_full(exc):
             raise
@@ -271,6 +281,7 @@ def compare_sets(argv: list[str]) -> int:
     p.add_argument("b", type=Path, help="the result set to hold against A")
     p.add_argument("--out", type=Path, help="also write the comparison to this markdown file")
     args = p.parse_args(argv)
+    print(first_line())
     text = compare.render(compare.compare(compare.load(args.a), compare.load(args.b)), _shown(args.a), _shown(args.b))
     print(text)
     if args.out:
@@ -282,13 +293,15 @@ def prepare_data(argv: list[str]) -> int:
     """reprokit data: the separate data step. CIFAR-10 for every kit, and the posted readers' own formats:
     the archive's batches for torchvision, and TFDS's cifar10 built by TFDS in the TensorFlow environment."""
     p = argparse.ArgumentParser(prog="reprokit data", description=prepare_data.__doc__)
-    p.add_argument("--data-dir", type=Path, default=STATE / "data", help="dataset cache (default .reprokit/data)")
+    p.add_argument("--data-dir", type=Path, default=DATA,
+                   help="dataset cache (default: the per-user cache's data/, shared by every project)")
     p.add_argument("--python", type=Path, help="a TensorFlow interpreter with tensorflow-datasets (default: the "
                                                "local TensorFlow environment, built from its lock file)")
     p.add_argument("--offline", action="store_true", help="never download: the archives must be in --data-dir")
     p.add_argument("names", nargs="*", metavar="NAME", help="stage these datasets a script may load by name instead "
                    "(mnist, fashion_mnist, cifar10, cifar100), each from its published files, checked")
     args = p.parse_args(argv)
+    print(first_line())
     data_dir = args.data_dir.resolve()
     for name in args.names:
         print(published_datasets.stage(name, data_dir, allow_download=not args.offline))
@@ -299,7 +312,7 @@ def prepare_data(argv: list[str]) -> int:
           f"{datasets.cifar10_batches(data_dir, allow_download=not args.offline).name}/ in {data_dir}")
     runner = make("local", data_dir=data_dir, device="cpu", python=args.python)     # the network is needed
     print(f"data: TFDS's cifar10 in {data_dir / kitdata.TFDS_CIFAR10} "
-          f"(sha256 {data_step.tfds(data_dir, runner, STATE / 'work')['sha256'][:12]})")
+          f"(sha256 {data_step.tfds(data_dir, runner, STATE.resolve() / 'work')['sha256'][:12]})")
     return 0
 
 
@@ -334,7 +347,7 @@ def _bisect_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("auto", "docker", "local"), default="auto", help=same)
     p.add_argument("--python", type=Path, help=same)
     p.add_argument("--gpus", default=None, help=same)
-    p.add_argument("--data-dir", type=Path, default=STATE / "data", help=same)
+    p.add_argument("--data-dir", type=Path, default=DATA, help=same)
     p.add_argument("--state-dir", type=Path, default=STATE, help=f"{same}; the steps' runs are kept there")
     p.add_argument("--offline", action="store_true", help=same)
     p.add_argument("--wait", action="store_true", help=same)
@@ -350,6 +363,8 @@ def bisect_sides(argv: list[str]) -> int:
                  "data_dir", "state_dir", "offline", "wait"):
         setattr(ns, dest, getattr(args, dest))
     req = request.from_args(ns)
+    print(first_line(req.how.state_dir, req.how.reports_dir), flush=True)
+    check_writable(req.how.state_dir, None)          # its steps' runs are kept there; it writes no report
     limits = sides.limits(args.budget, args.repeats, args.max_repeats)
     prepared = sides.prepare(req, args.a, args.b, args.experiment, args.claims, args.claim, args.quantity,
                              args.threshold, limits)
@@ -358,30 +373,49 @@ def bisect_sides(argv: list[str]) -> int:
 
 
 def cache_verb(argv: list[str]) -> int:
-    """reprokit cache list|prune: the per-user cache of kit environments ($REPROKIT_CACHE, else
-    $XDG_CACHE_HOME/reprokit, else ~/.cache/reprokit), shared by every clone; prune removes the environments whose
-    lock file is no longer in locks/, the half-built ones and those unused for --unused-days, never one in use."""
+    """reprokit cache list|prune: the per-user cache of kit environments and of scripts' requirement sets and their
+    wheels ($REPROKIT_CACHE, else $XDG_CACHE_HOME/reprokit, else ~/.cache/reprokit), shared by every clone; prune
+    removes the environments and sets whose lock file has changed or is gone, the half-built ones and those unused
+    for --unused-days, then the wheels no remaining set uses, never one in use."""
     p = argparse.ArgumentParser(prog="reprokit cache", description=cache_verb.__doc__)
     p.add_argument("action", choices=["list", "prune"], metavar="list|prune",
-                   help="list the environments, or remove those no command needs")
+                   help="list the environments, requirement sets and wheels, or remove those no command needs")
     p.add_argument("--unused-days", type=float, default=30, metavar="N",
-                   help="prune: also remove environments no command used for N days (default 30)")
+                   help="prune: also remove environments, sets and wheels no command used for N days (default 30)")
     args = p.parse_args(argv)
+    print(first_line())
     print(env_cache.list_text(ENVS) if args.action == "list" else env_cache.prune(ENVS, args.unused_days))
     return 0
 
 
+def doctor_verb(argv: list[str]) -> int:
+    """reprokit doctor: what this host offers (Docker, the NVIDIA runtime, GPUs, driver, CUDA builds, the per-user
+    cache, the frameworks) and what a run would pick and why, in one screen; exit 1 where a run could not start."""
+    p = argparse.ArgumentParser(prog="reprokit doctor", description=doctor_verb.__doc__)
+    p.add_argument("--state-dir", type=Path, default=STATE,
+                   help="the state folder a run would use (default %(default)s)")
+    p.add_argument("--reports-dir", type=Path, default=REPORTS,
+                   help="the reports folder a run would use (default %(default)s)")
+    args = p.parse_args(argv)
+    return doctor.run(args.state_dir, args.reports_dir)
+
+
 VERBS = {"reproduce": reproduce, "compare": compare_sets, "data": prepare_data, "bisect": bisect_sides,
-         "cache": cache_verb}
+         "cache": cache_verb, "doctor": doctor_verb}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["--version"], ["-V"]):
+        print(doctor.version_line())
+        return 0
     if not argv or argv[0] not in VERBS:
         print("usage: reprokit reproduce [options] | reprokit compare A B | reprokit bisect A B [options] | "
-              "reprokit data [options] | reprokit cache list|prune   "
+              "reprokit data [options] | reprokit cache list|prune | reprokit doctor | reprokit --version   "
               "(see reprokit VERB --help)", file=sys.stderr)
         return 2
+    for sentence in BROKEN:         # a plugin that did not load is named; the other frameworks work
+        print(f"warning: {sentence}", file=sys.stderr)
     # A stop from outside (kill, a CI's timeout) ends as Ctrl-C does, else the kit's process would train on, orphaned.
     with stopping.installed():
         try:

@@ -1,9 +1,9 @@
 """Write docs/options.md from the verbs' argparse parsers (run by `nox -s docs`).
 
 The page is generated, never edited by hand: `reprokit reproduce` from
-reprokit.cli._parser(), `reprokit compare`, `reprokit data`, `reprokit bisect`
-and `reprokit cache` from the parsers their functions build. tests/test_docs.py checks that the committed page equals
-what this script writes now.
+reprokit.cli._parser(), `reprokit compare`, `reprokit data`, `reprokit bisect`,
+`reprokit cache` and `reprokit doctor` from the parsers their functions build. tests/test_docs.py
+checks that the committed page equals what this script writes now.
 
     python scripts/gen_options_doc.py           # rewrite docs/options.md
     python scripts/gen_options_doc.py --check   # exit 1 if docs/options.md is stale
@@ -54,11 +54,16 @@ def _parser_of(verb) -> argparse.ArgumentParser:
 def parsers() -> list[argparse.ArgumentParser]:
     from reprokit import cli
     return [cli._parser(), _parser_of(cli.compare_sets), _parser_of(cli.prepare_data), _parser_of(cli.bisect_sides),
-            _parser_of(cli.cache_verb)]
+            _parser_of(cli.cache_verb), _parser_of(cli.doctor_verb)]
 
 
 def _shown_default(value) -> str:
     if isinstance(value, Path):
+        from reprokit.environments import cache
+        if not value.is_absolute():                 # relative to the folder the command runs in
+            return value.as_posix()
+        if value.is_relative_to(cache.root()):      # the per-user cache, wherever this machine keeps it
+            return f"~/.cache/reprokit/{value.relative_to(cache.root()).as_posix()}"
         # a default under the checkout is shown relative to it, so the page does not depend on where it lies
         try:
             return value.resolve().relative_to(ROOT).as_posix() or "."
@@ -131,7 +136,8 @@ def render() -> str:
         "",
         "Every verb takes its options after `--` under nox (`nox -s reproduce -- --dry-run`), or directly",
         "(`python -m reprokit reproduce --dry-run`). `python -m reprokit VERB --help` prints the same.",
-        "A default of a path is relative to the checkout.",
+        "A default of a path is relative to the folder the command runs in; `~/.cache/reprokit` is the per-user",
+        "cache, which `$REPROKIT_CACHE` (else `$XDG_CACHE_HOME/reprokit`) moves.",
     ]
     for parser in parsers():
         out += ["", f"## {parser.prog}", "", "```text", _usage(parser), "```", ""]

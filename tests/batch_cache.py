@@ -19,9 +19,10 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from checkout import REPO
+
 from kits.contract.names import FRAMEWORKS
 from reprokit.environments import envs
-from reprokit.results.provenance import REPO
 
 RECORD_ENV = "REPROKIT_SUITE_RECORD"
 RECORDER = Path(__file__).with_name("read_record")

@@ -15,10 +15,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+from checkout import REPO
 
 from kits.framework_free.data import cifar10_batch, pickle2
 from reprokit.environments import datasets
-from reprokit.results.provenance import REPO
 
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 

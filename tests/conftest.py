@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from kits.contract.names import FRAMEWORKS
 from reprokit.environments import envs
@@ -20,7 +21,7 @@ from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 
 TINY = textwrap.dedent("""\
     [experiment]
@@ -288,17 +289,18 @@ def certified_jax(_certificates_ahead, kit_python):
 
 @pytest.fixture
 def stand_in_gpu_host(tmp_path, monkeypatch):
-    """stand_in_gpu_host(driver="580.95.05"): a stand-in nvidia-smi on PATH for a host with four H200s
-    (tests/gpu_host.py), fake GPU slots off."""
+    """stand_in_gpu_host(driver="580.95.05", gpus=4, models=()): a stand-in nvidia-smi on PATH for a host with four
+    H200s (or ``gpus``, half per NUMA node, each named by ``models`` where given: tests/gpu_host.py), fake GPU slots
+    off."""
     import gpu_host
 
     from kits.framework_free import nvidia_smi
     from reprokit.environments import topology
 
-    def use(driver: str = "580.95.05") -> None:
+    def use(driver: str = "580.95.05", gpus: int = 4, models: tuple[str, ...] = ()) -> None:
         folder = tmp_path / "gpu-host"
         folder.mkdir(exist_ok=True)
-        gpu_host.install(folder, monkeypatch, driver)
+        gpu_host.install(folder, monkeypatch, driver, gpus, models)
         monkeypatch.delenv(topology.FAKE_SLOTS_ENV, raising=False)
         nvidia_smi._known.cache_clear()          # this stand-in lists no fields: the first names are asked for
 

@@ -2,8 +2,9 @@
 
     PYTHONPATH=REPO KIT_PYTHON tests/named_data_driver.py pytorch|tensorflow DATA_DIR SPEC_DATA_JSON
 
-Run by tests/test_named_data.py in each framework's real environment: the network guard and the framework's
-data shims installed as the probe installs them (kits/probe.py), each dataset loaded from another root, and
+Run by tests/test_named_data.py in each framework's real environment: the network guard and the common data
+layer (kits/served_data) installed as every probe installs them (torchvision imported after it, as a script
+imports it; Keras before it, as the TensorFlow probe imports it), each dataset loaded from another root, and
 the downloads the kit cannot serve tried. Prints one JSON line: what each API gave, the refusals, the shims,
 the addresses the script tried to reach, and the roots given that exist once the four are loaded (none should:
 each class reads the run's own folder).
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kits import served_data
 from kits.contract.spec import ScriptData
 from kits.training_loop.network_guard import block_network
 from kits.training_loop.staged_data import NotProvided, StagedData
@@ -47,10 +49,8 @@ def refuse(what: str, call) -> None:
 
 
 if framework == "pytorch":
+    shims += served_data.install(named, None)
     from torchvision import datasets, models
-
-    from kits.pytorch_kit import named_data
-    shims += named_data.install(named)
     for root, name in zip(roots, ("MNIST", "FashionMNIST", "CIFAR10", "CIFAR100")):
         train = getattr(datasets, name)(root, train=True, download=True)
         test = getattr(datasets, name)(root=root, train=False)
@@ -63,9 +63,7 @@ else:
     import keras
     import tensorflow as tf
     from tensorflow.keras import datasets as tf_datasets
-
-    from kits.tensorflow_kit import named_data
-    shims += named_data.install(named, None)
+    shims += served_data.install(named, None)
     for name, load in (("mnist", keras.datasets.mnist.load_data), ("fashion_mnist", tf.keras.datasets.fashion_mnist.load_data),
                        ("cifar10", tf_datasets.cifar10.load_data), ("cifar100", keras.datasets.cifar100.load_data)):
         (x, y), (x_test, _) = load()

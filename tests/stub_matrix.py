@@ -1,20 +1,16 @@
-"""A `reprokit reproduce` of the numpy stub framework (tests/stub_kit) as a real process: runs of about a second or
+"""A `reprokit reproduce` of the numpy stub framework (tests/stub_plugin, a plugin package) as a real process: runs of about a second or
 as long as a test needs, for faults injected from outside (signals, a full disk, a second command)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import plugin_site
+from checkout import REPO
 from conftest import TINY
-
-from kits.contract import names
-from reprokit.results.provenance import REPO
-
-STUB = "tests.stub_kit:FRAMEWORK"
 
 
 def experiment(folder: Path, epochs: int = 2, train_samples: int = 256, frameworks: str = '"stub"') -> Path:
@@ -36,7 +32,7 @@ def command(tmp: Path, exp: Path, state: Path, *extra: str, repeats: int = 3, fr
 
 
 def env(**more: str) -> dict[str, str]:
-    return {**os.environ, names.EXTRA_ENV: STUB, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **more}
+    return plugin_site.env(PYTHONUNBUFFERED="1", **more)
 
 
 def start(cmd: list[str], log: Path, **more: str) -> subprocess.Popen[str]:

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import plugin_site
 import pytest
+from checkout import REPO
 from conftest import TINY
 
 from reprokit import cli
@@ -34,7 +36,7 @@ from reprokit.execute.from_report import specs_from
 from reprokit.plan import estimate
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import claims_section, compare, document, publish, summary_csv
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 from reprokit.results.store import Store
 
 REFERENCE = REPO / "reports" / "quick-cpu"
@@ -261,7 +263,7 @@ def test_compare_names_a_damaged_result_skips_it_and_compares_the_rest(tmp_path)
     lines = proc.stderr.splitlines()
     assert f"compare {sent}: {files[0]} is not a result this kit can read (unterminated JSON); skipped it" in lines
     assert (f"compare {sent}: {files[1]} is not a result this kit can read (schema reprokit.result/0, and this kit "
-            f"reads reprokit.result/1); skipped it") in lines
+            f"reads reprokit.result/1 and reprokit.result/2); skipped it") in lines
     assert (f"compare {sent}: {files[2]} is not a result this kit can read (fails the result schema: "
             f"environment.device_name must be str, got 12); skipped it") in lines
     assert f"compare {sent}: read {len(files) - 3} of {len(files)} result files in {sent / 'results'}" in lines
@@ -280,7 +282,7 @@ def test_from_an_older_schema_says_which_it_is_and_which_this_kit_reads(tmp_path
                 str(tmp_path / "data"), cwd=tmp_path)
     said = _refused(proc)
     assert f"all {len(list((sent / 'results').glob('*.json')))}: schema reprokit.result/0, and this kit reads " \
-           "reprokit.result/1" in said, said
+           "reprokit.result/1 and reprokit.result/2" in said, said
     assert not (tmp_path / "reports").exists()
 
 
@@ -518,6 +520,7 @@ def test_a_spec_option_a_kit_declares_it_cannot_honour_is_one_sentence(tmp_path)
         "    inter = spec['numerics']['cpu_threads']['inter_op']\n"
         "    return [f'numerics.cpu_threads.inter_op = {inter}: it has no inter-op pool'] if inter == 1 else []\n")
     (tmp_path / "limited_entry.py").write_text(LIMITED)
+    plugin_site.register(tmp_path, "limited", {"limited": "limited_entry:FRAMEWORK"})
     folder = tmp_path / "exps"
     folder.mkdir()
     (folder / "tiny.toml").write_text(TINY)
@@ -526,6 +529,6 @@ def test_a_spec_option_a_kit_declares_it_cannot_honour_is_one_sentence(tmp_path)
          str(folder), "--only", "tiny", "--frameworks", "pytorch,limited", "--python", sys.executable,
          *_folders_args(tmp_path / "state")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": f"{REPO}:{tmp_path}", "REPROKIT_EXTRA_FRAMEWORKS": "limited_entry:FRAMEWORK"})
+        env={**os.environ, "PYTHONPATH": f"{REPO}:{tmp_path}"})
     assert ("tiny.toml: numerics.cpu_threads.inter_op = 1: it has no inter-op pool (the Limited kit's limits, "
             "variant fixed); change it, or leave limited out of --frameworks") in _refused(proc)

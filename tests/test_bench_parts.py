@@ -6,13 +6,16 @@ import json
 import random
 import sys
 
+import pytest
+from checkout import REPO
+
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 from reprokit.results.store import Store
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_kit_overhead
+import bench_probe
 
 from kits import bench
 from kits.contract.spec import RunSpec
@@ -65,3 +68,39 @@ def test_round_orders_come_in_balanced_shuffled_blocks():
     assert len({tuple(b) for b in blocks}) > 1                       # shuffled, not one fixed sequence
     assert next(bench.orders(random.Random(3))) == blocks[0][0]        # a seed replays its draws
 
+
+
+def test_a_processs_step_is_the_middle_half_of_its_steps_or_its_whole_loop():
+    # eight steps of 10 ms, two of them slowed by another process's burst, and one cut short by the clock's edge
+    starts = [0.0]
+    for seconds in (0.010, 0.010, 0.090, 0.010, 0.010, 0.002, 0.010, 0.250):
+        starts.append(starts[-1] + seconds)
+    line = "BENCH " + json.dumps({"steps": 8, "starts": starts, "cpu": [1.0, 1.16]})
+    wall, cpu = bench_probe.step_seconds(line)
+    assert wall == pytest.approx(0.010) and cpu == pytest.approx(0.02)     # the bursts drop out; CPU: the loop's
+    # JAX's loop has no per-step times (it dispatches ahead): its whole loop's mean
+    whole = "BENCH " + json.dumps({"steps": 8, "starts": [5.0, 5.4], "cpu": [0.0, 0.8]})
+    assert bench_probe.step_seconds(whole) == (pytest.approx(0.05), pytest.approx(0.1))
+    # a cost every step pays stays in the figure
+    assert bench_probe.middle_mean([x + 0.001 for x in (0.010,) * 8]) == pytest.approx(0.011)
+
+
+def _rounds(shares: list[float], own_shares: list[float]) -> dict:
+    n = len(shares)
+    return {"framework": "tensorflow", "script": "keras_fit_timed.py", "loop": "Keras fit", "shares": shares,
+            "costs_us": [s * 9000 for s in shares], "plain_ms": [9.0] * n, "cpu_shares": [0.002] * n,
+            "own_us": [s * 9000 for s in own_shares], "own_shares": own_shares, "load": [1.5] * n}
+
+
+def test_the_whole_step_is_gated_on_its_median_and_the_own_code_on_its_brackets_top():
+    shares = [0.004, -0.02, 0.03, 0.008, 0.002, 0.006, -0.001, 0.05, 0.009, 0.001]      # median 0.5%
+    lines, ok = bench_probe.summary(_rounds(shares, [0.004] * 10))
+    assert ok and "whole step, probed against plain: +0.50% (" in lines[0] and lines[0].endswith("<= 1%: ok")
+    assert "its CPU time, probed against plain: +0.20%" in lines[1] and "load average 1.5-1.5" in lines[1]
+    lines, ok = bench_probe.summary(_rounds([s + 0.01 for s in shares], [0.004] * 10))      # median 1.5%
+    assert not ok and lines[0].endswith("<= 1%: MISSED")
+    lines, ok = bench_probe.summary(_rounds(shares, [0.004] * 8 + [0.012, 0.013]))     # its bracket tops 1%
+    assert not ok and lines[0].endswith(": ok") and lines[2].endswith("<= 1%: MISSED")
+    (head, rule, row) = bench_probe.table([_rounds(shares, [0.004] * 10)])
+    assert head.startswith("| framework | loop | plain step | whole step, probed against plain |")
+    assert row.startswith("| tensorflow | Keras fit (keras_fit_timed.py) | 9.00 ms | +0.50% (")

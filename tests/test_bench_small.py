@@ -1,20 +1,22 @@
 """The bench as CI runs it: `nox -s bench -- --small`, every part of benchmarks/bench_kit_overhead.py once and for
-real, so a change that breaks the bench fails here; and the pairs the full bench measures, asked of the kits."""
+real, so a change that breaks the bench fails here; the pairs the full bench measures, asked of the kits; and the
+probe's bench (benchmarks/bench_probe.py) in its small form, Keras fit's whole step plain and probed."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
+from checkout import REPO
 
 from benchmarks import bench_kit_overhead
 from kits.contract.names import FRAMEWORKS
 from reprokit.environments.envs import ENVS
 from reprokit.plan import frameworks
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
 
@@ -48,3 +50,23 @@ def test_the_small_bench_runs_every_part_and_prints_its_ratios(kit_python, tmp_p
     assert re.search(rf"^  {first} +local runner overhead per run \d+\.\d\d s", out, re.M)
     assert re.search(rf"^  report of {bench_kit_overhead.SMALL_RENDER_FILES} results: \d+\.\d\d s", out, re.M)
     assert "small form: every part ran" in out and "Traceback" not in out + proc.stderr
+
+
+@pytest.mark.slow
+def test_the_probes_small_bench_prints_the_whole_step_probed_against_plain(kit_python, tmp_path):
+    kit_python("tensorflow")                           # Keras fit: the loop whose whole step the issue measured
+    proc = subprocess.run([sys.executable, "benchmarks/bench_probe.py", "--small", "--frameworks", "tensorflow",
+                           "--scripts", "keras_fit_timed.py", "--json", str(tmp_path / "probe.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = proc.stdout
+    print(out)
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    # one round of a few steps: the form and the figures' presence, not their size (printed, not judged)
+    assert re.search(r"^  tensorflow +Keras fit +round 1 \[plain, probed\]: plain \d+\.\d\d ms/step, probed "
+                     r"\d+\.\d\d ms/step \([+-]\d+\.\d\d%; CPU time [+-]\d+\.\d\d%\)", out, re.M), out[-3000:]
+    assert re.search(r"Keras fit +whole step, probed against plain: [+-]\d+\.\d\d%, [+-]\d+ us of a \d+\.\d\d ms step, "
+                     r"over 1 round; gate \(the median\) <= 1%: (ok|MISSED)", out), out[-3000:]
+    assert re.search(r"the probe's own code: \d+ us per step", out) and "printed, not judged" in out
+    assert re.search(r"^\| tensorflow \| Keras fit \(keras_fit_timed\.py\) \| \d+\.\d\d ms \| [+-]\d+\.\d\d% \|", out, re.M)
+    (measured,) = json.loads((tmp_path / "probe.json").read_text())
+    assert len(measured["shares"]) == len(measured["cpu_shares"]) == 1 and measured["plain_ms"][0] > 0

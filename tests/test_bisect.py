@@ -2,19 +2,18 @@
 experiment (PyTorch against the numpy stub framework) whose planted pitfall decides the ratio."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
+import plugin_site
 import pytest
+from checkout import REPO
 
-from kits.contract import names
 from reprokit import cli
 from reprokit.bisect import search, sides
 from reprokit.bisect.ddmin import Outcome, OutOfBudget, ddmin, worst_case_tests
 from reprokit.errors import UserError
-from reprokit.results.provenance import REPO
 
 CHANGES = [f"c{i}" for i in range(10)]
 
@@ -120,7 +119,7 @@ def test_a_real_bisect_of_a_users_experiment_finds_its_planted_pitfall(kit_pytho
     common = ["--experiments", str(tiny_dir), "--python", str(kit_python("pytorch")), "--backend", "local",
               "--claims", str(tmp_path / "claims.toml"), "--state-dir", str(state), "--data-dir", str(data_dir),
               "--repeats", "2"]
-    env = {**os.environ, names.EXTRA_ENV: "tests.stub_kit:FRAMEWORK", "PYTHONPATH": str(REPO)}
+    env = plugin_site.env()
 
     def bisect(*sides_given):
         proc = subprocess.run([sys.executable, "-m", "reprokit", "bisect", *sides_given, *common], cwd=REPO,

@@ -19,10 +19,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit import cli
 from reprokit.execute import compose
-from reprokit.results.provenance import REPO
 
 SCRIPT = Path(__file__).parent / "user_scripts" / "keras_bounds.py"
 BOUNDED = {"max_steps": 3, "epochs": None, "eval_steps": 3}       # --profile full --max-steps 3

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit import cli
 from reprokit.execute import compose
 from reprokit.report import sections
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "bound_scripts"
 TUTORIAL = Path(__file__).parent / "corpus" / "cifar10_tutorials" / "train_classifier.py"

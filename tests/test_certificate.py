@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkout import REPO
 from conftest import tiny_specs, write_spec
 
 from kits.framework_free import arithmetic, model_checks, numeric_checks, stochastic
@@ -23,7 +24,6 @@ from kits.framework_free import certificate as cert
 from reprokit.certify import certificate
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
-from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
 FRAMEWORKS = ("pytorch", "tensorflow")

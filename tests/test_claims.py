@@ -7,12 +7,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from kits.contract.pitfalls import PITFALLS
 from reprokit.claims import claims
 from reprokit.errors import UserError
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.results.provenance import REPO
 
 SCHEMA = json.loads((Path(claims.__file__).parents[1] / "schemas" / "claims.schema.json").read_text())
 

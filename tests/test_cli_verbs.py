@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from kits.contract.spec import RunSpec
 from reprokit import report
@@ -17,7 +18,7 @@ from reprokit.errors import UserError
 from reprokit.execute.from_report import specs_from
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import publish
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 from reprokit.results.store import Store
 
 REFERENCE = REPO / "reports" / "quick-cpu"
@@ -218,7 +219,8 @@ def test_compare_holds_one_result_set_against_another(tmp_path):
     same = run("reports/quick-cpu", "reports/seeds-quick-cpu", "--out", str(tmp_path / "c.md"))
     assert same.returncode == 0, same.stderr
     assert "| vgg16\\_cifar10\\_speed / fixed / PyTorch / quick " in same.stdout and "1.00x" in same.stdout
-    assert (tmp_path / "c.md").read_text().strip() == same.stdout.strip()
+    where, _, text = same.stdout.partition("\n")          # every command's first line names its folders
+    assert where.startswith("state: ") and (tmp_path / "c.md").read_text().strip() == text.strip()
     missing = run("reports/quick-cpu", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "no result files" in missing.stderr
 

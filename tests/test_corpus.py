@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 CORPUS = REPO / "tests" / "corpus"
 # Each script's own batch, as its text sets it (Keras's fit batches arrays by 32 where the script says nothing).

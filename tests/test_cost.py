@@ -9,7 +9,7 @@ import pytest
 from reprokit import cli
 from reprokit.errors import UserError
 from reprokit.execute import data_step
-from reprokit.plan import cost, matrix
+from reprokit.plan import cost, estimate, matrix
 
 
 @pytest.mark.parametrize("asked, key", [("H100-SXM", "h100-sxm"), ("A100-40GB", "a100"), ("L4", "l4"),
@@ -87,3 +87,57 @@ def test_the_dry_run_prints_hours_and_cost_and_a_faster_gpu_costs_fewer_hours(
 def test_cost_flags_out_of_place_get_one_sentence(argv: list[str], words: str) -> None:
     with pytest.raises(UserError, match=words):
         cli.parse(argv)
+
+
+# -- a sweep of device counts (--devices 1,2,4,8): GPU-hours, and one node's hours ----------------------------------
+
+def test_a_sweep_is_priced_in_gpu_hours_as_n_gpus_for_as_long_as_one(tmp_path: Path) -> None:
+    """No run at N has finished: each run at N is its run at 1 GPU, N GPUs long (no speed-up, an upper bound); on
+    one node of 8 GPUs the 8 goes alone and the 4, 2 and 1 together, each round as long as its longest run."""
+    spec = _specs(tmp_path)[0]
+    h100 = cost.gpu_model("H100-SXM")
+    one = cost.of_plan([spec], [], h100)
+    swept = cost.of_plan(cost.at_counts([spec], (1, 2, 4, 8)), [], h100)
+    assert swept.total_s == pytest.approx(15 * one.total_s) and swept.runs == 4
+    assert (swept.node_gpus, swept.rounds) == (8, 2) and swept.node_s == pytest.approx(2 * one.total_s)
+    assert swept.by_count[8] == pytest.approx(8 * one.total_s) and swept.by_experiment == {
+        spec.experiment: pytest.approx(15 * one.total_s)}
+    said = "\n".join(cost.lines(swept, h100, None))
+    assert "GPU-hours (GPUs x hours) for the 4 runs it can estimate" in said and "no speed-up over N = 1, an " \
+        "upper bound" in said and "on one node of 8 GPUs: " in said and "in 2 rounds" in said
+
+
+def test_a_run_at_n_that_finished_prices_n_and_only_n(tmp_path: Path) -> None:
+    """A script has a count of its own: the spec at N, whose finished run at N (not one at 1) is its estimate."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    req = cli.parse(["--dry-run", "--gpu-model", "H100-SXM", "--script", f"pytorch={script}", "--repeats", "1",
+                     "--state-dir", str(tmp_path), "--data-dir", str(tmp_path / "data")])
+    (spec,) = matrix.on_gpu_elsewhere(req, data_step.LookedUp(req.how.data_dir))[0]
+    at_two = estimate.at_devices(spec, 2)
+    assert at_two.devices == 2 and estimate.at_devices(spec, 1) is spec
+    on_h100 = {"device": "gpu", "device_name": "NVIDIA H100 80GB HBM3"}
+    finished = [{"status": "ok", "launcher": {"wall_s": wall}, "experiment": spec.experiment,
+                 "framework": spec.framework, "variant": spec.variant, "profile": spec.profile,
+                 "spec": {"devices": n} if n > 1 else {}, "environment": on_h100} for n, wall in ((1, 100.0), (2, 70.0))]
+    assert estimate.seconds(at_two, finished, None) == (70.0, "median of 1 finished run(s) like it here")
+    assert estimate.seconds(estimate.at_devices(spec, 4), finished, None) == (
+        100.0, "median of 1 finished run(s) like it here, at 1 device: no speed-up assumed")
+    priced = cost.of_plan(cost.at_counts([spec], (1, 2, 4)), finished, cost.gpu_model("H100-SXM"))
+    assert priced.measured_s == pytest.approx(100 + 2 * 70 + 4 * 100)
+
+
+def test_the_seed_sweep_on_one_8_gpu_h100_host_stays_within_2_node_hours(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 52: `--devices 1,2,4,8` of the seeds on one 8-GPU H100 host, the most --repeats auto may add included.
+    The kit's own experiments have no count yet: each run at N is its run at 1, N GPUs long (the upper bound)."""
+    assert cli.reproduce(["--dry-run", "--gpu-model", "H100-SXM", "--devices", "1,2,4,8", "--state-dir",
+                          str(tmp_path), "--data-dir", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "plan: 64 runs at each of --devices 1,2,4,8 (256 runs)" in out
+    assert "the kit's own experiments (resnet50_imagenet_speed, simplecnn_cifar10_memory, vgg16_cifar10_speed) run " \
+           "at one device for now" in out
+    least, most = (float(h) for h in re.findall(r"on one node of 8 GPUs: ([\d.]+) node-hours", out))
+    gpu_hours = [float(h) for h in re.findall(r"([\d.]+) GPU-hours \(GPUs x hours\)", out)]
+    assert least < most <= 2.0 and all(h / 8 <= n for h, n in zip(gpu_hours, (least, most)))

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkout import REPO
 
 from kits.framework_free import data as kitdata
 from reprokit.environments import datasets
 from reprokit.errors import UserError
-from reprokit.results.provenance import REPO
 
 PER_BATCH = 20  # images in each of the small archive's six batches
 # A pixel planted in data_batch_2, image 3: green channel, row 5, column 7.

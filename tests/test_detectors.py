@@ -16,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkout import REPO
 from conftest import tiny_specs, write_spec
 
 from kits.observation import detectors
 from reprokit.execute import data_step
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 
 USER_DIR = Path(__file__).parent / "user_pitfalls"
 

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from kits.measurement import energy
 from reprokit.report import sections
-from reprokit.results.provenance import REPO
 
 
 def _domain(root: Path, name: str, uj: int, top: int = 2**32) -> Path:

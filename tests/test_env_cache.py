@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
-from reprokit.environments import env_cache, envs
+from reprokit.environments import env_cache, envs, requirement_sets
 from reprokit.errors import UserError
-from reprokit.results.provenance import REPO, sha256_file
+from reprokit.results.provenance import sha256_file
 from reprokit.results.quarantine import QUARANTINE
 
 NAME = "tiny"
@@ -163,7 +164,9 @@ def test_the_cache_verb_prunes_an_environment_whose_lock_file_is_gone(tmp_path, 
         proc = subprocess.run([sys.executable, "-m", "reprokit", "cache", *args], cwd=REPO, capture_output=True,
                               text=True, env={**os.environ, "REPROKIT_CACHE": str(cache)}, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        return proc.stdout
+        where, _, rest = proc.stdout.partition("\n")          # every command's first line: its folders
+        assert where.startswith("state: ") and "  reports: " in where, where
+        return rest
     assert f"{env.name} " in verb("list") and f"locks/{NAME}.txt has changed or is gone" in verb("list")
     out = verb("prune").splitlines()
     assert out[0].startswith(f"removed {env.name} (locks/{NAME}.txt has changed or is gone): ")
@@ -189,3 +192,52 @@ def test_a_build_the_disk_has_no_room_for_is_refused_before_it_starts(tmp_path):
         f"the pytorch environment needs about 7.7 GB free in {tmp_path} and 3.0 GB are: free some space "
         f"(`reprokit cache prune` removes unused environments), or set REPROKIT_CACHE to a folder on another disk.")
     assert envs.needed_bytes("a-lock-not-measured") > envs.needed_bytes("pytorch")
+
+
+def test_cache_list_and_prune_cover_the_requirement_sets_and_their_wheels(tmp_path, monkeypatch):
+    from test_requirement_sets import FACTS, wheel
+    cache = tmp_path / "cache"
+    for name, value in (("REPROKIT_CACHE", cache), ("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", tmp_path / "mirror")):
+        monkeypatch.setenv(name, str(value))
+    alpha, shared, gamma = (wheel(tmp_path / "mirror", name) for name in ("rk_alpha", "rk_shared", "rk_gamma"))
+    first = requirement_sets.install([alpha, shared], FACTS, "one.py", lambda line: None)
+    second = requirement_sets.install([shared, gamma], FACTS, "two.py", lambda line: None)
+    root = cache / "envs"
+
+    listed = env_cache.list_text(root).splitlines()
+    assert listed[0] == f"no environments in {root} yet: a local run builds them there (REPROKIT_CACHE moves the cache)"
+    assert listed[1] == f"requirement sets in {cache / 'requirement-sets'} (installed once, read by every run of them):"
+    by_name = {line.split()[0]: line for line in listed[2:4]}
+    assert by_name[first.name].endswith(" MB  rk-alpha==1.0 and 1 more; last used today, not in use")
+    assert by_name[second.name].endswith(" MB  rk-shared==1.0 and 1 more; last used today, not in use")
+    assert listed[4] == "2 requirement sets, 0 MB on disk (a file two sets share counted once)"
+    assert listed[5] == f"wheels in {cache / 'wheels'}: 3 files, 0 MB"
+    assert env_cache.prune(root, 30) == (f"nothing to remove in {root}: it holds no environments; every requirement "
+                                         f"set and wheel in {cache} was used in the last 30 days")
+
+    half = cache / "requirement-sets" / "python-0123456789abcdef"
+    (half / "rk_alpha").mkdir(parents=True)               # an install cut short before its marker
+    running = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()",
+                                str(first)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert running.stdout.readline() == "up\n"
+        assert f"{first.name}" in env_cache.list_text(root) and \
+            f"in use: pid {running.pid} runs with it" in env_cache.list_text(root)
+        pruned = env_cache.prune(root, 0).splitlines()
+        assert set(pruned[:3]) == {f"kept {first.name} (not used for 0 days): it is in use, pid {running.pid} runs "
+                                   f"with it",
+                                   f"removed the requirement set {half.name} (half-installed): 0 MB",
+                                   f"removed the requirement set {second.name} (not used for 0 days): 0 MB"}
+        assert pruned[3:] == ["removed 1 wheel that no installed set uses, none used for 0 days",
+                              f"freed 0 MB of requirement sets and wheels in {cache}"]
+        assert requirement_sets.ready(first) and not second.exists() and not half.exists()
+        assert sorted(p.name for p in (cache / "wheels").iterdir()) == ["rk_alpha-1.0-py3-none-any.whl",
+                                                                        "rk_shared-1.0-py3-none-any.whl"]
+    finally:
+        running.communicate("")
+    pruned = env_cache.prune(root, 0).splitlines()
+    assert pruned == [f"removed the requirement set {first.name} (not used for 0 days): 0 MB",
+                      "removed 2 wheels that no installed set uses, none used for 0 days",
+                      f"freed 0 MB of requirement sets and wheels in {cache}"]
+    assert [p for p in (cache / "requirement-sets").iterdir() if p.is_dir()] == []       # their lock files stay
+    assert not list((cache / "wheels").iterdir()) and env_cache.list_text(root).splitlines()[1:] == []

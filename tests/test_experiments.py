@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 from conftest import TINY
 
 from reprokit.errors import UserError
 from reprokit.plan.experiments import BUILTIN_DIR, discover, load
-from reprokit.results.provenance import REPO
 
 
 def test_builtin_experiments_load_in_every_profile():

@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from checkout import REPO
 
 from faults.run import FAULTS, PROVED_IN_CI
-from reprokit.results.provenance import REPO
 
 pytestmark = pytest.mark.alone
 

@@ -12,13 +12,13 @@ import sys
 
 import gpu_host
 import pytest
+from checkout import REPO
 
 from reprokit import cli
 from reprokit.claims import sequential
 from reprokit.environments import host_checks
 from reprokit.execute import compose
 from reprokit.report import pair_findings
-from reprokit.results.provenance import REPO
 
 H100 = {"index": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 

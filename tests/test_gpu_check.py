@@ -10,10 +10,11 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+from checkout import REPO
+
 from reprokit import cli
 from reprokit.execute import compose
 from reprokit.gpu_check.plan import MAX_STEPS, TARGET_S, TWIN, reproduce_command
-from reprokit.results.provenance import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check"
 
@@ -30,7 +31,8 @@ def test_the_plan_printed_without_a_gpu_is_the_matrix_a_gpu_runs(stand_in_gpu_ho
 
     # The same command, planned by the CLI on a GPU host: the same runs (and the twin besides them).
     stand_in_gpu_host("580.95.05")
-    args = SimpleNamespace(python=sys.executable, name="gpu-check", timeout=150.0, state_dir=tmp_path / "state")
+    args = SimpleNamespace(python=sys.executable, name="gpu-check", timeout=150.0, state_dir=tmp_path / "state",
+                           reports_dir=tmp_path / "reports")
     command = reproduce_command(args, [], on_gpu=True)
     m = compose.build(cli.parse([*command[1:], "--dry-run"]))
     specs = [s.to_dict() for s in m.specs]

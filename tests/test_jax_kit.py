@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 from conftest import TINY, write_spec
 
 from kits.contract import settings as settings_lib
@@ -20,7 +21,7 @@ from reprokit.plan import model_cost
 from reprokit.plan.experiments import BUILTIN_DIR, load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.results import results
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 
 pytestmark = pytest.mark.slow
 SEED_MODELS = ("vgg16_cifar10_speed", "simplecnn_cifar10_memory")

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from checkout import REPO
 from conftest import tiny_specs, write_spec
 
 from kits.contract.spec import RunSpec
@@ -18,7 +19,6 @@ from reprokit.execute import data_step
 from reprokit.plan import model_cost
 from reprokit.report.parameter_counts import parameter_counts
 from reprokit.results import metrics, results
-from reprokit.results.provenance import REPO
 from reprokit.runners.local import LocalRunner
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,7 @@ import textwrap
 from pathlib import Path
 
 import stub_matrix as sm
-
-from reprokit.results.provenance import REPO
+from checkout import REPO
 
 SEEN = textwrap.dedent("""\
     import json, os, pickle, sys

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 from kits.contract.names import BUILTIN, REGISTRY
@@ -73,7 +74,8 @@ def test_the_host_reaches_the_kits_through_the_contract_and_the_framework_free_c
 
 # The kits' shared packages from the bottom up, each reading only those before it: the contract stands alone, the
 # framework-free code reads the contract, so the host loads no kit's training loop or measurement through them.
-KIT_LAYERS = ("kits.contract", "kits.framework_free", "kits.measurement", "kits.training_loop", "kits.observation")
+KIT_LAYERS = ("kits.contract", "kits.framework_free", "kits.measurement", "kits.training_loop", "kits.served_data",
+              "kits.observation")
 
 
 def test_the_kits_shared_packages_import_only_downwards():
@@ -83,6 +85,21 @@ def test_the_kits_shared_packages_import_only_downwards():
         for name, path in modules.items():
             beyond = {m for m in _kits_imported(path) if not m.startswith(KIT_LAYERS[:i + 1])}
             assert not beyond, f"{name} imports {sorted(beyond)}: above {package}"
+
+
+def test_a_data_layer_imports_its_library_only_where_it_serves_it():
+    """kits/served_data serves each library's datasets wherever the library is importable, whatever the framework
+    (torchvision in a JAX run): so, unlike a framework's kit, its modules name other frameworks' libraries, and
+    only inside their functions, which run once the script has imported the library. At module level they read
+    the standard library, numpy and the kits' own packages alone: the package is imported in every environment."""
+    modules = _modules("kits/served_data")
+    assert modules
+    for name, path in modules.items():
+        top = [node for node in ast.parse(path.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        named = {a.name if isinstance(node, ast.Import) else node.module or "" for node in top for a in node.names}
+        beyond = {m for m in named if m.split(".")[0] not in (*sys.stdlib_module_names, "numpy", "kits", "__future__")}
+        assert not beyond, f"{name} imports {sorted(beyond)} at module level: import a library inside the function " \
+                           f"that serves it"
 
 
 def test_the_host_modules_import_no_cycle():
@@ -161,10 +178,10 @@ def test_one_factory_builds_the_runners():
 # one way: results are read by everything; a plan is pure (no runner, no executor, no data step: it reads the data
 # through a port, reprokit/plan/inputs.py); execute wires the plan to the runners and runs it
 # (reprokit/execute/compose.py); the report only reads. locking (a lock between processes) is at the bottom: the
-# environments' builds and the executors' devices use it. gpu_check (scripts/gpu_check's check) runs the CLI's own
+# environments' builds and the executors' devices use it; resources (where the kit's own files are) is read by all. gpu_check (scripts/gpu_check's check) runs the CLI's own
 # commands, so it sits above cli.
-LAYERS = ("locking", "errors", "console", "results", "claims", "environments", "plan", "runners", "execute", "certify",
-          "report", "bisect", "cli", "gpu_check", "__main__")
+LAYERS = ("locking", "errors", "resources", "console", "results", "claims", "environments", "places", "plan", "runners",
+          "execute", "certify", "report", "bisect", "doctor", "cli", "gpu_check", "__main__")
 
 
 def test_the_host_packages_import_only_downwards():

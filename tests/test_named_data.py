@@ -1,8 +1,9 @@
 """The datasets a script loads by name: MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100, where each API looks.
 
-- In each framework's real environment, one process loads all four through the framework's own APIs (torchvision's
-  classes, Keras's load_data) with the probe's data layer installed, from different roots, and tries what the kit
-  cannot serve (another dataset, pretrained weights): shapes, classes, declarations, refusals, no network.
+- In each library's real environment, one process loads all four through the library's own APIs (torchvision's
+  classes, Keras's load_data) with the probe's data layer installed (kits/served_data), from different roots, and
+  tries what the kit cannot serve (another dataset, pretrained weights): shapes, classes, declarations, refusals, no
+  network. The published files by URL: tests/test_served_urls.py.
 - On the host: the stand-ins' shapes and signal; the plan's reading of a folder's code; ``reprokit data NAME``
   fetching the published files from an HTTP server on this machine's loopback (small files in the datasets' own
   formats, whose md5s replace the published ones), and a standard run's data layer reading what it staged.
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkout import REPO
 
 from kits.contract.named_datasets import IDX_FILES, KNOWN
+from kits.contract.published_urls import not_listed
 from kits.contract.spec import ScriptData
 from kits.framework_free import dataset_formats as formats
 from kits.framework_free import stand_ins
@@ -36,7 +39,6 @@ from kits.training_loop.staged_data import NotProvided, StagedData
 from reprokit import cli
 from reprokit.environments import datasets
 from reprokit.plan import script_datasets
-from reprokit.results.provenance import REPO
 
 TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 SHAPES = {"mnist": [28, 28], "fashion_mnist": [28, 28], "cifar10": [32, 32, 3], "cifar100": [32, 32, 3]}
@@ -100,7 +102,8 @@ def test_keras_loads_each_named_dataset_in_its_own_format_and_refuses_the_rest(k
         assert seen["train"]["classes"] == CLASSES[name] and seen["test"] == 100, name
     assert out["loaded"]["mnist"]["label_dtype"] == "uint8" and out["loaded"]["cifar100"]["coarse_classes"] == 20
     _declared(out)
-    assert out["refused"]["imdb"].startswith("the script fetches imdb.npz (https://storage.googleapis.com/")
+    # Keras's imdb.npz lives beside mnist.npz on Keras's mirror, whose listed files alone are served
+    assert out["refused"]["imdb"] == not_listed("https://storage.googleapis.com/tensorflow/tf-keras-datasets/imdb.npz")
     assert out["refused"]["ResNet50"].startswith("the script fetches the pretrained weights "
                                                  "resnet50_weights_tf_dim_ordering_tf_kernels.h5 (")
 

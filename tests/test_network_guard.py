@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from reprokit.results.provenance import REPO
+from checkout import REPO
 
 GUARDED = textwrap.dedent("""
     import multiprocessing, socket, threading, urllib.request

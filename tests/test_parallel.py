@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from checkout import REPO
 from gpu_host import TOPO
 
 from reprokit import cli
@@ -25,7 +26,7 @@ from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.report import pair_findings
 from reprokit.results import results
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 from reprokit.results.store import Store
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner

@@ -11,13 +11,14 @@ import json
 import os
 import subprocess
 
+from checkout import REPO
 from conftest import tiny_specs, write_spec
 
 from reprokit.execute import data_step
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.plan import Options, specs_for
 from reprokit.report import pair_findings, sections, settings_table
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 
 NONE = {"lock": None, "lock_sha256": None, "image": None}
 

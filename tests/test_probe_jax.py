@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit import cli
 from reprokit.execute import compose
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
 pytestmark = pytest.mark.slow

@@ -24,11 +24,12 @@ import pytest
 import ray_cluster  # sets Ray's environment before Ray is imported
 
 pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
+from checkout import REPO  # noqa: E402
+
 from kits.contract.spec import RunSpec  # noqa: E402
 from reprokit.environments import host_checks  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
 from reprokit.results import results  # noqa: E402
-from reprokit.results.provenance import REPO  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 TEST_BASE = os.environ.get("REPROKIT_TEST_BASE_IMAGE", "reprokit/test-base:bookworm-py311")
@@ -143,6 +144,9 @@ def test_bad_cluster_input_is_one_sentence_before_any_run(cluster, tiny_dir, tmp
         (["--ray-address", nobody], [f"no Ray cluster answers at {nobody}"]),
         (["--ray-runner", "local", "--gpus", "all"], ["no node of the Ray cluster at", "needs a GPU", "no GPU"]),
         (["--parallel", "2"], ["--parallel is for one host"]),
+        (["--devices", "2"], ["--devices 2 places each run on 2 fake (test-only) GPU slots of one node, and the "
+                              "largest node of the Ray cluster at", "that can serve a run has 1; give --devices 1 "
+                              "or less"]),
     ]
     for extra, fragments in cases:
         cmd = _cmd(cluster, tiny_dir, tmp_path, *extra)     # a second --ray-address wins over the first

@@ -1,20 +1,20 @@
-"""A framework is one registry entry: a numpy stub (tests/stub_kit/), registered through REPROKIT_EXTRA_FRAMEWORKS
-and nothing else, is planned, run, paired with the reference, reported and judged by a claim."""
+"""A framework is one registry entry: a numpy stub (tests/stub_plugin/), a package registered through the
+reprokit.frameworks entry-point group and nothing else, is planned, run (in an interpreter it is not installed in),
+paired with the reference, reported and judged by a claim."""
 from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
 import textwrap
 
+import plugin_site
+from checkout import REPO
+
 from kits.contract import names
 from reprokit.claims import claims, claims_schema
-from reprokit.results.provenance import REPO
-
-STUB = "tests.stub_kit:FRAMEWORK"
 
 
 def test_the_schemas_framework_enums_are_the_registrys():
@@ -28,8 +28,8 @@ def test_the_schemas_framework_enums_are_the_registrys():
 
 
 def _with_stub(code: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, names.EXTRA_ENV: STUB, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=plugin_site.env(), capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_the_hook_registers_an_entry_after_the_built_in_ones():
@@ -37,12 +37,9 @@ def test_the_hook_registers_an_entry_after_the_built_in_ones():
                      "print(names.FRAMEWORKS, names.REFERENCE, names.kit_module('stub', 'backend'), "
                      "results._schema()['properties']['framework']['enum'])")
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split() == ["('pytorch',", "'tensorflow',", "'jax',", "'stub')", "pytorch",
-                                  "tests.stub_kit.backend", "['pytorch',", "'tensorflow',", "'jax',", "'stub']"]
-    env = {**os.environ, names.EXTRA_ENV: "tests.stub_kit"}
-    bad = subprocess.run([sys.executable, "-c", "import kits.contract.names"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=60)
-    assert bad.returncode != 0 and "is not module:attr" in bad.stderr
+    assert got.stdout.split() == ["('pytorch',", "'tensorflow',", "'jax',", "'stub',", "'stub2')", "pytorch",
+                                  "reprokit_stub_kit.backend", "['pytorch',", "'tensorflow',", "'jax',", "'stub',",
+                                  "'stub2']"]
 
 
 CLAIMS = textwrap.dedent("""\
@@ -75,8 +72,7 @@ def test_a_stub_framework_runs_through_one_registry_entry(kit_python, tiny_dir, 
            "--variants", "fixed",
            "--claims", str(tmp_path / "stub.toml"), "--state-dir", str(tmp_path / "state"),
            "--reports-dir", str(tmp_path / "reports"), "--data-dir", str(tmp_path / "data"), "--name", "t"]
-    env = {**os.environ, names.EXTRA_ENV: STUB, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, env=plugin_site.env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     # the plan, and each run

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from checkout import REPO
 
 from reprokit import report
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import decomposition
 from reprokit.results import stats
-from reprokit.results.provenance import REPO
 
 REAL = REPO / "reports" / "quick-cpu" / "results"
 

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,9 @@ import copy
 import json
 
 import jsonschema
+from checkout import REPO
 
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 FILES = sorted((REPO / "reports").glob("*/results/*.json"))
 

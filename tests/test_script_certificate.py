@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit.certify.script_certificate import certify_scripts
 from reprokit.environments.envs import ENVS
@@ -20,7 +21,7 @@ from reprokit.execute import data_step
 from reprokit.plan import script_plan
 from reprokit.plan.experiments import from_scripts, load
 from reprokit.plan.plan import Options
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 from reprokit.runners.local import LocalRunner
 
 SCRIPTS = Path(__file__).parent / "user_scripts"

@@ -19,12 +19,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from reprokit import cli
-from reprokit.environments import cache, script_packages, script_requirements
+from reprokit.environments import cache, requirement_sets, script_packages, script_requirements
 from reprokit.errors import UserError
 from reprokit.execute import data_step
-from reprokit.results.provenance import REPO
 
 SCRIPTS = Path(__file__).parent / "user_scripts"
 CORPUS = Path(__file__).parent / "corpus"
@@ -99,8 +99,8 @@ def test_a_tutorial_that_imports_matplotlib_runs_with_the_requirements_beside_it
     req = result["spec"]["script"]["requirements"]
     assert req["file"] == "requirements.txt" and req["install"] == install and req["in_lock"] == []
     shims = result["probe"]["shims"]
-    assert any(s.startswith("its requirements requirements.txt installed from hash-checked wheels") and
-               "matplotlib==" in s for s in shims), shims
+    assert any(s.startswith("its requirements requirements.txt from hash-checked wheels, installed once on this "
+                            "machine (read-only, pytorch-") and "matplotlib==" in s for s in shims), shims
     assert "matplotlib draws off screen (MPLBACKEND=Agg): plt.show() shows nothing and returns" in shims
 
 
@@ -196,31 +196,75 @@ def test_the_scan_reads_top_level_names_and_leaves_optional_imports_out(kit_pyth
                                  "add yaml_for_helpers" and lacking == ["yaml_for_helpers"]
 
 
+# where the package came from, appended to the file its argument names by each run; then torch_extra.py's training
+WHERE_FROM = """
+import json, sys
+import reprokit_probe_extra
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps({"file": reprokit_probe_extra.__file__, "path": sys.path}) + "\\n")
+"""
+
+
+def _files_named(root: Path, part: str) -> list[Path]:
+    """The files and folders under the checkout whose name holds ``part`` (its environments and git's own aside)."""
+    found = []
+    for parent, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in (".nox", ".git")]
+        found += [Path(parent, n) for n in [*dirs, *names] if part in n]
+    return found
+
+
 @pytest.mark.slow
-def test_a_hash_pinned_file_is_installed_as_written(kit_python, tmp_path, data_dir, monkeypatch):
+def test_a_hash_pinned_file_is_installed_once_and_read_by_every_run(kit_python, tmp_path, data_dir, monkeypatch):
     kit_python("pytorch")
     digest = _wheel(tmp_path / "wheels")
     folder = _experiment(tmp_path / "exp", f"# what the script imports beyond torch\n{NAME.replace('_', '-')}=="
                                            f"{VERSION} \\\n    --hash=sha256:{digest}\n{_numpy_pin()}\n")
+    script = folder / "where_from.py"
+    script.write_text(WHERE_FROM + (folder / "torch_extra.py").read_text())     # first: the probe bounds its training
+    records = tmp_path / "records.jsonl"
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels")}
-    proc = subprocess.run([sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(folder), "--only", "extra",
-                           "--frameworks", "pytorch", "--backend", "local", "--profile", "quick", "--state-dir",
-                           str(tmp_path / "state"), "--data-dir", str(data_dir), "--reports-dir",
-                           str(tmp_path / "reports")], cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+
+    def reproduce(state: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "reprokit", "reproduce", "--script", f"pytorch={script} {records}",
+                               "--frameworks", "pytorch", "--repeats", "2", "--backend", "local", "--profile", "quick",
+                               "--state-dir", str(tmp_path / state), "--data-dir", str(data_dir), "--reports-dir",
+                               str(tmp_path / "reports")], cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env=env)
+    proc = reproduce("state")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (path,) = (tmp_path / "state" / "results").glob("*.json")
-    result = json.loads(path.read_text())
-    assert result["status"] == "ok", result["failure"]
-    req = result["spec"]["script"]["requirements"]
-    assert req["in_lock"] == [_numpy_pin().split()[0]] and len(req["install"]) == 1
-    assert any(s.startswith("its requirements requirements.txt installed from hash-checked wheels, after the lock's "
-                            "packages: reprokit-probe-extra==1.0") for s in result["probe"]["shims"])
-    assert result["model"]["parameters"]["total"] == 3 * 32 * 32 * 24 + 24 + 24 * 10 + 10    # its WIDTH, 24
+    # downloaded once into the per-user cache, installed once, before the runs
+    assert proc.stdout.count(f"requirements: downloading 1 wheel(s) for where_from.py into "
+                             f"{cache.root() / 'wheels'}\n") == 1, proc.stdout
+    assert proc.stdout.count("requirements: installing 1 package(s) for where_from.py into ") == 1, proc.stdout
+    results = [json.loads(p.read_text()) for p in (tmp_path / "state" / "results").glob("*.json")]
+    assert len(results) == 2 and {r["spec"]["repeat"] for r in results} == {0, 1}
+    installed = requirement_sets.for_spec(results[0]["spec"])
+    assert installed is not None and installed.parent == cache.root() / "requirement-sets"
+    for result in results:
+        assert result["status"] == "ok", result["failure"]
+        req = result["spec"]["script"]["requirements"]
+        assert req["in_lock"] == [_numpy_pin().split()[0]] and len(req["install"]) == 1
+        said = f"its requirements requirements.txt from hash-checked wheels, installed once on this machine (read-only, " \
+               f"{installed.name}), after the lock's packages: reprokit-probe-extra==1.0 (already in the lock: numpy=="
+        assert any(shim.startswith(said) for shim in result["probe"]["shims"]), result["probe"]["shims"]
+        assert result["model"]["parameters"]["total"] == 3 * 32 * 32 * 24 + 24 + 24 * 10 + 10    # its WIDTH, 24
+    # each run imported the package from the one installed set, searched after the environment's own packages
+    for record in map(json.loads, records.read_text().splitlines()):
+        assert record["file"] == str(installed / NAME / "__init__.py")
+        site = next(i for i, p in enumerate(record["path"]) if p.endswith("site-packages"))
+        assert record["path"].index(str(installed)) > site
+    assert not list((tmp_path / "state").rglob("*probe_extra*")), "a run installed packages of its own"
+    assert not [p for p in [installed, *installed.rglob("*")] if p.stat().st_mode & 0o222]        # read-only
+
+    # the next command (a fresh state folder) downloads and installs nothing: its runs read the same set
+    again = reproduce("again")
+    assert again.returncode == 0 and "requirements:" not in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
+    assert len(records.read_text().splitlines()) == 4
+    assert _files_named(REPO, "probe_extra") == []              # nothing of the script's packages in the checkout
+
     # the wheel is the one hashed: another wheel under the same name is refused at the download
-    (folder / "requirements.txt").write_text(f"{NAME}=={VERSION} --hash=sha256:{'0' * 64}\n")
-    settled = script_requirements.settle(script_requirements.from_file(folder, "requirements.txt"), "pytorch")
-    spec = {"source": "script", "script": {"path": "torch_extra.py", "requirements": settled}}
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
     with pytest.raises(UserError, match="could not be downloaded"):
-        script_requirements.fetch([spec], tmp_path / "other-data", log=lambda line: None)
+        requirement_sets.wheels([f"{NAME}=={VERSION} --hash=sha256:{'0' * 64}"], "torch_extra.py", log=lambda line: None)

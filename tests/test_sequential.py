@@ -12,7 +12,6 @@ import pytest
 import stub_matrix
 from scipy import stats as scipy_stats
 
-from kits.contract import names
 from reprokit.claims import sequential
 from reprokit.errors import UserError
 from reprokit.plan import request
@@ -85,7 +84,6 @@ CLAIMS = textwrap.dedent("""\
     tolerance = {{ at_most = {threshold} }}
     transfers = "a test"
     """)
-TWINS = {names.EXTRA_ENV: "tests.stub_kit:FRAMEWORK,tests.stub_kit:TWIN"}
 
 
 def test_a_claim_whose_threshold_lies_inside_the_3_repeat_interval_gets_more_repeats(tmp_path):
@@ -97,7 +95,7 @@ def test_a_claim_whose_threshold_lies_inside_the_3_repeat_interval_gets_more_rep
     toml = exp / "tiny.toml"
     toml.write_text(toml.read_text().replace('frameworks = [', 'seed_case = "stub"\nframeworks = [', 1))
     state = tmp_path / "state"
-    three = stub_matrix.run(stub_matrix.command(tmp_path, exp, state, frameworks="stub,stub2"), **TWINS)
+    three = stub_matrix.run(stub_matrix.command(tmp_path, exp, state, frameworks="stub,stub2"))
     assert three.returncode == 0, three.stdout[-2000:] + three.stderr[-2000:]
     results = [json.loads(p.read_text()) for p in (state / "results").glob("*.json")]
 
@@ -112,7 +110,7 @@ def test_a_claim_whose_threshold_lies_inside_the_3_repeat_interval_gets_more_rep
                               frameworks="stub,stub2")
     del cmd[cmd.index("--claims"):cmd.index("--claims") + 2]          # the command's --claims none goes
     cmd[cmd.index("--repeats") + 1] = "auto"
-    auto = stub_matrix.run(cmd, **TWINS)
+    auto = stub_matrix.run(cmd)
     assert auto.returncode == 0, auto.stdout[-2000:] + auto.stderr[-2000:]
     assert "repeats auto: 1 claim(s) undecided (tiny-unclear); one more repeat of 2 configuration(s)" in auto.stdout
     repeats = sorted((r["framework"], r["repeat"]) for p in (state / "results").glob("*.json")

@@ -12,13 +12,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import plugin_site
+from checkout import REPO
 from conftest import TINY
 
 from kits.contract import files
 from reprokit.certify import certify_runs
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import publish
-from reprokit.results.provenance import REPO
 from reprokit.results.quarantine import QUARANTINE
 from reprokit.results.store import Store
 
@@ -121,7 +122,7 @@ def test_reproduce_with_a_result_cut_short_runs_that_run_again(tmp_path):
            "--claims",
            "none", "--state-dir", str(state), "--reports-dir", str(state / "reports"), "--data-dir",
            str(state / "data"), "--name", "t"]
-    env = {**os.environ, "REPROKIT_EXTRA_FRAMEWORKS": "tests.stub_kit:FRAMEWORK", "PYTHONPATH": str(REPO)}
+    env = plugin_site.env()
 
     def reproduce() -> subprocess.CompletedProcess:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""Cached files of the data folder damaged between two real runs (the numpy stub kit of tests/stub_kit on the tiny
+"""Cached files of the data folder damaged between two real runs (the numpy stub kit of tests/stub_plugin on the tiny
 experiment, about a second of training): the next command sets them aside or rebuilds them, and its run is made."""
 from __future__ import annotations
 

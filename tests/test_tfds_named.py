@@ -14,12 +14,12 @@ import subprocess
 import sys
 
 import pytest
+from checkout import REPO
 from test_corpus import row
 
 from reprokit.environments import datasets
 from reprokit.plan import script_datasets
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 CORPUS = REPO / "tests" / "corpus" / "tfds_scripts"
 SHAPES = {"mnist": [28, 28, 1], "fashion_mnist": [28, 28, 1], "cifar10": [32, 32, 3], "cifar100": [32, 32, 3]}

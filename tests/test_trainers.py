@@ -19,13 +19,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 from test_corpus import row
 
 from reprokit import cli
-from reprokit.environments import script_requirements
+from reprokit.environments import requirement_sets
 from reprokit.execute import compose
 from reprokit.results import results
-from reprokit.results.provenance import REPO
 
 CORPUS = REPO / "tests" / "corpus" / "trainers"
 SCRIPTS = REPO / "tests" / "bound_scripts"
@@ -35,16 +35,16 @@ pytestmark = pytest.mark.slow
 
 def _bound_runs(tmp: Path, data_dir: Path, python: Path, framework: str, script: str,
                 *require: str) -> dict[tuple[str, str], tuple[Path, subprocess.Popen]]:
-    """The bound script under the probe, unbounded and bounded (its requirements' wheels fetched first, as the CLI
-    fetches them)."""
+    """The bound script under the probe, unbounded and bounded (its requirements installed first, once, as the CLI
+    installs them, and given to the probe as the runners give them)."""
     extra = [a for r in require for a in ("--require", f"{framework}={r}")]
     parsed = cli.parse(["--script", f"{framework}={SCRIPTS / script}", "--frameworks", framework, "--backend",
                         "local", "--profile", "quick", "--data-dir", str(data_dir), "--state-dir",
                         str(tmp / "state"), *extra])
     (planned,) = compose.build(parsed).specs
     planned_spec = planned.to_dict()
-    if require:
-        script_requirements.wheels(planned_spec["script"]["requirements"]["install"], data_dir, script)
+    requirement_sets.install_all([planned_spec])
+    installed = requirement_sets.for_spec(planned_spec)
     started = {}
     for name, bounds in (("unbounded", dict.fromkeys(BOUNDED)), ("bounded", BOUNDED)):
         folder = tmp / name
@@ -55,7 +55,8 @@ def _bound_runs(tmp: Path, data_dir: Path, python: Path, framework: str, script:
         (folder / "spec.json").write_text(json.dumps(spec))
         started[framework, name] = folder, subprocess.Popen(
             [str(python), "-m", "kits.probe", "--spec", str(folder / "spec.json"), "--out",
-             str(folder / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS)],
+             str(folder / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS),
+             *(("--requirements", str(installed)) if installed else ())],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})     # the same sums in both
     return started
@@ -181,7 +182,8 @@ def test_a_lightning_trainer_is_observed_and_bounded_through_its_own_arguments(r
     assert r["probe"]["ended"] == "the script ran to its end, bounded (epochs, evaluation, loader)"
     (note,) = r["probe"]["notes"]
     assert "limit_train_batches=3 (the script's: the default), max_epochs=1 (the script's: 3)" in note
-    assert any("installed from hash-checked wheels" in s and "lightning==" in s for s in r["probe"]["shims"])
+    assert any("from hash-checked wheels, installed once on this machine" in s and "lightning==" in s
+               for s in r["probe"]["shims"])
 
 
 def test_a_lightning_trainer_bounded_runs_the_unbounded_runs_first_steps(runs):

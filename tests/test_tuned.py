@@ -9,6 +9,7 @@ import re
 import sys
 
 import pytest
+from checkout import REPO
 
 from reprokit import cli
 from reprokit.errors import UserError
@@ -16,7 +17,6 @@ from reprokit.execute import compose
 from reprokit.plan import tuning
 from reprokit.report import tuned_section
 from reprokit.results import runs
-from reprokit.results.provenance import REPO
 
 
 def _argv(tiny_dir, tmp_path, *extra: str) -> list[str]:

@@ -9,10 +9,10 @@ import sys
 import textwrap
 
 import pytest
+from checkout import REPO
 from conftest import TINY
 
 from reprokit.report import settings_table
-from reprokit.results.provenance import REPO
 
 pytestmark = pytest.mark.slow
 

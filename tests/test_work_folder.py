@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO
 
 from kits.contract import work_folder
 from reprokit.errors import UserError
 from reprokit.plan import data_mounts
-from reprokit.results.provenance import REPO
 
 SCRIPT = '''
 import argparse, pathlib

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
+from kits import served_data
 from kits.contract.spec import ScriptData
-from kits.training_loop import tfds_named
+from kits.served_data import tfds_datasets
 from kits.training_loop.network_guard import block_network
 from kits.training_loop.staged_data import StagedData
 
@@ -27,7 +28,7 @@ stand_in_dir, stand_in_spec, posted_dir, posted_spec = sys.argv[1:5]
 # CIFAR-10's verified data: written here from the python batches, and TFDS's own build from the binary archive
 # (before install(), which points tfds.builder at the run's copies)
 posted = StagedData(ScriptData(**json.loads(posted_spec)), Path(posted_dir), Path("posted-work").resolve(), [])
-ours = tfds_named.prepare(posted, "cifar10", posted.staged / "tfds")
+ours = tfds_datasets.prepare(posted, "cifar10", posted.staged / "tfds")
 theirs = tfds.builder("cifar10", data_dir=str(Path(posted_dir) / "tfds"))
 same = {}
 for split in ("train", "test"):
@@ -39,7 +40,7 @@ same["names"] = ours.info.features["label"].names == theirs.info.features["label
 tried: list[str] = []
 shims = [block_network(tried)]
 named = StagedData(ScriptData(**json.loads(stand_in_spec)), Path(stand_in_dir), Path("stand-in-work").resolve(), shims)
-shims += tfds_named.install(named, None)
+shims += served_data.install(named, None)      # TFDS is imported: its layer at once
 loaded = {}
 for name in ("mnist", "fashion_mnist", "cifar10", "cifar100"):
     (train, test), info = tfds.load(name, split=["train[:90%]", "test"], as_supervised=True, with_info=True,

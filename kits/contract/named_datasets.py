@@ -3,7 +3,8 @@
 A script's ``torchvision.datasets.MNIST(root, download=True)`` or ``keras.datasets.mnist.load_data()`` finds
 the kit's copy, in the dataset's own file format, whatever its root: the verified dataset on the standard and
 full profiles (the host stages it: ``nox -s data -- mnist``), a generated stand-in of the same shapes on quick
-(kits/framework_free/stand_ins.py), declared as such. Standard library only: the host and every kit read this table.
+(kits/framework_free/stand_ins.py), declared as such. Their published files by URL, for a script that downloads
+them itself: kits/contract/published_urls.py. Standard library only: the host and every kit read this table.
 """
 from __future__ import annotations
 

@@ -5,11 +5,11 @@ host import the same definitions.
 """
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from kits.contract import plugins
 
 # The modules a framework's kit may have: ``backend`` (the training run), ``certify`` (its side of the
 # certificate), ``probe`` (a user's script under observation) and ``bare`` (the bench's bare loop). What the
@@ -40,31 +40,10 @@ BUILTIN = (
     Framework("tensorflow", "TensorFlow", "kits.tensorflow_kit", "#E69F00", parts=(*PARTS, TFDS_DATA)),
     Framework("jax", "JAX", "kits.jax_kit", "#009E73"),
 )
-# A test and extension hook: "module:attr[,module:attr...]", each naming a Framework (or a sequence of them)
-# registered after the built-in ones. Read at import, so it reaches every kit process a host starts (they
-# inherit the environment; the module must be importable there: the runners put the repository root on
-# PYTHONPATH). tests/test_registry.py registers a numpy stub through it.
-EXTRA_ENV = "REPROKIT_EXTRA_FRAMEWORKS"
-
-
-def _extra(value: str) -> tuple[Framework, ...]:
-    out: list[Framework] = []
-    for ref in filter(None, (r.strip() for r in value.split(","))):
-        module, sep, attr = ref.partition(":")
-        if not (sep and module and attr):
-            raise ValueError(f"{EXTRA_ENV}={value!r}: {ref!r} is not module:attr")
-        got: Any = getattr(importlib.import_module(module), attr)
-        entries = (got,) if isinstance(got, Framework) else tuple(got)
-        for fw in entries:
-            if not isinstance(fw, Framework):
-                raise TypeError(f"{EXTRA_ENV}: {ref} holds {fw!r}, not a kits.contract.names.Framework")
-            if fw.name in {b.name for b in (*BUILTIN, *out)}:
-                raise ValueError(f"{EXTRA_ENV}: {ref} registers {fw.name!r} again")
-            out.append(fw)
-    return tuple(out)
-
-
-REGISTRY = {fw.name: fw for fw in (*BUILTIN, *_extra(os.environ.get(EXTRA_ENV, "")))}
+# Frameworks other packages register (the ``reprokit.frameworks`` entry-point group, kits/contract/plugins.py),
+# after the built-in ones; each plugin that fails to load is one sentence in BROKEN, and the others still work.
+EXTRA, PLUGINS, BROKEN = plugins.load(plugins.listed(), Framework, {b.name for b in BUILTIN})
+REGISTRY = {fw.name: fw for fw in (*BUILTIN, *EXTRA)}
 FRAMEWORKS = tuple(REGISTRY)
 LABELS = {name: fw.label for name, fw in REGISTRY.items()}
 REFERENCE = FRAMEWORKS[0]
@@ -76,6 +55,12 @@ CONTAINER_LABEL = "reprokit"
 # Conv widths per block before width_multiplier: VGG16 configuration D, and the seed 004 SimpleCNN.
 VGG16_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512, 512], [512, 512, 512]]
 SIMPLECNN_BLOCKS = [[64, 64], [128, 128], [256, 256, 256], [512, 512], [512]]
+
+
+def plugin_environment(where: Callable[[str], str] = str) -> dict[str, str]:
+    """The environment a kit process needs to load the plugins' frameworks, none included (``where``: a plugin's
+    folder as the process sees it)."""
+    return plugins.environment(PLUGINS, where)
 
 
 def label(framework: str) -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA = "reprokit.result/1"
+SCHEMA = "reprokit.result/2"
+# what this kit reads: /2 adds ``processes`` (each rank, worker and replica of a run: kits/ranks/gather.py)
+READS = ("reprokit.result/1", SCHEMA)
 
 
 def header(spec: dict[str, Any], status: str, failure: dict[str, Any] | None) -> dict[str, Any]:

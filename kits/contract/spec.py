@@ -214,7 +214,7 @@ class RunSpec:
 @dataclass(frozen=True)
 class Requirements:
     """A script's extra requirements (reprokit/environments/script_requirements.py): its file, what the lock
-    already pins, and the hash-pinned lines the probe installs from the host's wheels."""
+    already pins, and the hash-pinned lines, which the host installs once per machine and the probe reads."""
     file: str
     sha256: str
     install: list[str]
@@ -233,18 +233,47 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class NotebookCell:
+    """A code cell as the probe runs it: its number (counting every cell from 1, markdown too), its lines in the
+    converted text, and the error it is expected to raise: its saved error output's type and first line, or any
+    error where only the ``raises-exception`` tag says so (``tagged``)."""
+    number: int
+    first_line: int
+    last_line: int
+    error: str | None = None
+    error_value: str | None = None
+    tagged: bool = False
+
+
+@dataclass(frozen=True)
 class Notebook:
-    """A notebook run as one script of its code cells, in order (reprokit/environments/notebooks.py): its sha256,
-    the text the host converted it to (what the probe runs) and that text's sha256, and the IPython lines left out."""
+    """A notebook run as its code cells, in order (reprokit/environments/notebooks.py): its sha256, the text the
+    host converted it to (what the probe runs) and that text's sha256, the IPython lines left out, those run as
+    their Python (``honoured``), and the code cells, which the probe runs one at a time. A spec planned before
+    cells ran one at a time has neither of the last two, and runs its text as one script."""
     sha256: str
     code: str
     code_sha256: str
     left_out: list[str]
+    honoured: list[str] = field(default_factory=list)
+    cells: list[NotebookCell] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """The launcher a script is started through (kits/contract/launchers.py): its name as typed, its own options as
+    the run gives them (after the changes the kit declares: ``{devices}`` replaced, the rendezvous kept on
+    loopback), the processes it starts on this machine, and those declarations."""
+    name: str
+    options: list[str]
+    processes: int
+    declared: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Script:
-    """A user's own training script, run unmodified: its file in its folder (given to the probe as a path)."""
+    """A user's own training script, run unmodified: its file in its folder (given to the probe as a path), or,
+    where it imports its own package, the module ``python -m`` runs from the folder, its root."""
     path: str                                # relative to the folder
     args: list[str]
     folder: str                              # the folder on the host (the runner shows it to the probe read-only)
@@ -253,6 +282,9 @@ class Script:
     requirements: Requirements | None = None  # extra, hash-pinned, layered on the framework's lock
     mounts: list[Mount] = field(default_factory=list)   # the user's own data folders (--data)
     notebook: Notebook | None = None          # where path is a notebook (.ipynb): the script its code cells make
+    module: str | None = None                 # runs as python -m MODULE from the folder (path is MODULE's file)
+    left_out: list[str] = field(default_factory=list)    # folders of the copy named like the lock's modules
+    launcher: Launcher | None = None          # torchrun, accelerate launch, fabric run: it starts the script's ranks
 
 
 # An evaluation pass's bound also counts samples, so that a loader of small batches still evaluates a few
@@ -307,6 +339,7 @@ class ScriptSpec:
     provenance: dict[str, Any]
     pitfalls: list[str]                      # always empty: a script carries no switch of the kit's
     pitfall_summaries: dict[str, str]
+    devices: int = 1                         # the devices the run holds (--devices): GPUs, or stand-ins on a CPU
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ScriptSpec:
@@ -321,6 +354,11 @@ class ScriptSpec:
             del out["script"]["mounts"]
         if out["script"]["notebook"] is None:
             del out["script"]["notebook"]
+        for name in ("module", "left_out", "launcher"):
+            if not out["script"][name]:
+                del out["script"][name]
+        if out["devices"] == 1:              # one device, as every spec before --devices: the same run id
+            del out["devices"]
         return out
 
     def computed_run_id(self) -> str:
@@ -371,13 +409,16 @@ def parse(kind: type[D], value: Any, path: str) -> D:
 def read_older(kind: type, value: dict[str, Any]) -> dict[str, Any]:
     """A spec object as this kit writes it, from a result written before builders and hooks were keyed by any
     framework: a model's one field per framework (null for a built-in model) read into ``builders``, and a hook's
-    null sides dropped. Anything else as it is."""
+    null sides dropped; and a notebook's honoured lines and cells, which a spec planned before them lacks, as none.
+    Anything else as it is."""
     if kind is Model and any(k in REGISTRY for k in value):
         builders = {k: v for k, v in value.items() if k in REGISTRY and v is not None}
         return {**{k: v for k, v in value.items() if k not in REGISTRY}, "builders": builders}
     if kind is Hooks:
         return {k: {fw: ref for fw, ref in v.items() if ref is not None} if isinstance(v, dict) else v
                 for k, v in value.items()}
+    if kind is Notebook:         # planned before its cells ran one at a time: its text runs as one script
+        return {"honoured": [], "cells": [], **value}
     return value
 
 
@@ -396,4 +437,7 @@ def _value(hint: Any, value: Any, path: str) -> Any:
                          if dataclasses.is_dataclass(t)]
     if nested and value is not None:
         return parse(nested[0], value, path)
+    items = typing.get_args(hint) if typing.get_origin(hint) is list else ()     # a script's mounts, a notebook's cells
+    if items and isinstance(items[0], type) and dataclasses.is_dataclass(items[0]) and isinstance(value, list):
+        return [parse(items[0], item, f"{path}.{i}") for i, item in enumerate(value)]
     return value

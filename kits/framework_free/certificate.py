@@ -36,6 +36,7 @@ SIDE_NAME = "side.json"                 # with kits.certify --jobs: what each jo
 WEIGHTS_NAME = "initial-weights.npz"    # ... the PyTorch side's initial weights, read by the TensorFlow side
 AFTER_NAME = "after-steps.npz"          # ... each side's fp64 weights after the steps
 INPUT_NAME = "first-batch.npy"          # a script's certificate: the batch the PyTorch script's model received
+EVIDENCE_FOLDER = "evidence"            # ... and each of its processes' evidence at its first step (kits/ranks/)
 LOGITS_SAMPLES = 8          # the fixed batch: the first test samples
 STEPS = 10                  # optimizer steps of the loss trajectory (a matrix on a CPU asks for CPU_STEPS
                             # of reprokit/certify/certify_plan.py)

@@ -23,12 +23,9 @@ _CHUNK = 1 << 20
 # dataset's own folder, whose files the spec hashes).
 CIFAR10_BATCHES = "cifar-10-batches-py"
 TFDS_ROOT = "tfds"
-SCRIPT_WHEELS = "script-wheels"     # a script's extra requirements, fetched by the host: <key>/*.whl
-
-
-def wheels_key(install: list[str]) -> str:
-    """The folder of the wheels for one list of hash-pinned requirement lines."""
-    return hashlib.sha256("\n".join(install).encode()).hexdigest()[:16]
+# the marker the host writes last in a script's installed requirement set (reprokit/environments/requirement_sets.py):
+# its lines, which the probe checks against the spec's before it reads the set
+REQUIREMENTS_INSTALLED = "installed.json"
 TFDS_CIFAR10 = "tfds/cifar10/3.0.2"
 
 

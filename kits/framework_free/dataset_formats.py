@@ -5,12 +5,14 @@
   them; and Keras's ``mnist.npz`` (uint8 x_train, y_train, x_test, y_test).
 - CIFAR-100: the python version's ``cifar-100-python/{train,test,meta}``, pickled as Python 2 did, with fine and
   coarse labels (torchvision reads the fine ones, Keras either).
+- Either CIFAR's published tarball (``cifar-10-python.tar.gz``): its python version's folder, gzipped tar.
 CIFAR-10's batches are written by kits/framework_free/data.py. Standard library and numpy only.
 """
 from __future__ import annotations
 
 import gzip
 import struct
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +81,22 @@ def write_cifar100(arrays: Arrays, folder: Path) -> Path:
     (out / "meta").write_bytes(pickle2({b"fine_label_names": [f"class{i}".encode() for i in range(100)],
                                         b"coarse_label_names": [f"superclass{i}".encode() for i in range(20)]}))
     return out
+
+
+def write_cifar_tarball(folder: Path, path: Path) -> Path:
+    """The python version's folder as its published tarball holds it (``cifar-10-batches-py/...`` at the top), the
+    same bytes for the same files: members sorted, no times, owners or modes of this machine."""
+    def plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        info.mode = 0o755 if info.isdir() else 0o644
+        return info
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as raw, gzip.GzipFile("", "wb", compresslevel=1, fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", dereference=True) as tar:      # "": no file name in gzip's header
+        tar.add(folder, arcname=folder.name, recursive=False, filter=plain)
+        for member in sorted(folder.iterdir()):
+            tar.add(member, arcname=f"{folder.name}/{member.name}", filter=plain)
+    return path
 
 
 def read_cifar100(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

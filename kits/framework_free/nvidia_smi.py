@@ -117,6 +117,12 @@ def _run(args: list[str], timeout: float = 20) -> str | None:
         return None
 
 
+def topology() -> str | None:
+    """`nvidia-smi topo -m`: the matrix of the GPUs' links and each one's CPU and memory-node affinity; None where
+    nvidia-smi is missing or fails."""
+    return _run(["topo", "-m"])
+
+
 @cache
 def _known(kind: str) -> frozenset[str]:
     return frozenset(help_fields(_run([f"--help-query-{kind}"]) or ""))

@@ -1,8 +1,9 @@
 """JAX (Flax NNX, Optax) behind the shared Backend interface.
 
-One ``jax.jit`` training step over the whole train state (kits/jax_kit/steps.py), the state and the
-on-device sums donated to every step; the host waits only where the common loop asks (``sync``,
-``take_sums``: ``jax.block_until_ready`` and one read of the sums). Every batch shape the run gives is
+One ``jax.jit`` training step over the whole train state (kits/jax_kit/steps.py), the state donated to every
+step; the host waits only where the common loop asks (``sync``, ``take_sums``: ``jax.block_until_ready`` and
+one read of the sums) and at the step clock's edges, each read with the next step already queued
+(kits/jax_kit/step_clock.py). Every batch shape the run gives is
 compiled ahead of time in the warmup, and the compilations are recorded apart (environment.compilation).
 XLA's environment (allocator, threads, autotuning) is set from the spec before JAX starts a backend.
 """
@@ -22,9 +23,9 @@ from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
 from kits.framework_free import cpu_peak, custom
 from kits.framework_free import data as datalib
 from kits.framework_free.environment import cpu_name, nvidia_smi
-from kits.framework_free.measure import WindowTimer
 from kits.jax_kit import memory, models, steps, trace, xla_env
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, intra_op_threads, model_settings
+from kits.jax_kit.step_clock import CompletionTimer
 from kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder
 
 PREFETCH = 2          # batches on their way to the device ahead of the step that takes them
@@ -213,9 +214,9 @@ class Backend(FeederMixin):
         self.sums = steps.zero_sums()
         return float(loss), float(correct)
 
-    def step_timer(self, k: int) -> WindowTimer:
-        # windows of k steps, every queued step finished at their edges (jax.block_until_ready)
-        return WindowTimer(k, self.sync)
+    def step_timer(self, k: int) -> CompletionTimer:
+        # windows of k steps, each edge read once the next step is queued: the device never waits for the clock
+        return CompletionTimer(k, self.sync, lambda: self.sums)
 
     def sync(self) -> None:
         jax.block_until_ready((self.state, self.sums))

@@ -21,8 +21,10 @@ from flax import nnx
 
 from kits.framework_free import certificate as cert
 from kits.framework_free import parting
+from kits.framework_free.model_call import ModelCall
 from kits.jax_kit import layer_settings, trace
 from kits.jax_kit.canonical import Canonical, modules, read_optimizer, set_mode
+from kits.jax_kit.first_call import replay_calls
 
 _MODES = ("use_running_average", "deterministic")     # what model.train() and model.eval() set
 
@@ -68,9 +70,10 @@ class Captured(Canonical):
     certificate's inputs (NHWC, as the model takes them)."""
     traced_in = None                     # the trace runs in the modes the script trained in
 
-    def __init__(self, model: nnx.Module, optimizer: nnx.Optimizer | None, x: np.ndarray,
+    def __init__(self, model: nnx.Module, optimizer: nnx.Optimizer | None, x: np.ndarray, call: ModelCall,
                  expects_logits: bool | None, who: str) -> None:
-        self.model, self.who, self.trace = model, who, None
+        self.model, self.who, self.trace, self.call = model, who, None, call
+        replay_calls(model, call)
         self.trained_modes = {path: {a: getattr(m, a) for a in _MODES if isinstance(getattr(m, a, None), bool)}
                               for path, m in modules(model).items()}
         self._expects_logits = expects_logits

@@ -26,7 +26,7 @@ from flax.core import unfreeze
 from flax.training.train_state import TrainState
 
 from kits.framework_free import certificate as cert
-from kits.framework_free import parting
+from kits.framework_free import model_call, parting
 from kits.jax_kit import layer_settings, trace
 from kits.jax_kit.canonical import Layer, Param, layer_params, read_optimizer
 from kits.jax_kit.captured import Captured
@@ -207,6 +207,7 @@ class LinenModel(nnx.Module):
         self.rngs = nnx.Rngs(0)
         self.running_average: bool | None = None          # None: as the script's call sets them
         self.dropout: bool | None = None
+        self.part: model_call.Path = ()                    # the output's part compared
 
     def __call__(self, x: jax.Array) -> jax.Array:
         call = self.call
@@ -222,7 +223,17 @@ class LinenModel(nnx.Module):
                 if c in self.variables:
                     jax.tree.map(lambda v, u: v.set_value(u), self.variables[c], tree,
                                  is_leaf=lambda v: isinstance(v, nnx.Variable))
-        return out
+        return model_call.pick(out, self.part)
+
+
+def _described(a: Applied, out: Any, rows: int) -> model_call.ModelCall:
+    """The step's ``Module.apply`` call as the certificate replays it, and the part of its output compared (its
+    only array, or the first (batch, k) one: the probe does not see what a linen step's loss reads)."""
+    is_shaped = lambda v: hasattr(v, "shape") and hasattr(v, "dtype")      # noqa: E731
+    call = model_call.record(type(a.module).__name__, type(a.module).__call__.__get__(a.module), tuple(a.args),
+                             a.kwargs, lambda v: v is INPUT, lambda v: None, lambda v: "its batch")
+    call.part, call.part_why = model_call.choose_part(out, is_shaped, None, rows)
+    return call
 
 
 def _at(tree: Any, parts: list[str]) -> Any:
@@ -256,7 +267,9 @@ class LinenCaptured(Captured):
         self.dtype = jax.tree.leaves(nnx.state(self.model, nnx.Param))[0].dtype
         graphdef, state = nnx.split(self.model)
         with _observing(seen):          # abstractly: nothing runs, no statistics change
-            jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state, self._inputs(self.x_trace))
+            out = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state, self._inputs(self.x_trace))
+        self.call = _described(found.applied, out, len(self.x_trace))
+        self.model.part = self.call.part
         self._canonical()
         state_ = found.state
         self.optimizer = (read_optimizer(state_.tx, state_.opt_state) if state_ is not None else

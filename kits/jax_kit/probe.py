@@ -30,15 +30,17 @@ import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from kits import served_data  # noqa: E402
 from kits.contract import settings as settings_lib  # noqa: E402
+from kits.contract import work_folder  # noqa: E402
 from kits.framework_free import certificate as cert  # noqa: E402
+from kits.framework_free import model_call  # noqa: E402
 from kits.framework_free.measure import rss_bytes  # noqa: E402
-from kits.jax_kit import memory  # noqa: E402
+from kits.jax_kit import first_call, memory  # noqa: E402
 from kits.jax_kit.linen_captured import Found, find  # noqa: E402
 from kits.jax_kit.probe_steps import EVAL, LOGITS_LOSS, TRAIN, Tracing, Watched, hook_traces, jit_hook  # noqa: E402
 from kits.jax_kit.read_settings import NO_PINNING, framework_settings, model_settings  # noqa: E402
 from kits.observation.observe import Observer, own_time  # noqa: E402
-from kits.training_loop import tfds_named  # noqa: E402
 from kits.training_loop.staged_data import StagedData  # noqa: E402
 
 CIFAR10_BATCHES = "cifar-10-batches-py"
@@ -67,6 +69,7 @@ class JaxProbe:
         self.linen: Found | str | None = None         # else the linen model it applies, or why none is found
         self.first_batch: np.ndarray | None = None    # the first samples of the first step's inputs
         self.step: Watched | None = None              # the first training step seen
+        self.call: model_call.ModelCall | str | None = None     # how it called the NNX model it trains, or why not
         self.compilations: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self._last: Any = None                        # the last observed call's outputs: what a sync waits for
@@ -114,9 +117,9 @@ class JaxProbe:
 
     def stage_data(self, named: StagedData, tfds_root: Path | None) -> list[str]:
         """JAX has no dataset reader: a script reads CIFAR-10's python batches itself, where their tarball unpacks
-        (``data/cifar-10-batches-py`` or ``cifar-10-batches-py`` in its folder): linked there where absent. Where
-        the script's requirements bring TFDS, ``tfds.load`` of the four datasets reads them as in the TensorFlow
-        kit (kits/training_loop/tfds_named.py)."""
+        (``data/cifar-10-batches-py`` or ``cifar-10-batches-py`` in its folder): linked there where absent. The
+        libraries a script imports (torchvision, keras, TFDS, where its requirements bring them) and the published
+        files by URL serve the named datasets as in any framework's run (kits/served_data/)."""
         work = Path(self.script_dir)             # the script's writable copy of its folder
         linked = []
         for where in (work / "data" / CIFAR10_BATCHES, work / CIFAR10_BATCHES):
@@ -126,7 +129,7 @@ class JaxProbe:
                 linked.append(str(where.relative_to(work)))
         shims = [f"CIFAR-10's python batches linked at {', '.join(linked)} in the script's folder (where its tarball "
                  f"unpacks; JAX has no dataset reader of its own)"] if linked else []
-        shims += tfds_named.install(named, tfds_root)
+        shims += served_data.install(named, tfds_root)
         if PREALLOCATE_SET:
             shims.append("XLA_PYTHON_CLIENT_PREALLOCATE=false (the script's environment set none): JAX would take 75% "
                          "of a GPU at its start, and no memory reading would mean anything")
@@ -137,8 +140,9 @@ class JaxProbe:
     def install(self, observer: Observer) -> None:
         self.observer = observer
         hook_traces(self.tracing)
-        jax.jit = jit_hook(jax.jit, self, self.script_dir)
-        nnx.jit = jit_hook(nnx.jit, self, self.script_dir)
+        own = work_folder.own_files(Path(self.script_dir))       # the script's own code (a notebook's cells too)
+        jax.jit = jit_hook(jax.jit, self, own)
+        nnx.jit = jit_hook(nnx.jit, self, own)
 
     @own_time
     def _before(self, fn: Watched, args: tuple, kwargs: dict) -> None:
@@ -197,9 +201,18 @@ class JaxProbe:
         self.optimizer = optimizers[0] if optimizers else None
         inputs = [a for i, a in enumerate(args) if i not in (fn.state_args or ()) and not isinstance(a, nnx.Pytree)]
         batch = next((x for x in jax.tree.leaves(inputs) if getattr(x, "ndim", 0) >= 2), None)
-        # a copy of its first samples now: the step may donate its buffers
-        self.first_batch = None if batch is None else np.array(batch[:cert.LOGITS_SAMPLES])
+        # a copy of its first samples now: the step may donate its buffers (on the host first: slicing a batch
+        # sharded over an explicit mesh is a gather JAX refuses)
+        self.first_batch = None if batch is None else np.array(np.asarray(batch)[:cert.LOGITS_SAMPLES])
+        sharding = getattr(batch, "sharding", None)          # a batch split over a mesh: one share per device
+        self.batch_devices = len(sharding.device_set) if sharding is not None else 1
+        if jax.process_count() > 1:                           # a multi-process run (jax.distributed.initialize)
+            self.group = {"rank": jax.process_index(), "ranks": jax.process_count(), "backend": None}
         if self.model is not None:
+            try:
+                self.call = first_call.record(self.model, fn.model_calls, args, fn.loss_inputs)
+            except model_call.Unreplayable as exc:
+                self.call = str(exc)
             self.models.append(f"{type(self.model).__name__} with {self.parameters()['total']:,} parameters")
             self.others = [f"{type(m).__name__}" for m in modules[1:]]
             self.models += self.others
@@ -227,14 +240,33 @@ class JaxProbe:
             raise ValueError("the first training step received no batch of arrays (N, ...) to run the model on")
         from kits.jax_kit.captured import Captured
         from kits.jax_kit.linen_captured import LinenCaptured
-        own = other_input is None or tuple(other_input.shape[1:]) != self.first_batch.shape[1:]
-        self.own_input = other_input is not None and own
         seen = self.step.seen if self.step else set()
-        x, logits = self.first_batch if own else other_input, True if LOGITS_LOSS in seen else None
+        logits = True if LOGITS_LOSS in seen else None
         if isinstance(self.linen, Found):
+            x = self._input(other_input, self.first_batch.shape[1:])
             return LinenCaptured(self.linen, x, logits, f"the JAX script's "
                                  f"{type(self.linen.applied.module).__name__} (flax.linen)")
-        return Captured(self.model, self.optimizer, x, logits, f"the JAX script's {type(self.model).__name__}")
+        if not isinstance(self.call, model_call.ModelCall):
+            raise model_call.Unreplayable(self.call or "the script's model call was not seen in its training step")
+        batch = next(a.value for a in self.call.args if a.role == model_call.BATCH) \
+            if self.call.batch_at[0][0] == "index" else self.call.kwargs[self.call.batch_at[0][1]].value
+        shape = tuple(int(d) for d in getattr(batch, "shape", self.first_batch.shape)[1:])
+        x = self._input(other_input, shape)
+        return Captured(self.model, self.optimizer, x, self.call, logits,
+                        f"the JAX script's {type(self.model).__name__}")
+
+    def _input(self, other_input: np.ndarray | None, shape: tuple) -> np.ndarray:
+        """The certificate's input: the PyTorch side's batch where the model takes it (kits/framework_free/
+        model_call.py as_shape), else the first samples of the step's own batch, as the model takes them."""
+        x = model_call.as_shape(other_input, shape) if other_input is not None else None
+        self.own_input = other_input is not None and x is None
+        if x is None:
+            x = model_call.as_shape(self.first_batch, shape)
+        if x is None:
+            raise model_call.Unreplayable(
+                f"the script's model takes samples of shape {shape}, and neither the PyTorch side's batch nor its "
+                f"step's own ({tuple(self.first_batch.shape[1:])}) has that shape without moving its channels")
+        return x
 
     # -- what it saw -------------------------------------------------------------------------------------
 
@@ -249,6 +281,21 @@ class JaxProbe:
 
     def input_reader(self) -> str | None:
         return "the script's own loop over its arrays (JAX has no loader)"
+
+    def batchnorm_sync(self) -> str | None:
+        """Whether its BatchNorm layers reduce their statistics over a named axis (axis_name: across devices); None
+        without one, or for a linen model."""
+        if self.model is None:
+            return None
+        norms = [m for _, m in nnx.iter_modules(self.model) if isinstance(m, nnx.BatchNorm)]
+        if not norms:
+            return None
+        synced = sum(getattr(m, "axis_name", None) is not None for m in norms)
+        return "synchronized" if synced == len(norms) else "per device" if not synced else "mixed"
+
+    def replicas(self) -> int | None:
+        """The devices the first training step's batch was split over (a JAX mesh), if it was seen."""
+        return getattr(self, "batch_devices", None)
 
     def environment(self) -> dict:
         from kits.framework_free.environment import cpu_name, nvidia_smi

@@ -30,6 +30,7 @@ import optax
 from flax import nnx
 
 from kits.framework_free.measure import now
+from kits.jax_kit import first_call
 from kits.jax_kit.linen_captured import Applied
 
 TRAIN, EVAL, OTHER = "train step", "evaluation", "not the model's"
@@ -67,6 +68,17 @@ def _applying(real: Callable, tracing: Tracing) -> Callable:
     return apply
 
 
+def _loss_marking(real: Callable, tracing: Tracing) -> Callable:
+    """A loss of logits, marked; the logits it reads kept, for the certificate's part of the model's output."""
+    @functools.wraps(real)
+    def marked(*args, **kwargs):
+        tracing.mark(LOGITS_LOSS)
+        if tracing.stack:
+            tracing.stack[0].loss_inputs.append(kwargs.get("logits", args[0] if args else None))
+        return real(*args, **kwargs)
+    return marked
+
+
 def hook_traces(tracing: Tracing) -> list[str]:
     """optax.apply_updates, the gradients, optax's losses of logits and flax.linen's Module.apply, which mark the
     trace they run in (outside one they do nothing)."""
@@ -75,7 +87,7 @@ def hook_traces(tracing: Tracing) -> list[str]:
     for name in ("grad", "value_and_grad"):
         setattr(jax, name, _marking(getattr(jax, name), tracing, "grad"))
     for name in LOGITS_LOSSES:              # optax.X and optax.losses.X are one function: one mark for both
-        marked = _marking(getattr(optax.losses, name), tracing, LOGITS_LOSS)
+        marked = _loss_marking(getattr(optax.losses, name), tracing)
         setattr(optax, name, marked)
         setattr(optax.losses, name, marked)
     return ["optax.apply_updates (nnx.Optimizer.update calls it), jax.grad and jax.value_and_grad: marked when they "
@@ -110,6 +122,8 @@ class Watched:
         self.params: list[tuple] | None = None        # the shapes of the parameters its update stepped
         self.applied: list[Applied] = []              # the flax.linen Module.apply calls its trace made
         self.state_args: set[int] | None = None       # which positional arguments are the state, not the batch
+        self.model_calls: list[tuple] = []            # its trace's outermost calls of the Flax modules it received
+        self.loss_inputs: list[Any] = []              # ... and the logits its losses of logits read
         self.calls = 0
         functools.update_wrapper(self, getattr(compiled, "__wrapped__", compiled), updated=())
 
@@ -133,7 +147,8 @@ class Watched:
         tracing = self._steps.tracing
         tracing.stack.append(self)
         try:
-            traced = self._compiled.trace(*args, **kwargs)
+            with first_call.recording(args, self.model_calls):
+                traced = self._compiled.trace(*args, **kwargs)
         finally:
             tracing.stack.pop()
         outputs = _output_shapes(traced)
@@ -170,15 +185,16 @@ class Watched:
 
 
 def _output_shapes(traced: Any) -> list[tuple]:
-    """The tree structure and shapes of each of the traced function's outputs (one, or each of a tuple's)."""
+    """The tree structure and shapes of the traced function's output, whole and each of a tuple's items (a
+    namedtuple such as stax's OptimizerState is one state, shaped like the argument it updates)."""
     info = getattr(traced, "out_info", None)        # nnx.jit's: its pure outputs (its graph objects are apart)
     if info is None:
         return []
-    parts = list(info) if isinstance(info, (tuple, list)) else [info]
+    parts = [info, *info] if isinstance(info, (tuple, list)) else [info]
     return [_shapes(p) for p in parts]
 
 
-def jit_hook(real: Callable, steps: Any, script_dir: str) -> Callable:
+def jit_hook(real: Callable, steps: Any, own_files: tuple[str, ...]) -> Callable:
     """A jit that watches the functions the script's own files jit (decorator forms included)."""
     @functools.wraps(real)
     def jit(fun: Any = None, *args: Any, _caller: str | None = None, **kwargs: Any) -> Any:
@@ -186,7 +202,7 @@ def jit_hook(real: Callable, steps: Any, script_dir: str) -> Callable:
         if not callable(fun):                 # @nnx.jit(donate_argnums=...): the function comes next
             return lambda f: jit(f, *args, _caller=caller, **kwargs)
         compiled = real(fun, *args, **kwargs)
-        if not caller.startswith(script_dir):
+        if not caller.startswith(own_files):
             return compiled
         return Watched(compiled, steps, getattr(fun, "__name__", repr(fun)))
     return jit

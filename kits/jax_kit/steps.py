@@ -3,9 +3,10 @@ guide writes them (``nnx.split`` once, ``nnx.merge`` inside the step, the new st
 
 The train state is the model's and the optimizer's NNX state: parameters, BatchNorm statistics, the
 dropout stream's key and count (each call draws fresh keys from it), the optimizer's moments and step.
-Beside it, two on-device sums (loss times samples, correct predictions) that the steps add to. Both
-are donated to every training step: XLA writes the new state into the old one's buffers, and nothing
-is read back to the host inside a step.
+Beside it, two on-device sums (loss times samples, correct predictions) that the steps add to. The state is
+donated to every training step: XLA writes the new state into the old one's buffers, and nothing is read
+back to the host inside a step. The sums are not: each step's sums stay readable after the next step is
+queued, so the step clock (kits/jax_kit/step_clock.py) can wait for that step alone.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def train_step(graphdef: nnx.GraphDef, scale: float, resize: int | None, outputs
         new = nnx.state((model, opt))
         counted = _counted(sums, logits, y, loss)
         return (new, counted, logits, loss) if outputs else (new, counted)
-    return jax.jit(step, donate_argnums=(0, 1))
+    return jax.jit(step, donate_argnums=0)
 
 
 def eval_step(graphdef: nnx.GraphDef, scale: float, resize: int | None) -> Callable[..., Any]:

@@ -18,13 +18,24 @@ from __future__ import annotations
 
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from kits.contract.spec import Bounds
+from kits.contract.spec import Bounds, ScriptSpec
 from kits.measurement.hook_clock import own_time
 
-if TYPE_CHECKING:
-    from kits.observation.observe import Observer
+
+class Observer(Protocol):
+    """What the bounds read and set of the probe's observer (kits/observation/observe.py), which holds them: named
+    here, so this module needs nothing of the observer's (which imports the bounds)."""
+    spec: ScriptSpec
+    steps: int
+    epoch: int
+    bounded: set[str]
+    fetched_from: LoaderPass | None
+
+    def training_stops(self) -> None: ...
+
+    def training_over(self) -> bool: ...
 
 UNBOUNDED = "`reprokit reproduce --profile full` runs the script as written, unbounded"
 
@@ -67,6 +78,7 @@ class LoaderPass:
         self.evaluating, self.ends = evaluating, ends
         self.samples: int | None = 0         # samples fetched (None once a batch had no length)
         self.labels: Any = None              # the last batch's labels, where it has them
+        self.used = 0                        # batches a forward pass took: fetched - used were read ahead
 
     @own_time
     def more(self) -> bool:
@@ -75,7 +87,9 @@ class LoaderPass:
         if self.ends:
             observer.bounded.add(self.ends)
             return False
-        if bounds.max_steps and done >= bounds.max_steps:
+        # a loader that reads one batch ahead of the one it yields (Accelerate's DataLoaderShard) fetched it before
+        # the step it waits for: counted as that step's, so that it too ends after N steps
+        if bounds.max_steps and done + (self.fetched - self.used if done else 0) >= bounds.max_steps:
             observer.bounded.add("loader")
             return False
         if bounds.eval_steps and done == 0 and self.fetched >= bounds.eval_steps and (

@@ -88,6 +88,7 @@ class Observer:
         self.own_s = 0.0                             # the probe's own time over the measured steps (HookClock)
         self._own_mark: float | None = None
         self.at_first_step: list[Callable[[], object]] = []     # called once the model is known, its device too
+        self.after_first_step: list[Callable[[], object]] = []  # called once the first step has updated the model
 
     # -- from the framework's hooks -----------------------------------------------------------------
 
@@ -103,6 +104,8 @@ class Observer:
               and (grad, training) != self.training_modes):
             self._to_eval()
         self.pending = Forward(batch, grad, training, source=self.fetched_from)
+        if self.fetched_from is not None:
+            self.fetched_from.used += 1
         if timed and self.phase != EVAL and self.t_measured is not None and self.t_step_end is not None:
             self.pending.wait = t - self.t_step_end
 
@@ -185,6 +188,9 @@ class Observer:
             self.progress.emit(phase="train", epoch=self.epoch, epochs=self.spec.bounds.epochs,
                                step=self.epoch_steps, steps=self.spec.bounds.max_steps)
         self.t_step_end = now()
+        if self.steps == 1:
+            for call in self.after_first_step:
+                call()
 
     @own_time
     def loader_pass(self, loader_id: int, batch_size: int | None, workers: int | None,

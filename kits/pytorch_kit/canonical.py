@@ -17,9 +17,10 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kits.framework_free import arithmetic, custom, parting
+from kits.framework_free import arithmetic, custom, model_call, parting
 from kits.framework_free import certificate as cert
 from kits.pytorch_kit import layer_settings, trace
+from kits.pytorch_kit.first_call import batch_of
 
 aten = torch.ops.aten
 
@@ -260,14 +261,24 @@ class Captured(Canonical):
     setting changed after construction shows), never rebuilt from code. "Training mode" is each module's
     mode as the script trained it; the inputs are the batch its model received, as the script prepared it."""
 
-    def __init__(self, model: nn.Module, optimizer, first_batch: torch.Tensor, expects_logits: bool | None,
+    def __init__(self, model: nn.Module, optimizer, call: model_call.ModelCall, expects_logits: bool | None,
                  who: str) -> None:
-        self.model, self.who, self.trace = model, who, None
+        self.model, self.who, self.trace, self.call = model, who, None, call
         self.device = next(model.parameters()).device
         self.trained_modes = {id(m): m.training for m in model.modules()}
         self._expects_logits = expects_logits
-        self.x_first = first_batch.detach()[:cert.LOGITS_SAMPLES].float().cpu().numpy().transpose(0, 2, 3, 1).copy()
+        first_batch = batch_of(call).detach()[:cert.LOGITS_SAMPLES]
+        # an image batch (N, C, H, W) in the canonical NHWC; any other batch as it is; integers (indices) kept
+        self._images = first_batch.dim() == 4
+        kept = first_batch if not first_batch.is_floating_point() else first_batch.float()
+        x = kept.cpu().numpy()
+        self.x_first = (x.transpose(0, 2, 3, 1) if self._images else x).copy()
         self.x_trace = self.x_first[:cert.TRACE_BATCH]
+        if not call.plain():
+            # every pass of the certificate calls the model as the script did (its other arguments, the part of
+            # the output its loss read); the script stops after its certificate, so the model is not given back
+            forward = model.forward
+            model.forward = lambda x: call.replay(forward, x)      # type: ignore[method-assign]
         self._canonical()
         self.optimizer = read_optimizer(optimizer)
 
@@ -279,7 +290,8 @@ class Captured(Canonical):
             m.training = self.trained_modes[id(m)]
 
     def _inputs(self, x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).to(self.device, self.dtype)
+        t = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2) if self._images else x))
+        return t.to(self.device, self.dtype) if t.is_floating_point() else t.to(self.device)
 
     def expects_logits(self) -> bool | None:
         return self._expects_logits

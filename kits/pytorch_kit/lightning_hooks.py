@@ -118,9 +118,10 @@ def _probe_callback(base: type) -> type:
                 # here the step's pre-hook comes first, so both happen now
                 observer.epoch_ends()
             if self.probe.model is None:
-                # the step's pre-hook comes before its forward pass: the model, as its last outermost pass
+                # the step's pre-hook comes before its forward pass: the model, as its last outermost pass, called
+                # with the batch's first tensor (its output is not seen yet)
                 first = _first_tensor(batch)
-                self.probe._roots.append((pl_module, () if first is None else (first,)))
+                self.probe._roots.append((pl_module, () if first is None else (first,), {}, None))
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             observer = self.probe.observer

@@ -24,19 +24,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _DatasetKind
 
+from kits import served_data
 from kits.contract import settings as settings_lib
+from kits.contract import work_folder
+from kits.framework_free import model_call
 from kits.framework_free.measure import now
 from kits.measurement.hook_clock import HookClock, own_time
-from kits.observation.bounds import Bounded
 from kits.observation.observe import Observer
-from kits.pytorch_kit import lightning_hooks, named_data
+from kits.pytorch_kit import first_call, lightning_hooks, loader_bounds
 from kits.pytorch_kit.evaluation import OutputCount, watch_twins
+from kits.pytorch_kit.rank_evidence import RankEvidence
 from kits.pytorch_kit.read_settings import framework_settings, model_settings
 from kits.training_loop.staged_data import StagedData
 
@@ -58,22 +60,27 @@ class TorchProbe:
 
     def __init__(self, script_dir: Path) -> None:
         self.script_dir = str(script_dir)
+        self.own_files = work_folder.own_files(script_dir)      # the script's own code (a notebook's cells too)
         self.observer: Observer | None = None
         self.model: torch.nn.Module | None = None
         self.models: list[str] = []            # every root module an optimizer stepped, by class
         self.compiled = False
-        self._roots: list[tuple[torch.nn.Module, tuple]] = []   # outermost forward passes before the first step
+        # outermost forward passes before the first step: (module, args, kwargs, output)
+        self._roots: list[tuple[torch.nn.Module, tuple, dict, Any]] = []
         self._depth = 0
         self._handles: list = []
         self._global: list = []
         self.device = None
         self.optimizer = None                  # the first optimizer that stepped, and what the model received
         self.first_batch: torch.Tensor | None = None
+        self.call: model_call.ModelCall | str | None = None   # the model's call at the first step, or why not
         self.others: list[str] = []            # models outside the trained one that an optimizer steps
         self.certifying = False                # the certificate's own passes: not the script's
         self.step_settings: dict | None = None  # what a training pass of the model ran as, read inside it
         self.count_outputs = OutputCount()     # takes the loss functions before the probe wraps them
         self.notes: list[str] = []             # what the run changed where the script made it (a Lightning Trainer)
+        self.group: dict | None = None         # its process group at the first step (torch.distributed), if any
+        self.evidence = RankEvidence()         # its samples and its waits, for the pitfalls of many devices
 
     # -- what the run uses -----------------------------------------------------------------------------
 
@@ -107,10 +114,9 @@ class TorchProbe:
         return ("each waits for the GPU's queued work" if self._on_gpu() else
                 "on a CPU nothing waits; on a GPU each would wait for the queued work")
 
-    def stage_data(self, named: StagedData, _tfds_root: Path | None) -> list[str]:
-        """torchvision's named datasets read the run's data wherever the script's root points; other downloads are
-        refused, naming the file (kits/pytorch_kit/named_data.py)."""
-        return named_data.install(named)
+    def stage_data(self, named: StagedData, tfds_root: Path | None) -> list[str]:
+        """The named datasets served by each library the script imports, and by URL (kits/served_data/)."""
+        return served_data.install(named, tfds_root)
 
     def as_float(self, value) -> float:
         return float(value) if not isinstance(value, torch.Tensor) else float(value.detach().cpu())
@@ -124,10 +130,11 @@ class TorchProbe:
         self._handles += [opt.register_optimizer_step_pre_hook(self._pre_step),
                           opt.register_optimizer_step_post_hook(self._post_step)]
         self._global = [mod.register_module_forward_pre_hook(self._any_pre),
-                        mod.register_module_forward_hook(self._any_post)]
+                        mod.register_module_forward_hook(self._any_post, with_kwargs=True)]
+        self._loss = first_call.LossSeen()
         self._wrap_losses()
         self._count_syncs()
-        self._bound_loaders()
+        loader_bounds.install(self)
         lightning_hooks.install(self)
         real_compile = torch.compile
 
@@ -137,18 +144,19 @@ class TorchProbe:
         torch.compile = compile_
 
     def _any_pre(self, module, args) -> None:
-        if self._depth == 0:
-            self._roots.append((module, args))
-            del self._roots[:-8]               # the last few outermost passes: the model's is among them
         self._depth += 1
 
-    def _any_post(self, module, args, output) -> None:
+    def _any_post(self, module, args, kwargs, output) -> None:
         self._depth -= 1
+        if self._depth == 0:
+            self._roots.append((module, args, kwargs, output))
+            del self._roots[:-8]               # the last few outermost passes: the model's is among them
 
     @own_time
     def _pre_step(self, optimizer, args, kwargs) -> None:
         if self.model is None:
             self._find_model(optimizer)
+        self.evidence.step_begins(self.observer.t_measured is not None)
         self.observer.step_begins()
 
     @own_time
@@ -159,15 +167,22 @@ class TorchProbe:
         """The outermost module whose parameters this optimizer steps, from the passes seen since the start;
         any other such module (a second model) is named in ``others``."""
         stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        trained = [(module, args) for module, args in reversed(self._roots)
-                   if any(id(p) in stepped for p in module.parameters())]
+        trained = [root for root in reversed(self._roots) if any(id(p) in stepped for p in root[0].parameters())]
         if not trained:
             return
-        self.model, args = trained[0]
+        self.model, args, kwargs, output = trained[0]
         self.optimizer = optimizer
-        self.first_batch = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        try:
+            self.call = first_call.record(self.model, args, kwargs, output, self._loss.last)
+            self.first_batch = first_call.batch_of(self.call)
+        except model_call.Unreplayable as exc:
+            self.call = str(exc)
+            self.first_batch = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        self.group = _process_group()
+        self.evidence.loss_scale(self._loss, getattr(self, "_own_mean", None), self.group, self.model)
+        self._loss.stop()
         mine = {id(p) for p in self.model.parameters()}
-        self.others = list(dict.fromkeys(_named(m) for m, _ in trained if m is not self.model
+        self.others = list(dict.fromkeys(_named(m) for m, *_ in trained if m is not self.model
                                          and any(id(p) not in mine for p in m.parameters())))
         if stepped - mine and not self.others:
             self.others.append("parameters outside any module it ran")
@@ -176,21 +191,25 @@ class TorchProbe:
         self.models += [_named(self.model), *self.others]
         self._hook(self.model)
         watch_twins(self.model, self.observer.training_idle, self._hook)
-        self._model_pre(self.model, args, at_step=True)
+        self._model_pre(self.model, args, kwargs, at_step=True)
         self._roots.clear()
 
     def _hook(self, module: torch.nn.Module) -> None:
-        self._handles += [module.register_forward_pre_hook(self._model_pre),
+        self._handles += [module.register_forward_pre_hook(self._model_pre, with_kwargs=True),
                           module.register_forward_hook(self._model_post)]
 
     @own_time
-    def _model_pre(self, module, args, at_step: bool = False) -> None:
+    def _model_pre(self, module, args, kwargs, at_step: bool = False) -> None:
         if self.certifying:
             return
-        batch = next((a.shape[0] for a in args if isinstance(a, torch.Tensor) and a.dim()), 0)
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)] if kwargs else \
+            [a for a in args if isinstance(a, torch.Tensor)]
+        batch = next((a.shape[0] for a in tensors if a.dim()), 0)
+        if torch.is_grad_enabled() and module.training:
+            self.evidence.batch(self.observer.epoch, tensors[0] if tensors else None, self.observer.labels())
         if self.step_settings is None and not at_step and torch.is_grad_enabled() and module.training:
             # inside the script's own forward call: its autocast, its batch's memory format
-            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            first = tensors[0] if tensors else None
             self.step_settings = model_settings(module, first, next(module.parameters()).device.type)
         self.observer.forward(int(batch), torch.is_grad_enabled(), module.training)
 
@@ -198,7 +217,10 @@ class TorchProbe:
     def _model_post(self, module, args, output) -> None:
         """An evaluation's pass (gradients off, or the module in eval mode): the probe's own count of its outputs,
         used where the script computes no loss of them."""
-        if self.certifying or (torch.is_grad_enabled() and module.training):
+        if self.certifying:
+            return
+        if torch.is_grad_enabled() and module.training:
+            self.evidence.forward_ended()
             return
         seen = self.observer.seen["loss_input_probe"]
         counts = self.count_outputs(output, self.observer.labels(), seen["expects_logits"] if seen else None)
@@ -229,30 +251,21 @@ class TorchProbe:
                     "max_row_sum_error": float((input.float().sum(1) - 1).abs().max())}
             summed = out.detach().float() * (n if reduction == "mean" else 1)
             self.observer.loss(summed, (input.argmax(1) == target).sum())
+            if self.model is None:           # until the first step: the mean loss its backward's loss scales
+                self._own_mean = summed / n
 
     def _count_syncs(self) -> None:
-        script_dir = self.script_dir
+        own_files = self.own_files
         for name in SYNC_METHODS:
             real = getattr(torch.Tensor, name)
 
             def counted(tensor, *args, _real=real, **kwargs):
                 t0 = now()
-                if sys._getframe(1).f_code.co_filename.startswith(script_dir):
+                if sys._getframe(1).f_code.co_filename.startswith(own_files):
                     self.observer.host_sync()
                 HookClock.seconds += now() - t0
                 return _real(tensor, *args, **kwargs)
             setattr(torch.Tensor, name, counted)
-
-    def _bound_loaders(self) -> None:
-        real_iter = DataLoader.__iter__
-        probe = self
-
-        def bounded_iter(loader):
-            model = probe.model
-            evaluating = not torch.is_grad_enabled() or (model is not None and not model.training)
-            return _Bounded(real_iter(loader), probe.observer.loader_pass(
-                id(loader), loader.batch_size, loader.num_workers, _loader_settings(loader), evaluating))
-        DataLoader.__iter__ = bounded_iter
 
     # -- the certificate -------------------------------------------------------------------------------
 
@@ -264,12 +277,22 @@ class TorchProbe:
         """The trained model in the certificate's canonical form, as the probe captured it (PyTorch's side
         runs first: its own batch is the certificate's input)."""
         from kits.pytorch_kit.canonical import Captured
-        if self.first_batch is None or self.first_batch.dim() != 4:
-            shape = None if self.first_batch is None else tuple(self.first_batch.shape)
-            raise ValueError(f"the model's first input is not a batch of images (N, C, H, W) but {shape}")
+        if not isinstance(self.call, model_call.ModelCall):
+            raise model_call.Unreplayable(self.call or "the script's model call was not seen before its first step")
         seen = self.observer.seen["loss_input_probe"]
-        return Captured(self.model, self.optimizer, self.first_batch, seen["expects_logits"] if seen else None,
-                        f"the PyTorch script's {type(self.model).__name__}")
+        # DDP's own forward synchronises with the other ranks: the certificate runs the model it wraps, alone
+        model = self.model.module if isinstance(self.model, torch.nn.parallel.DistributedDataParallel) else self.model
+        return Captured(model, self.optimizer, self.call, seen["expects_logits"] if seen else None,
+                        f"the PyTorch script's {type(model).__name__}")
+
+    def batchnorm_sync(self) -> str | None:
+        """Whether its BatchNorm layers synchronise their statistics across the ranks (SyncBatchNorm); None
+        without BatchNorm."""
+        norms = [m for m in self.model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        if not norms:
+            return None
+        synced = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in norms)
+        return "synchronized" if synced == len(norms) else "per device" if not synced else "mixed"
 
     # -- what it saw -------------------------------------------------------------------------------------
 
@@ -311,7 +334,7 @@ class TorchProbe:
         if self.compiled:
             out["execution"] = settings_lib.read("torch.compile", "the script called torch.compile")
         loader = self.observer.training_pass() if self.observer else None
-        out.update(loader.settings if loader and loader.settings else _no_loader(
+        out.update(loader.settings if loader and loader.settings else loader_bounds.no_loader(
             "the script's own loop (no DataLoader): each batch is made in the loop" if loader is None else
             "its training loader is not a DataLoader"))
         return out
@@ -339,31 +362,13 @@ class TorchProbe:
         return parameter_counts(self.model) if self.model is not None else {"total": 0, "trainable": 0}
 
 
-class _Bounded(Bounded):
-    """A DataLoader's pass, bounded. Where the bound ends it, the rest of its sampler's indices are drawn (no
-    samples): a sampler given the script's generator draws from it again at its end (RandomSampler), so the
-    next pass's order is the one an unbounded run gets."""
-
-    def _rest(self) -> None:
-        if getattr(self._inner, "_dataset_kind", None) == _DatasetKind.Map:      # an iterable dataset never ends
-            for _ in self._inner._sampler_iter:
-                pass
-
-
-def _loader_settings(loader: DataLoader) -> dict:
-    """A DataLoader's own workers, prefetch (prefetch_factor batches per worker; none without workers) and
-    pinned memory."""
-    read, workers = settings_lib.read, loader.num_workers
-    ahead = (loader.prefetch_factor or 0) * workers
-    return {"loader.workers": read(workers, "DataLoader.num_workers (0: batches are made in the loop's process)"),
-            "loader.prefetch": read(ahead, f"DataLoader.prefetch_factor {loader.prefetch_factor!r} x num_workers "
-                                           f"{workers}"),
-            "loader.pin_memory": read(bool(loader.pin_memory), "DataLoader.pin_memory")}
-
-
-def _no_loader(why: str) -> dict:
-    return {"loader.workers": settings_lib.read(0, why), "loader.prefetch": settings_lib.read(0, why),
-            "loader.pin_memory": settings_lib.not_reported(why)}
+def _process_group() -> dict | None:
+    """This process's rank in torch.distributed's default group, the group's size and its collectives' backend,
+    read at the first step (a script destroys its group before it ends); None outside a group."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return {"rank": dist.get_rank(), "ranks": dist.get_world_size(), "backend": str(dist.get_backend())}
 
 
 def _named(module: torch.nn.Module) -> str:

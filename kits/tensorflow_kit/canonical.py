@@ -23,7 +23,9 @@ from kits.framework_free import (
     parting,  # noqa: E402
 )
 from kits.framework_free import certificate as cert  # noqa: E402
+from kits.framework_free.model_call import ModelCall  # noqa: E402
 from kits.tensorflow_kit import layer_settings, trace  # noqa: E402
+from kits.tensorflow_kit.first_call import replay_calls  # noqa: E402
 
 
 def _layers(model: keras.Model):
@@ -208,9 +210,10 @@ class Captured(Canonical):
     batch (``x``, NHWC, as the other script prepared it) or, where the model takes another shape, standard
     normal numbers of its own input shape (then its logits are not comparable)."""
 
-    def __init__(self, model, optimizer, x: np.ndarray, trained_with: bool, expects_logits: bool | None,
-                 who: str) -> None:
-        self.model, self.who, self.backend, self.trace = model, who, None, None
+    def __init__(self, model, optimizer, x: np.ndarray, call: ModelCall, trained_with: bool,
+                 expects_logits: bool | None, who: str) -> None:
+        self.model, self.who, self.backend, self.trace, self.call = model, who, None, None, call
+        replay_calls(model, call)
         self.trained_with = bool(trained_with)
         self._expects_logits = expects_logits
         self.x_first = x

@@ -28,6 +28,7 @@ def install(probe, count_traced: Callable[[], object]) -> None:
         try:
             if probe.model is None:
                 probe._find_model(optimizer, variables)
+            probe.loss_scale.update()         # the loss this update's gradients came from, and how they add up
             if tf.executing_eagerly() and not probe.in_keras:
                 probe.first_update()
                 probe.observer.step_begins()

@@ -19,10 +19,12 @@ counters and a read of them per step, which waits for the device; kits/tensorflo
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -30,11 +32,15 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from kits import served_data  # noqa: E402
 from kits.contract import settings as settings_lib  # noqa: E402
+from kits.contract import work_folder  # noqa: E402
+from kits.framework_free import model_call  # noqa: E402
 from kits.framework_free.measure import rss_bytes  # noqa: E402
 from kits.observation.observe import Observer, own_time  # noqa: E402
-from kits.tensorflow_kit import bounds, keras_hooks, named_data  # noqa: E402
+from kits.tensorflow_kit import bounds, first_call, keras_hooks  # noqa: E402
 from kits.tensorflow_kit.keras_hooks import BATCH, CORRECT, FORWARDS, LOSS_SUM, LOSSES, STEPS, TRAINING  # noqa: E402
+from kits.tensorflow_kit.loss_scale import LossScale  # noqa: E402
 from kits.tensorflow_kit.read_settings import framework_settings, model_settings, pipeline_settings  # noqa: E402
 from kits.training_loop.staged_data import StagedData  # noqa: E402
 
@@ -52,6 +58,7 @@ class KerasProbe:
 
     def __init__(self, script_dir: Path) -> None:
         self.script_dir = str(script_dir)
+        self.own_files = work_folder.own_files(script_dir)      # the script's own code (a notebook's cells too)
         self.observer: Observer | None = None
         self.model = None
         self.models: list[str] = []
@@ -65,23 +72,30 @@ class KerasProbe:
         # The graph's counters, packed in one float64 variable so that the one read that waits after a call gets
         # them all (counts stay exact up to 2**53): [steps, forward passes, the last batch's size, its training
         # argument, correct predictions, losses counted, the loss's sum]; and the last rows the loss received
-        # [all non-negative, max |row sum - 1|, rows], read once at the end.
+        # [their smallest value, max |row sum - 1|, rows], read once at the end.
         with tf.device("/CPU:0"):
             self.counts = tf.Variable(tf.zeros(7, tf.float64), trainable=False)
             self.rows = tf.Variable(tf.zeros(3, tf.float32), trainable=False)
         self._read = self._last = [0.0] * 7
+        self._replaying = False               # report_graph is handing the observer its read's events
         self._logits_loss: bool | None = None
         self.optimizer = None
         self.others: list[str] = []            # variables an optimizer steps outside the trained model
         self.trained_with: bool | None = None  # the training argument of the first pass (a Python value)
         self.certifying = False                # the certificate's own passes: not the script's
         self._first_update: list = []
+        self.last_call: tuple | None = None    # until the model is known: its last call (model, args, kwargs, out)
+        self.loss_scale = LossScale()          # how its steps scale their loss (kits/tensorflow_kit/loss_scale.py)
+        self.loss_read = None                  # ... and the prediction its loss last received
 
     # -- what the run uses -----------------------------------------------------------------------------
 
     def sync(self) -> None:
-        # reading a variable waits for the steps that wrote it; report_graph uses this read, not a second one
-        self._read = self.counts.numpy().tolist()       # Python floats: cheaper to subtract than numpy's
+        # Reading a variable waits for the steps that wrote it: one op through value(), where numpy() adds a copy
+        # op and a name scope (13 us against 30 on the project's 2-core CPU). While report_graph hands a read's
+        # events to the observer, the syncs they make are that read, not a second one per step.
+        if not self._replaying:
+            self._read = self.counts.value().numpy().tolist()       # Python floats: cheaper to subtract than numpy's
 
     def memory_now(self) -> int:
         if tf.config.list_physical_devices("GPU"):
@@ -128,6 +142,12 @@ class KerasProbe:
 
     def _found(self, model, optimizer, others: list[str]) -> None:
         self.model, self.optimizer, self.others = model, optimizer, others
+        task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task") or {}
+        if task.get("type") in ("worker", "chief"):          # a task of a multi-worker strategy: a rank
+            workers = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
+            self.group = {"rank": int(task.get("index", 0)) + (task["type"] == "worker" and "chief" in workers),
+                          "ranks": sum(len(v) for k, v in workers.items() if k in ("worker", "chief")),
+                          "backend": None}
         self.models += [f"{type(model).__name__} with {model.count_params():,} parameters", *others]
 
     # -- the graph's counters ------------------------------------------------------------------------
@@ -144,12 +164,16 @@ class KerasProbe:
             return 0
         training = bool(counts[TRAINING]) if phase is None else phase == "train"
         batch = int(counts[BATCH])
-        self.observer.forward(batch, training, training, timed=False)
-        if counts[LOSSES] > last[LOSSES]:          # predict, or a function without a loss, counts none
-            self.observer.loss(float(counts[LOSS_SUM] - last[LOSS_SUM]), int(counts[CORRECT] - last[CORRECT]))
-        for _ in range(steps):
-            self.observer.step_begins()
-            self.observer.step_ends()
+        self._replaying = True
+        try:
+            self.observer.forward(batch, training, training, timed=False)
+            if counts[LOSSES] > last[LOSSES]:          # predict, or a function without a loss, counts none
+                self.observer.loss(float(counts[LOSS_SUM] - last[LOSS_SUM]), int(counts[CORRECT] - last[CORRECT]))
+            for _ in range(steps):
+                self.observer.step_begins()
+                self.observer.step_ends()
+        finally:
+            self._replaying = False
         return forwards * batch
 
     def bound_shims(self) -> list[str]:
@@ -204,16 +228,37 @@ class KerasProbe:
         """The trained model in the certificate's canonical form, its input the PyTorch side's batch where the
         model takes that shape, else standard normal numbers of its own input shape."""
         from kits.tensorflow_kit.canonical import Captured
-        shape = _input_shape(self.model, getattr(self, "_first_shape", None))
-        if other_input is not None and tuple(other_input.shape[1:]) == shape:
-            x = other_input
-        else:
+        seen = self.last_call if self.last_call and self.last_call[0] is self.model else None
+        call = first_call.record(*seen, self.loss_read) if seen else first_call.plain(self.model)
+        shape = first_call.input_shape(self.model, call if seen else None, self.fit_input)
+        x = model_call.as_shape(other_input, shape) if other_input is not None else None
+        self.own_input = x is None and other_input is not None
+        if x is None:
             x = np.random.default_rng(0).standard_normal((8, *shape)).astype(np.float32)
-        self.own_input = x is not other_input
-        return Captured(self.model, self.optimizer, x, self.trained_with is not False, self._logits_loss,
+        return Captured(self.model, self.optimizer, x, call, self.trained_with is not False, self._logits_loss,
                         f"the TensorFlow script's {type(self.model).__name__}")
 
     # -- what it saw -------------------------------------------------------------------------------------
+
+    @property
+    def evidence(self) -> Any:
+        """What its steps showed of their loss's scale (kits/ranks/watch.py reads ``evidence.report()``)."""
+        return _Evidence(self.loss_scale)
+
+    def batchnorm_sync(self) -> str | None:
+        """Whether its BatchNormalization layers synchronise their statistics across the replicas (synchronized=True);
+        None without one."""
+        norms = [layer for layer in (self.model._flatten_layers() if self.model is not None else [])
+                 if isinstance(layer, keras.layers.BatchNormalization)]
+        if not norms:
+            return None
+        synced = sum(bool(getattr(layer, "synchronized", False)) for layer in norms)
+        return "synchronized" if synced == len(norms) else "per device" if not synced else "mixed"
+
+    def replicas(self) -> int | None:
+        """The replicas the trained model's strategy mirrors it on (MirroredStrategy's devices), once it is known."""
+        strategy = getattr(self.model, "distribute_strategy", None) if self.model is not None else None
+        return int(strategy.num_replicas_in_sync) if strategy is not None else None
 
     def input_reader(self) -> str | None:
         """How a Keras fit read its batches (a custom loop's loader passes say it themselves)."""
@@ -228,10 +273,10 @@ class KerasProbe:
         traced loss writes them to the graph's counters)."""
         if self.fit_input is not None:
             self._time_pipeline()
-        nonneg, error, rows = (float(x) for x in self.rows.numpy())
+        smallest, error, rows = (float(x) for x in self.rows.numpy())
         if self._logits_loss is not None and rows:
             self.observer.seen["loss_input_probe"] = {"expects_logits": self._logits_loss, "rows": int(rows),
-                                                      "nonnegative": bool(nonneg), "max_row_sum_error": error}
+                                                      "nonnegative": smallest >= 0, "max_row_sum_error": error}
 
     def eager_loop(self) -> bool:
         """A custom loop whose steps ran eagerly: no tf.function traced them."""
@@ -309,9 +354,8 @@ class KerasProbe:
         return [type(layer).__name__ for layer in leaves]
 
     def stage_data(self, named: StagedData, tfds_root: Path | None) -> list[str]:
-        """Keras's and TFDS's named datasets read the run's data; other downloads are refused, naming the file
-        (kits/tensorflow_kit/named_data.py)."""
-        return named_data.install(named, tfds_root)
+        """The named datasets served by each library the script imports, and by URL (kits/served_data/)."""
+        return served_data.install(named, tfds_root)
 
 
 def _expects_logits(loss) -> bool | None:
@@ -322,15 +366,6 @@ def _expects_logits(loss) -> bool | None:
         return bool(loss.get_config().get("from_logits", False))
     parameter = inspect.signature(loss).parameters.get("from_logits") if callable(loss) else None
     return bool(parameter.default) if parameter is not None else None
-
-
-def _input_shape(model, seen) -> tuple:
-    """(H, W, C) of the model's input: its own Input, or the first batch it was called with."""
-    inputs = getattr(model, "inputs", None)
-    shape = tuple(inputs[0].shape[1:]) if inputs else tuple(seen[1:]) if seen is not None else ()
-    if len(shape) != 3 or None in shape:
-        raise ValueError(f"the TensorFlow model's input shape is not known before its first step ({shape or 'none'})")
-    return tuple(int(d) for d in shape)
 
 
 class _GuardedPeak:
@@ -350,6 +385,14 @@ class _GuardedPeak:
             return self.inner.read()
         except (ValueError, RuntimeError, tf.errors.OpError) as exc:
             return {"allocated": {"peak_bytes": None, "source": f"no GPU context yet ({exc})"}}
+
+
+class _Evidence:
+    def __init__(self, scale: LossScale) -> None:
+        self.scale = scale
+
+    def report(self) -> dict[str, Any]:
+        return {"loss_scale": self.scale.report()}
 
 
 Probe = KerasProbe      # what kits/probe.py looks up in every framework's kit

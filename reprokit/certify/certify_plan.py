@@ -41,11 +41,11 @@ def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """experiment -> [{"pytorch": spec, "tensorflow": spec} or a not-run record], one per variant and other
     framework (each pair's keys: the reference, then the other)."""
     by: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
-    scripts: dict[tuple[str, str], dict[str, Any]] = {}
+    scripts: dict[tuple[str, str, int], dict[str, Any]] = {}
     for s in specs:
         if s.get("source") == "script":
-            if s["repeat"] == 0:
-                scripts.setdefault((s["experiment"], s["variant"]), {})[s["framework"]] = s
+            if s["repeat"] == 0:       # a sweep's scripts are paired at each device count
+                scripts.setdefault((s["experiment"], s["variant"], s.get("devices", 1)), {})[s["framework"]] = s
             continue
         if s["repeat"] == 0:
             by.setdefault(s["experiment"], {}).setdefault(s["variant"], {})[s["framework"]] = s
@@ -67,7 +67,7 @@ def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                         f"{label(missing[0])} run to hold it against", experiment, variant, fws))
                 else:
                     out.setdefault(experiment, []).append(_certifiable(pair, experiment, variant))
-    for (experiment, variant), found in scripts.items():
+    for (experiment, variant, _), found in scripts.items():
         for fws in _pairs(set(found)):
             pair = {fw: found[fw] for fw in fws if fw in found}     # the reference first
             missing = [fw for fw in fws if fw not in found]
@@ -120,8 +120,9 @@ def not_run(pair: dict[str, Any], reason: str, experiment: str | None = None, va
 
 
 # Provenance that names the code rather than says what it is: the kits' content (code_sha256) and the host's
-# (_host_code) stand for it, so that another clone or a commit that changes neither reuses a certificate.
-NOT_CONTENT = ("code_commit", "code_dirty")
+# (_host_code) stand for it, so that another clone or a commit that changes neither reuses a certificate; a script's
+# files' hashes stand for its commit and the path it was given by.
+NOT_CONTENT = ("code_commit", "code_dirty", "kit_version", "script_commit", "script_dirty", "script_given")
 
 
 def _certified_part(spec: dict[str, Any]) -> dict[str, Any]:
@@ -264,4 +265,6 @@ def file_name(cert: dict[str, Any]) -> str:
     changes = [v for v in named if v.startswith((runs.ADDED, runs.REMOVED))]
     other = next((fw for fw in cert["variant"] if fw != REFERENCE), FRAMEWORKS[1])
     pair = "" if other == FRAMEWORKS[1] else f"-{other}"
-    return f"certificate-{cert['experiment']}-{(changes or named)[0]}{pair}.json"
+    devices = max((cert.get("devices") or {}).values(), default=1)
+    at_n = f"-at{devices}" if devices > 1 else ""           # a sweep's pairs, one certificate per device count
+    return f"certificate-{cert['experiment']}-{(changes or named)[0]}{pair}{at_n}.json"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kits.contract.files import clean_stale, write_json_atomic
+from kits.framework_free import rank_checks
 from reprokit.certify import certify_plan
 from reprokit.certify.certificate import certify_many
 from reprokit.certify.script_certificate import certify_scripts
@@ -71,6 +72,24 @@ def for_matrix(specs: list[dict[str, Any]], runner: Runner, state: Path, enabled
             entry = {**entry, "variant": {fw: spec["variant"] for fw, spec in certified.items()},
                      "pitfalls": {fw: spec["pitfalls"] for fw, spec in certified.items()}}
         out.setdefault(experiment, []).append(entry)
+    return {experiment: _swept(certs) for experiment, certs in out.items()}
+
+
+def _swept(certs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A sweep's certificates at N, their batches check told each side's global batch at one device (the sweep's
+    certificate there), so that it says how each side scaled its batch with N."""
+    at_one = next((c.get("global_batch") for c in certs if c.get("global_batch") and
+                   max((c.get("devices") or {}).values(), default=1) == 1), None)
+    if not at_one:
+        return certs
+    out = []
+    for c in certs:
+        if c.get("at_n"):
+            checks = [rank_checks.batches(c["at_n"], at_one) if ch["name"] == "batches" else ch
+                      for ch in c["checks"]]
+            c = {**c, "checks": checks, "status": "fail" if any(ch["passed"] is False for ch in checks) else
+                 c["status"]}
+        out.append(c)
     return out
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from kits.contract.files import write_json_atomic
 from kits.contract.names import REFERENCE, label
-from kits.framework_free import arithmetic, model_checks, numeric_checks
+from kits.framework_free import arithmetic, model_checks, numeric_checks, rank_checks
 from kits.framework_free import certificate as cert
 from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances, where_they_part
 from reprokit.runners.base import RESULT_NAME, Outcome, Runner, spec_call
@@ -67,6 +67,7 @@ def certify_scripts(pair: dict[str, dict[str, Any]], runner: Runner, work: Path,
         sides[fw] = side
         result["frameworks"][fw] = side.get("environment", {})
         result["captured"][fw] = side.get("captured", [])
+        result["calls"][fw] = side.get("call")
     if len(sides) == len(pair):
         _compare(result, sides, folders, tol)
     result["summary"] = _summary(result)
@@ -120,11 +121,11 @@ def _new(pair: dict[str, dict[str, Any]], tol: dict[str, Any], runner: Runner) -
     return {"schema": SCHEMA, "source": "script", "experiment": pt["experiment"], "profile": pt["profile"],
             "variant": {fw: pair[fw]["variant"] for fw in fws}, "pitfalls": {fw: [] for fw in fws},
             "status": "error", "summary": "", "message": None, "checks": [], "declared_differences": [],
-            "neutralised": [], "spec_differences": [], "captured": {},
+            "neutralised": [], "spec_differences": [], "captured": {}, "calls": {},
             "scripts": {fw: pair[fw]["script"]["path"] for fw in fws},
             "tolerances": {k: {"value": v, "meaning": TOLERANCE_MEANING[k]} for k, v in tol.items()
                            if k == "logits_rtol"},
-            "setup": None, "frameworks": {},
+            "setup": None, "frameworks": {}, "devices": {fw: pair[fw].get("devices", 1) for fw in fws},
             "ran_on": {fw: {**runner.describe(fw), "backend": runner.name} for fw in fws}}
 
 
@@ -164,7 +165,23 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], folders: 
         checks.append(dropout)
     checks.append(skipped("loss_trajectory", NOT_REPLAYED))
     checks += where_they_part(sides, folders, checks, tol)      # fp32 layer outputs, within logits_rtol
+    checks += _at_n(result, folders)
     result["status"] = "fail" if any(c["passed"] is False for c in checks) else "pass"
+
+
+def _at_n(result: dict[str, Any], folders: dict[str, Path]) -> list[dict[str, Any]]:
+    """The checks at N devices (kits/framework_free/rank_checks.py), where a side ran on more than one: from the
+    evidence each process left at its first step (kits/ranks/certified.py)."""
+    devices = result.get("devices") or {}
+    evidence = {fw: [json.loads(p.read_text()) for p in sorted((folder / cert.EVIDENCE_FOLDER).glob("*.json"))]
+                if (folder / cert.EVIDENCE_FOLDER).is_dir() else [] for fw, folder in folders.items()}
+    summaries = {fw: rank_checks.summary(e, devices.get(fw, 1)) for fw, e in evidence.items()}
+    # each side's global batch, at any count: a sweep's certificate at N reads its count of 1's (certify_runs)
+    result["global_batch"] = {fw: s.get("global_batch") for fw, s in summaries.items()}
+    if max(devices.values(), default=1) <= 1:
+        return []
+    result["at_n"] = summaries
+    return rank_checks.checks(evidence, devices, {})
 
 
 def _modes(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -16,14 +16,15 @@ from typing import Any
 import jsonschema
 
 from kits.contract.names import BUILTIN, FRAMEWORK_ENUM, fill_frameworks, schema_with_registry
+from reprokit import resources
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
 from reprokit.results import metrics
 from reprokit.results.schema_messages import describe
 from reprokit.results.units import UNITS
 
-CLAIMS_DIR = Path(__file__).resolve().parents[2] / "claims"
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "claims.schema.json"
+CLAIMS_DIR = resources.claims()
+SCHEMA = resources.schemas() / "claims.schema.json"
 # The other schemas whose framework enums (names.FRAMEWORK_ENUM) are written from the registry's built-in entries.
 FRAMEWORK_SCHEMAS = tuple(SCHEMA.with_name(f"{name}.schema.json") for name in ("experiment", "result"))
 

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kits.contract.names import FRAMEWORKS
+from reprokit import resources
 from reprokit.environments.docker_client import client_or_error, short_reason
 from reprokit.errors import UserError
 
 if TYPE_CHECKING:
     from docker.client import DockerClient
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = resources.root()          # where docker/ and locks/ are: the clone's top, or the wheel's copy
 BASES_FILE = "docker/bases.toml"
 UNRESOLVED = "sha256:UNRESOLVED"
 PIN_COMMAND = "nox -s pin"
@@ -47,7 +48,8 @@ def load_bases(repo_root: Path = REPO_ROOT) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"{path} is missing; restore it from the repository (git checkout {BASES_FILE}).") from None
+        raise UserError(f"{path} is missing; reinstall reprokit (pipx reinstall reprokit), or in a clone restore it "
+                        f"with git checkout {BASES_FILE}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path} is not valid TOML ({exc}); fix the file or restore it with git checkout.") from None
 

@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from kits.contract.files import write_text_atomic
+from reprokit import resources
 from reprokit.environments import base_images, cache
 from reprokit.errors import UserError
 from reprokit.locking import Lock
 from reprokit.results import quarantine
-from reprokit.results.provenance import REPO, sha256_file
+from reprokit.results.provenance import sha256_file
 
-STATE = REPO / ".reprokit"     # the clone's local state: data, work folders, finished results
-ENVS = cache.root() / "envs"   # shared by every clone and state dir: an env is a pure function of its lock file
+ENVS = cache.root() / "envs"   # shared by every clone, install and state dir: an env is a pure function of its lock
 
-LOCKS = REPO / "locks"
+LOCKS = resources.locks()
 VERSIONS = LOCKS / "versions.toml"     # each lock's pins, and its env's measured size (installed_gb)
 COMPLETE = ".complete"         # JSON, written last, once the env's packages are installed
 LAST_USED = "last-used"        # touched whenever a command uses the env: `reprokit cache prune` reads its age

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from kits.contract.names import CONTAINER_LABEL
 from kits.contract.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
+from reprokit.environments import cache
 from reprokit.environments.base_images import (
     BASES_FILE,
     DIGEST_RE,
@@ -211,7 +212,7 @@ def build(r: Recipe, client: DockerClient, *, extra_ca: bytes | None = None, rep
     import docker.errors
     import requests
 
-    log_path = _log_path(Path(log_dir) if log_dir else Path(repo_root) / ".reprokit" / "logs",
+    log_path = _log_path(Path(log_dir) if log_dir else cache.root() / "logs",      # beside the images' envs' cache
                          f"build-{r.framework}-{r.flavor}.log")
     buildargs = {"BASE_IMAGE": r.base_ref, "BASE_DIGEST": r.base_digest,
                  "LOCK_FILE": "locks/reprokit-build.lock.txt"}

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -145,10 +145,10 @@ def _pinned(report: dict[str, Any], locked: dict[str, str]) -> list[str]:
     return sorted(out)
 
 
-def provided(wheels: Path) -> set[str]:
-    """The top-level modules the wheels in a folder install (their packages and single-file modules)."""
+def provided(wheels: Iterable[Path]) -> set[str]:
+    """The top-level modules the wheels install (their packages and single-file modules)."""
     names = set()
-    for wheel in wheels.glob("*.whl"):
+    for wheel in wheels:
         with zipfile.ZipFile(wheel) as archive:
             for member in archive.namelist():
                 head, _, rest = member.partition("/")

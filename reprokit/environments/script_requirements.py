@@ -10,16 +10,14 @@ the lock into hash-pinned lines (reprokit/environments/script_packages.py); a fi
 pinned with ``==`` and its ``--hash`` lines, as ``pip-compile --generate-hashes`` writes it, is taken as
 written. Those lines are the spec's ``install`` list, in the run id. Before any run the host downloads
 their wheels (``pip download --require-hashes --no-deps``, for the images' Python and platform) into the
-data folder, where every runner shows it to the probe, and the probe installs them from there with
-``--no-index`` into the run's work folder before the script's first line: no run has a network.
+per-user cache, one file per wheel shared by every set, and installs the set once per machine into a
+read-only folder there, which every run of it reads (reprokit/environments/requirement_sets.py): no run
+installs anything, and none has a network.
 """
 from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +25,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from kits.framework_free.data import SCRIPT_WHEELS, wheels_key
-from reprokit.environments import base_images, envs, import_scan, script_packages, source_wheels
-from reprokit.environments.script_packages import TARGET
+from reprokit.environments import base_images, envs, import_scan, module_names, requirement_sets, script_packages
 from reprokit.errors import UserError
 from reprokit.results.provenance import sha256_file
 
@@ -145,37 +141,16 @@ def settle(source: Source, framework: str, log: Callable[[str], object] = print)
     return {"file": source.name, "sha256": source.sha256, "install": install, "in_lock": in_lock}
 
 
-def wheels(install: list[str], data_dir: Path, script: str, log: Callable[[str], object] = print) -> Path:
-    """The folder of the wheels of one install list in the data folder, downloaded once."""
-    key = wheels_key(install)
-    folder = Path(data_dir) / SCRIPT_WHEELS / key
-    if (folder / "complete").exists():
-        return folder
-    scratch = folder.with_name(key + ".partial")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    (scratch / "requirements.txt").write_text("\n".join(install) + "\n")
-    log(f"requirements: downloading {len(install)} wheel(s) for {script} into {folder}")
-    cmd = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--disable-pip-version-check",
-           *TARGET, *source_wheels.find_links(), "--dest", str(scratch), "-r", str(scratch / "requirements.txt")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UserError(f"the extra requirements of {script} could not be downloaded ({tail}); "
-                        f"reach PyPI once (runs never do), or point pip at your wheels with PIP_FIND_LINKS")
-    (scratch / "complete").write_text("")
-    shutil.rmtree(folder, ignore_errors=True)
-    scratch.rename(folder)
-    return folder
-
-
 def check_imports(folder: Path, scripts: list[str], framework: str, source: Source | None,
-                  requirements: dict[str, Any] | None, data_dir: Path, facts: dict[str, Any]) -> None:
+                  requirements: dict[str, Any] | None, facts: dict[str, Any]) -> None:
     """Before any run: the script's extra wheels fetched, and each module it imports that its environment lacks
     refused (reprokit/environments/import_scan.py), with the way to add it. ``facts``: the runner's description
     of the framework's runs (its interpreter, or its lock, whose local environment answers for Docker's too)."""
     install = (requirements or {}).get("install") or []
-    provided = script_packages.provided(wheels(install, data_dir, scripts[0])) if install else set()
+    fetched = requirement_sets.wheels_of(install, facts, scripts[0]) if install else []
+    provided = script_packages.provided(fetched)
+    if fetched and source:      # the index's code never stands in for the script's own modules
+        import_scan.shadowing(fetched, import_scan.own_modules(folder, scripts[0]), source.where)
 
     def python() -> Path:
         if facts.get("interpreter"):
@@ -183,17 +158,8 @@ def check_imports(folder: Path, scripts: list[str], framework: str, source: Sour
         name = Path(facts["lock"]).stem if facts.get("lock") else envs.lock_name(framework, "cpu")
         return envs.build(envs.ENVS, name)
 
-    def way_out(module: str) -> str:
-        if source is None:
-            return f"add it with --require {framework}={module} or a {BESIDE} beside the script"
-        if source.name.startswith("--require"):
-            return f"add it with {source.name},{module}"
-        return f"add it to {source.where}"
+    def way_out(module: str) -> str:          # the distribution that provides it, each name of the flag once
+        named = None if source is None else source.name if source.name.startswith("--require") else source.where
+        return module_names.way_out(framework, module, named)
     import_scan.check(folder, scripts, framework, locked(framework), provided, python, way_out)
 
-
-def fetch(specs: list[dict[str, Any]], data_dir: Path, log: Callable[[str], object] = print) -> None:
-    """The wheels every script spec's ``install`` list needs, in the data folder (planning fetched most)."""
-    for spec in specs:
-        if spec.get("source") == "script" and (install := (spec["script"].get("requirements") or {}).get("install")):
-            wheels(install, data_dir, spec["script"]["path"], log)

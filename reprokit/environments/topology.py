@@ -28,21 +28,54 @@ SYS = Path("/sys")
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one run goes: its GPU (host index and UUID), CPU set and memory node."""
+    """Where one run goes: its GPU (host index and UUID), CPU set and memory node; a run that holds several GPUs
+    (--devices N) has the others in ``more``, and the CPU sets and memory nodes of all of them."""
 
     gpu: str | None           # the host's index (None: a fake slot, no GPU)
     gpu_uuid: str | None
     cpus: str                 # cpuset list, e.g. "0-11,96-107"
     mems: str | None          # NUMA memory node(s), None where unknown
     fake: bool = False
+    more: tuple[tuple[str | None, str | None], ...] = ()     # the run's other GPUs (index, UUID), in order
+
+    @property
+    def gpus(self) -> list[tuple[str | None, str | None]]:
+        """Every GPU (or fake slot) of the run, as (index, UUID)."""
+        return [(self.gpu, self.gpu_uuid), *self.more]
+
+    @property
+    def device_ids(self) -> list[str]:
+        """What the engine or CUDA is told, one per GPU: the UUID where known (stable), else the index."""
+        return [] if self.fake else [str(uuid or index) for index, uuid in self.gpus if uuid or index]
 
     @property
     def device_id(self) -> str | None:
-        """What the engine or CUDA is told: the UUID where known (stable), else the index."""
-        return None if self.fake else (self.gpu_uuid or self.gpu)
+        """CUDA_VISIBLE_DEVICES of the run: its GPUs' ids, comma-separated."""
+        return ",".join(self.device_ids) or None
+
+    @property
+    def name(self) -> str:
+        """The run's GPUs (or fake slots) in the ledger and on the console: their UUIDs, else gpu<index>."""
+        return ",".join(uuid or f"gpu{index}" for index, uuid in self.gpus)
 
     def record(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.more:                    # one GPU: recorded as before runs held several
+            del out["more"]
+        return out
+
+
+def joined(slots: list[Placement]) -> Placement:
+    """One placement of several slots, for a run that holds them all: the first's GPU, the others in ``more``, every
+    slot's CPUs, and their memory nodes where each is known."""
+    first, rest = slots[0], slots[1:]
+    if not rest:
+        return first
+    mems = [s.mems for s in slots]
+    known = sorted({int(m) for text in mems if text is not None for m in parse_cpulist(text)})
+    return Placement(first.gpu, first.gpu_uuid, format_cpulist(set().union(*(parse_cpulist(s.cpus) for s in slots))),
+                     format_cpulist(known) if None not in mems else None, first.fake,
+                     tuple((s.gpu, s.gpu_uuid) for s in rest))
 
 
 def parse_cpulist(text: str) -> set[int]:
@@ -104,8 +137,8 @@ def _sysfs_affinity(bus_id: str) -> tuple[set[int] | None, str | None]:
 
 def gpu_affinity(gpus: list[dict[str, Any]]) -> dict[str, tuple[set[int] | None, str | None]]:
     """GPU index -> (CPUs near it, its memory node), from `nvidia-smi topo -m`, else sysfs by the PCI bus id."""
-    from kits.framework_free.nvidia_smi import _run
-    topo = parse_topo(_run(["topo", "-m"]) or "")
+    from kits.framework_free.nvidia_smi import topology
+    topo = parse_topo(topology() or "")
     out = {}
     for g in gpus:
         index = str(g["index"])

@@ -2,17 +2,19 @@
 
 Ray runs on the hosts, never in a container. The head (where `reprokit
 reproduce` runs) plans, builds the images on its own engine, and keeps the
-store. Each task asks for one GPU (``num_gpus=1``; CPU runs ask for their
-threads), and on its node (reprokit/execute/node_tasks.py):
+store. Each task asks for the GPUs its run holds (``num_gpus=N`` at --devices
+N, all of one node: Ray places a task's resources on one node; CPU runs ask for
+their threads), and on its node (reprokit/execute/node_tasks.py):
 
 - stages what the run needs, once per node and checked: the dataset file
   (through Ray), verified against the spec's sha256; a user's script folder
-  and its extra requirements' wheels (the probe checks the .py files against
-  the spec's sha256 and installs the wheels hash-checked); under Docker the image,
+  (the probe checks the .py files against the spec's sha256) and its extra
+  requirements (their wheels into the node's per-user cache, the set installed
+  there once, hash-checked, as on the head); under Docker the image,
   streamed from a `docker save` on the head's engine into the node's (a
   one-time socket on the head's cluster address) and verified by image id
   (its tag is named after its content);
-- pins the run to the GPU Ray gave it, with CPUs and a memory node near it;
+- pins the run to the GPUs Ray gave it, with CPUs and memory nodes near them;
 - runs it with the node's own runner (the same least-privilege container on
   every node, or the node's virtualenv) and returns the result.
 
@@ -41,6 +43,7 @@ from kits.contract.spec import RunSpec, Spec, Threads
 from reprokit.console import RunProgress
 from reprokit.environments.topology import FAKE_SLOTS_ENV
 from reprokit.errors import UserError
+from reprokit.execute.device_placement import held
 from reprokit.execute.node_staging import CHUNK
 from reprokit.execute.node_tasks import Job, _node_facts, _node_run
 from reprokit.results import results
@@ -179,16 +182,16 @@ def _slot_resource(device: str) -> str:
 
 
 def _slot_request(device: str, spec: Spec) -> dict[str, Any]:
-    """The Ray resources one run asks for."""
+    """The Ray resources one run asks for: as many GPUs (or fake slots) as its devices, all on one node."""
     resource = _slot_resource(device)
     if resource == "GPU":
-        return {"num_gpus": 1}
+        return {"num_gpus": held(spec)}
     if resource == "CPU":
         # "auto" is resolved by the kit on its node; the task reserves what it resolved to on the head (a script
-        # sets its own threads: it reserves the head's CPUs too)
+        # sets its own threads: it reserves the head's CPUs too), and at least a CPU for each stand-in device
         threads = spec.numerics.cpu_threads if isinstance(spec, RunSpec) else Threads(intra_op="auto", inter_op=1)
-        return {"num_cpus": threads.intra()}
-    return {"resources": {resource: 1}}
+        return {"num_cpus": max(threads.intra(), held(spec))}
+    return {"resources": {resource: held(spec)}}
 
 
 def _why_not(facts: dict[str, Any], job_runner: str, device: str) -> str | None:
@@ -202,9 +205,10 @@ def _why_not(facts: dict[str, Any], job_runner: str, device: str) -> str | None:
     return None
 
 
-def check(job_runner: str, device: str, address: str) -> tuple[list[str], int]:
-    """The nodes that can serve a run, and how many runs they take at once; UserError naming why each
-    node cannot when none can."""
+def check(job_runner: str, device: str, address: str, widest: int = 1) -> tuple[list[str], int, dict[str, int]]:
+    """The nodes that can serve a run, how many runs they take at once, and each one's slots by its hostname (the
+    description the dry run places the runs on); UserError naming why each node cannot when none can, and where
+    no node has the slots of the widest run (--devices N: a run's GPUs are all on one node)."""
     facts, serving = census(job_runner, device)
     if not serving:
         why = "; ".join(f"{f['hostname']} ({f['node_id'][:8]}): {f['why_not']}" for f in facts)
@@ -213,7 +217,21 @@ def check(job_runner: str, device: str, address: str) -> tuple[list[str], int]:
                         f"{' and a Docker engine' if job_runner == 'docker' else ''} ({why}); start a "
                         f"node that has them with `ray start --address {address}`.")
     resource = _slot_resource(device)
-    return serving, sum(int(f["resources"].get(resource, 0)) for f in facts if f["node_id"] in serving)
+    slots = {f"{f['hostname']} ({f['node_id'][:8]})": int(f["resources"].get(resource, 0))
+             for f in facts if f["node_id"] in serving}
+    widest_fit(widest, slots, address, resource)
+    return serving, sum(slots.values()), slots
+
+
+def widest_fit(widest: int, slots: dict[str, int], address: str, resource: str = "GPU") -> None:
+    """A run at ``widest`` devices takes them all on one node: refused in one sentence where no node has them."""
+    largest = max(slots.values(), default=0)
+    if widest > largest:
+        what = {"GPU": "GPUs", "CPU": "CPUs", FAKE_RESOURCE: "fake (test-only) GPU slots"}[resource]
+        raise UserError(f"--devices {widest} places each run on {widest} {what} of one node, and the largest node "
+                        f"of the Ray cluster at {address} that can serve a run has {largest}; give --devices "
+                        f"{largest} or less, or start a node with {widest} {what} with `ray start --address "
+                        f"{address}`.")
 
 
 def stage_on_head(runner: Runner, frameworks: set[str], data_files: dict[str, Path],

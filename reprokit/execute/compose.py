@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import cast
 
 from kits.contract.spec import RunSpec, Spec
+from reprokit import resources
 from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
 from reprokit.environments import host_checks, topology
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
-from reprokit.execute import data_step, from_report
+from reprokit.execute import data_step, device_placement, from_report
 from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
-from reprokit.plan import claimed, frameworks, matrix, tuning
+from reprokit.plan import claimed, device_counts, frameworks, matrix, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.inputs import DataStep
 from reprokit.plan.request import Request
-from reprokit.results.provenance import REPO, code
+from reprokit.results.provenance import code
 from reprokit.runners.base import Runner
 from reprokit.runners.choose import choose
 from reprokit.runners.make import make
@@ -46,6 +48,7 @@ class Matrix:
     not_run: list[str] = dataclasses.field(default_factory=list)
     rule: sequential.Rule | None = None         # --repeats auto: repeats until each claim's ratio is decided
     left_out: str | None = None                 # what no claim in play reads, left out, and how to add it
+    devices: list[str] = dataclasses.field(default_factory=list)   # where the runs' devices are, for the plan
 
 
 def _head_runner(runner_kind: str, device: str, data_dir: Path, extra: tuple[Path, ...]) -> tuple[Runner, str]:
@@ -61,20 +64,23 @@ def _head_runner(runner_kind: str, device: str, data_dir: Path, extra: tuple[Pat
             "each node runs the pinned images in its own Docker engine")
 
 
-def _slots(parallel: str, gpus: str, device: str) -> list[topology.Placement | None]:
-    """One placement per run that may go at once; [None] for one run at a time with every assigned GPU."""
+def _slots(parallel: str, gpus: str, device: str, grouped: bool = False) -> list[topology.Placement | None]:
+    """One placement per run that may go at once; [None] for one run at a time with every assigned GPU. ``grouped``
+    (--devices given): every assigned GPU's slot, of which each run holds as many as its devices."""
     if parallel != "auto" and not (parallel.isdigit() and int(parallel) >= 1):
         raise UserError(f"--parallel {parallel!r} is not understood; use auto or a number of runs at once, such as 4.")
     fake = topology.fake_slots()
     assigned = host_checks.resolve_gpus(gpus) if device == "gpu" and fake is None else []
-    if parallel == "1":
+    if parallel == "1" and not grouped:
         return [None]
     slots = fake if fake is not None else topology.gpu_slots(assigned)
     if not slots:
-        if parallel == "auto":
+        if parallel in ("auto", "1"):
             return [None]
         raise UserError(f"--parallel {parallel} runs one run per GPU, and no GPU is assigned (--gpus {gpus}); "
                         f"on a CPU host use --parallel 1.")
+    if grouped:                 # runs at once: reprokit/execute/device_placement.py, once the specs are known
+        return [*slots]
     n = len(slots) if parallel == "auto" else int(parallel)
     if n > len(slots):
         raise UserError(f"--parallel {n} is more than the {len(slots)} GPU(s) assigned (--gpus {gpus}); use "
@@ -103,7 +109,7 @@ def build(request: Request) -> Matrix:
     needed = {f for e in experiments.values() for f in frameworks.chosen(what.frameworks, e)}
     if where.executor == "ray":
         runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
-        serving, at_once = cluster.check(where.runner, device, address)
+        serving, at_once, nodes = cluster.check(where.runner, device, address, max(device_counts.counts(what.devices)))
         why += f"; {len(serving)} node(s) of the cluster at {address} can serve runs"
         executor = RayExecutor(address, serving, at_once, device, how.data_dir, how.state_dir / "ledger",
                                what.experiment_dirs,
@@ -111,12 +117,13 @@ def build(request: Request) -> Matrix:
         gpu_name = None
         mixed = tuning.DEFAULT_MIXED            # the nodes' GPUs are not known here: tuned's bf16 asks for 8.0
     else:
-        slots = _slots(where.parallel, gpus, device)
+        slots = _slots(where.parallel, gpus, device, grouped=bool(what.devices))
         assigned = host_checks.resolve_gpus(gpus) if device == "gpu" else []
         # The driver decides each framework's GPU build, before the runner describes any run.
         flavors = host_checks.gpu_flavors(needed, gpus) if assigned and where.python is None else {}
         runner, why = choose(backend=where.runner, python=where.python, gpus=gpus,
-                             gpus_explicit=where.gpus is not None, device=device, repo_root=REPO, envs_root=ENVS,
+                             gpus_explicit=where.gpus is not None, device=device, repo_root=resources.root(),
+                             envs_root=ENVS,
                              data_dir=how.data_dir, extra_dirs=what.experiment_dirs, frameworks=needed,
                              flavors=flavors, visible_gpus=",".join(g["uuid"] for g in assigned),
                              dry_run=how.dry_run, memory_limit=where.memory_limit)
@@ -124,7 +131,11 @@ def build(request: Request) -> Matrix:
         mixed = host_checks.mixed_precision(gpus) if assigned else tuning.DEFAULT_MIXED
         executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots,
                                 gpus=tuple(g["uuid"] for g in assigned), device=device)
-        if slots != [None] and (first := slots[0]) is not None:      # several slots: each a placement
+        # N larger than the host's devices refused before any data is prepared (a report's own counts: below)
+        device_placement.runs_at_once(max(device_counts.counts(what.devices)), device, slots, len(assigned), gpus,
+                                      where.parallel)
+        executor.models = device_placement.check_models(what.devices, assigned, gpus, where.mixed_gpus)
+        if slots != [None] and (first := slots[0]) is not None and not what.devices:   # a slot per run at once
             why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if first.fake else ''}GPU slot"
     if what.from_report:
         specs = from_report.specs_from(what.from_report, runner, device, how.data_dir, code(what.experiment_dirs),
@@ -149,5 +160,20 @@ def build(request: Request) -> Matrix:
                                                 "newer GPU with --gpus")
         host_checks.check_precision({s.numerics.precision for s in specs if isinstance(s, RunSpec)}, gpus)
     rule = None if what.from_report else matrix.repeats_rule(what, device, claims)
+    devices: list[str] = []
+    if isinstance(executor, RayExecutor):       # each run on one node, placed on the nodes as described
+        devices = device_placement.round_lines(specs, [[topology.Placement(str(i), None, "", None) for i in range(n)]
+                                                       for n in nodes.values()], executor.at_once, [*nodes])
+    if isinstance(executor, HostExecutor):      # the planned runs' counts of devices, placed
+        counts = sorted({device_placement.held(s) for s in specs}) or [1]
+        executor.widest = max(counts)
+        executor.at_most = device_placement.runs_at_once(executor.widest, device, executor.slots,
+                                                         len(executor.gpus or ()), gpus, where.parallel)
+        devices = device_placement.lines(counts, device, executor.slots, executor.at_most)
+        if executor.models:
+            devices.append(f"{device_placement.MIXED_GPUS}; each result declares it, with the models of its GPUs")
+        if executor.slots != [None]:
+            devices += device_placement.round_lines(specs, [cast("list[topology.Placement]", executor.slots)],
+                                                    executor.at_most)
     return Matrix(tuple(specs), runner, executor, why, known, claims, profile, device, gpu_name, data, flavors, not_run,
-                  rule, left_out)
+                  rule, left_out, devices)

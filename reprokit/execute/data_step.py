@@ -102,7 +102,7 @@ class Preparing(LookedUp):
 
     def check_imports(self, folder: Path, scripts: list[str], framework: str, source: Source | None,
                       requirements: dict[str, Any] | None, facts: dict[str, Any]) -> None:
-        script_requirements.check_imports(folder, scripts, framework, source, requirements, self.data_dir, facts)
+        script_requirements.check_imports(folder, scripts, framework, source, requirements, facts)
 
 
 def for_run(data_dir: Path, dry_run: bool, offline: bool) -> DataStep:

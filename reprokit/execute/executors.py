@@ -63,10 +63,15 @@ class HostExecutor:
     gpus: tuple[str, ...] | None = None
     device: str = "cpu"
     name: str = "host"
+    at_most: int | None = None      # runs at once in the slots (--parallel); None: one per slot
+    widest: int = 1                 # the most devices a run holds (--devices): it takes that many slots
+    models: dict[str, str] | None = None    # --mixed-gpus: each GPU's model by UUID, which each result declares
 
     @property
     def at_once(self) -> int:
-        return 1 if self.slots == [None] else len(self.slots)
+        if self.slots == [None]:
+            return 1
+        return max(1, min(self.at_most or len(self.slots), len(self.slots) // self.widest))
 
     def describe(self, runner: Runner) -> str:
         return f"backend {runner.name}{_at_once(self.at_once)}"
@@ -79,7 +84,8 @@ class HostExecutor:
 
     def run(self, runner: Runner, todo: Sequence[Spec], store: Store, progress_for: ProgressFor) -> tuple[int, bool]:
         from reprokit.execute import schedule
-        return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for, self.gpus)
+        return schedule.run_all(runner, todo, self.slots, self.work, self.ledger, store, progress_for, self.gpus,
+                                self.at_most, self.models)
 
     def untimed(self, runner: Runner) -> Runner:
         from reprokit.execute import untimed
@@ -120,7 +126,7 @@ class RayExecutor:
         from reprokit.execute import cluster, node_staging
         data_files = {s.data.file: self.data_dir / s.data.file for s in todo if s.data.file}
         head, images = cluster.stage_on_head(runner, {s.framework for s in todo}, data_files,
-                                             node_staging.script_files(todo, self.data_dir))
+                                             node_staging.script_files(todo))
         return cluster.run_all(self.job(runner, head, images), todo, self.serving, store, progress_for)
 
     def untimed(self, runner: Runner) -> Runner:

@@ -1,6 +1,8 @@
 """What a Ray node stages before a run, once per node and checked: the dataset file, a user's script folder
-and its extra requirements' wheels, and under Docker the head's image. Each is copied from the head's
-actor (reprokit/execute/cluster.py) and locked between the node's tasks; these functions run on the nodes."""
+and its extra requirements (their wheels into the node's per-user cache, then the set installed there once,
+as on the head: reprokit/environments/requirement_sets.py), and under Docker the head's image. Each is copied
+from the head's actor (reprokit/execute/cluster.py) and locked between the node's tasks; these functions run on
+the nodes."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kits.contract.files import atomic_file, clean_stale, write_text_atomic
 from kits.contract.spec import ScriptSpec, Spec
-from kits.framework_free.data import SCRIPT_WHEELS, wheels_key
+from reprokit.environments import requirement_sets
 from reprokit.errors import UserError
 from reprokit.results import quarantine
 
@@ -31,9 +33,10 @@ def _get(ref: Any) -> Any:
     return ray.get(ref)
 
 
-def script_files(specs: Sequence[Spec], data_dir: Path) -> dict[str, str]:
+def script_files(specs: Sequence[Spec]) -> dict[str, str]:
     """What the head serves of the users' scripts, by name: every file of each script's folder (a node has
-    no copy of it), and the wheels of its extra requirements, which the host downloaded into its data folder."""
+    no copy of it), and the wheels of its extra requirements, which the head installed its set from (its per-user
+    cache's, under the set's folder name: a node takes those its set needs)."""
     files = {}
     for spec in specs:
         if not isinstance(spec, ScriptSpec):
@@ -45,8 +48,9 @@ def script_files(specs: Sequence[Spec], data_dir: Path) -> dict[str, str]:
                 files[f"script/{_folder_key(spec)}/{rel.as_posix()}"] = str(path)
         install = spec.script.requirements.install if spec.script.requirements else None
         if install:
-            wheels = Path(data_dir) / SCRIPT_WHEELS / wheels_key(install)
-            files.update({f"data/{SCRIPT_WHEELS}/{wheels.name}/{p.name}": str(p) for p in sorted(wheels.iterdir())})
+            named = requirement_sets.folder_for(install, spec.provenance).name
+            files.update({f"wheels/{named}/{p.name}": str(p)
+                          for p in requirement_sets.wheels_of(install, spec.provenance, spec.script.path)})
     return files
 
 
@@ -120,17 +124,23 @@ def _verified(path: Path, marker: Path, sha: str) -> bool:
 
 
 def stage_script(head: Any, spec: ScriptSpec, node_dir: Path) -> ScriptSpec:
-    """The spec's script folder (and its extra requirements' wheels) copied to this node once; the spec as
-    this node runs it, its folder the copy (the probe checks the .py files against the spec's sha256)."""
+    """The spec's script folder copied to this node once, and its extra requirements installed in the node's
+    per-user cache once, from the head's wheels (each one this node lacks copied into its wheel cache, its hash
+    checked by the install); the spec as this node runs it, its folder the copy (the probe checks the .py files
+    against the spec's sha256)."""
     key = _folder_key(spec)
     folder = node_dir / "scripts" / key
     install = spec.script.requirements.install if spec.script.requirements else None
     with locked(node_dir / ".stage.lock"):
         names = _get(head.names.remote())
         _copy_once(head, names, f"script/{key}/", folder)
-        if install:
-            key = wheels_key(install)
-            _copy_once(head, names, f"data/{SCRIPT_WHEELS}/{key}/", node_dir / "data" / SCRIPT_WHEELS / key)
+        if install and not requirement_sets.ready(requirement_sets.folder_for(install, spec.provenance), install):
+            prefix = f"wheels/{requirement_sets.folder_for(install, spec.provenance).name}/"
+            wheels = requirement_sets.wheels_folder()
+            for name in (n for n in names if n.startswith(prefix)):
+                if not (wheels / name[len(prefix):]).exists():
+                    _fetch(head, name, wheels / name[len(prefix):])
+            requirement_sets.install(install, spec.provenance, spec.script.path, log=lambda line: None)
     return dataclasses.replace(spec, script=dataclasses.replace(spec.script, folder=str(folder)))
 
 

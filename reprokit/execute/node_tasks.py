@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from kits.contract.spec import ScriptSpec, Spec
-from reprokit.environments.topology import FAKE_SLOTS_ENV, Placement, fake_slots, gpu_slots
+from reprokit.environments import cache
+from reprokit.environments.topology import FAKE_SLOTS_ENV, Placement, fake_slots, gpu_slots, joined
 from reprokit.errors import UserError
+from reprokit.execute.device_placement import held
 from reprokit.execute.node_staging import stage_data, stage_image, stage_script
 from reprokit.execute.schedule import Ledger, run_placed
 from reprokit.results import provenance, results
@@ -50,7 +52,8 @@ class Job:
 # A node (everything below runs in a Ray worker on the node)
 
 def _node_dir() -> Path:
-    return Path(os.environ.get(NODE_DIR_ENV) or provenance.REPO / ".reprokit" / "node").resolve()
+    """The node's staged data, scripts, slots and work: its user's cache, shared by the commands that reach it."""
+    return Path(os.environ.get(NODE_DIR_ENV) or cache.root() / "node").resolve()
 
 
 def _node_facts(job_runner: str) -> dict[str, Any]:
@@ -69,35 +72,44 @@ def _node_facts(job_runner: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _slot(node_dir: Path, device: str) -> Iterator[Placement | None]:
-    """This task's placement on the node: the GPU Ray gave it, or a free fake slot (test-only switch)."""
+def _slot(node_dir: Path, device: str, n: int = 1) -> Iterator[Placement | None]:
+    """This task's placement on the node: the n GPUs Ray gave it (--devices n), joined into one, or n free fake
+    slots (test-only switch)."""
     import ray
     if device == "gpu":
         from reprokit.environments.host_checks import resolve_gpus
         ids = {str(i) for i in ray.get_gpu_ids()}
         rows = resolve_gpus("all")
         mine = [i for i, r in enumerate(rows) if str(r["index"]) in ids or r["uuid"] in ids]
-        yield gpu_slots(rows)[mine[0]] if mine else None
+        slots = gpu_slots(rows)
+        yield joined([slots[i] for i in mine]) if mine else None
         return
+    with _fake_slots(node_dir, n) as taken:
+        yield joined(taken) if taken else None
+
+
+@contextlib.contextmanager
+def _fake_slots(node_dir: Path, n: int) -> Iterator[list[Placement]]:
+    """n of the node's fake slots (the test-only switch), each held by a lock file while the run goes; [] where the
+    switch is off, or where Ray gave this node more fake-GPU tasks than it has slots free (the run goes unpinned)."""
     slots = fake_slots()
-    if slots is None:
-        yield None
-        return
-    for i, placement in enumerate(slots):
-        lock = node_dir / "slots" / f"{i}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(lock, "a")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            continue
-        try:
-            yield placement
-        finally:
-            fh.close()
-        return
-    yield None          # Ray gave this node more fake-GPU tasks than it has slots: run unpinned
+    with contextlib.ExitStack() as locks:
+        taken: list[Placement] = []
+        for i, placement in enumerate(slots or []):
+            if len(taken) == n:
+                break
+            lock = node_dir / "slots" / f"{i}.lock"
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fh = locks.enter_context(open(lock, "a"))
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            taken.append(placement)
+        if len(taken) < n:
+            locks.close()               # the slots it found are free for another run
+            taken = []
+        yield taken
 
 
 def _node_runner(job: Job, node_dir: Path) -> DockerRunner | LocalRunner:
@@ -154,7 +166,7 @@ def _node_run(job: Job, spec: Spec) -> dict[str, Any] | None:
             staged["image"] = stage_image(job.head, job.images[spec.framework], client, node_dir)
         staged["seconds"] = round(time.perf_counter() - t0, 3)
         runner.prepare({spec.framework})
-        with _slot(node_dir, job.device) as placement:
+        with _slot(node_dir, job.device, held(here)) as placement:
             result = run_placed(runner, here, node_dir / "work", Ledger(node_dir / "ledger"), placement, forward)
         if result is not None and here is not spec:
             result["spec"] = spec.to_dict()      # as planned: the folder on the head, where its id was made

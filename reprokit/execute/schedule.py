@@ -37,6 +37,7 @@ from reprokit.environments import host_checks
 from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
 from reprokit.errors import UserError
 from reprokit.execute import disk_full, gpu_state, locks, stopping
+from reprokit.execute.device_placement import Pool, declare_models, held, start_order
 from reprokit.results import quarantine
 from reprokit.runners import live
 from reprokit.runners.base import Runner, run_spec
@@ -92,7 +93,7 @@ class Ledger:
 
     def begin(self, spec: Spec, placement: Placement | None) -> None:
         self.begin_entry(spec.run_id, spec.experiment, spec.framework, spec.variant, spec.repeat,
-                         placement.gpu_uuid if placement else None)
+                         placement.name if placement else None)
 
     def begin_entry(self, run_id: str, experiment: str, framework: str, variant: str, repeat: int,
                     slot: str | None) -> None:
@@ -153,12 +154,12 @@ def _alive(pid: int) -> bool:
 
 
 def devices_of(spec: Spec, placement: Placement | None, gpus: tuple[str, ...] | None = None) -> list[str]:
-    """What a run times on, as lock names: its slot's GPU; a fake slot's CPUs; every CPU it may use; or the
+    """What a run times on, as lock names: its slot's GPUs; a fake slot's CPUs; every CPU it may use; or the
     assigned GPUs (``gpus``; None: every GPU of the host, where the caller does not know which were assigned)."""
     if placement is not None:
         if placement.fake:
             return [f"cpu{c}" for c in sorted(parse_cpulist(placement.cpus))]
-        return [placement.gpu_uuid or f"gpu{placement.gpu}"]
+        return placement.name.split(",")
     return timed_on(spec.device, gpus)
 
 
@@ -235,20 +236,22 @@ def _child(runner: Runner, spec: Spec, work: Path, ledger_root: Path, placement:
 
 def run_all(runner: Runner, todo: Sequence[Spec], slots: list[Placement | None], work: Path, ledger_root: Path,
             store: Store, progress_for: Callable[[int, Spec], RunProgress],
-            gpus: tuple[str, ...] | None = None) -> tuple[int, bool]:
-    """Run every spec, at most one per slot at once; (failed runs, interrupted). DiskFull where the state
-    folder filled up, after naming the run that was lost.
+            gpus: tuple[str, ...] | None = None, at_once: int | None = None,
+            models: dict[str, str] | None = None) -> tuple[int, bool]:
+    """Run every spec, each holding as many slots as its devices, at most ``at_once`` runs at once (None: one per
+    slot); (failed runs, interrupted). DiskFull where the state folder filled up, after naming the run that was lost.
 
     progress_for(i, spec) makes the progress display of the i-th run (from 0) as it starts; ``gpus`` are the
-    assigned GPUs a run without a slot times on (None: every GPU of the host).
+    assigned GPUs a run without a slot ([None]) times on (None: every GPU of the host); ``models`` each GPU's model,
+    where --mixed-gpus let a sweep run on GPUs that differ in model: each result declares it.
     """
-    tally = _Tally(store, work, len(todo))
-    if len(slots) == 1:
-        interrupted = _one_at_a_time(runner, todo, work, Ledger(ledger_root), slots[0], progress_for, tally, gpus)
+    tally = _Tally(store, work, len(todo), models)
+    # slots other than [None] are GPU placements (None is the one slot of every assigned GPU)
+    pool = None if slots == [None] else Pool(cast("list[Placement]", slots), at_once or len(slots))
+    if pool is None or pool.at_once == 1:
+        interrupted = _one_at_a_time(runner, todo, work, Ledger(ledger_root), pool, progress_for, tally, gpus)
     else:
-        # several slots are GPU placements, never None (None is the one slot of every assigned GPU)
-        interrupted = _side_by_side(runner, todo, cast("list[Placement]", slots), work, ledger_root, progress_for,
-                                    tally)
+        interrupted = _side_by_side(runner, todo, pool, work, ledger_root, progress_for, tally)
     return tally.failures, interrupted
 
 
@@ -260,8 +263,9 @@ def _label(spec: Spec | dict[str, Any]) -> str:
 class _Tally:
     """Stores each result as it comes and counts the failed ones; a full disk stops the matrix."""
 
-    def __init__(self, store: Store, work: Path, runs: int) -> None:
+    def __init__(self, store: Store, work: Path, runs: int, models: dict[str, str] | None = None) -> None:
         self.store = store
+        self.models = models
         self.work = work
         self.runs = runs
         self.stored = 0
@@ -277,6 +281,8 @@ class _Tally:
             raise self.full()
 
     def keep(self, result: dict[str, Any], progress: RunProgress) -> None:
+        if self.models:
+            declare_models(result, self.models)
         try:
             self.store.put(result)
         except OSError as exc:
@@ -317,38 +323,42 @@ def _keep_figures(run_dir: Path, kept: Path) -> None:
         shutil.move(figures, kept)
 
 
-def _one_at_a_time(runner: Runner, todo: Sequence[Spec], work: Path, ledger: Ledger, slot: Placement | None,
+def _one_at_a_time(runner: Runner, todo: Sequence[Spec], work: Path, ledger: Ledger, pool: Pool | None,
                    progress_for: Callable[[int, Spec], RunProgress], tally: _Tally,
                    gpus: tuple[str, ...] | None) -> bool:
     for i, spec in enumerate(todo):
         progress = progress_for(i, spec)
+        slot = pool.take(held(spec)) if pool else None       # nothing else holds the pool: it fits
         try:
             result = run_placed(runner, spec, work, ledger, slot, progress, gpus)
         except OSError as exc:
             if not disk_full.is_full(exc):
                 raise
             raise tally.could_not_start(spec, exc, progress) from None
+        finally:
+            if pool and slot:
+                pool.give_back(slot)
         if result is None:
             return True
         tally.finished(result, progress)
     return False
 
 
-def _side_by_side(runner: Runner, todo: Sequence[Spec], slots: list[Placement], work: Path, ledger_root: Path,
+def _side_by_side(runner: Runner, todo: Sequence[Spec], pool: Pool, work: Path, ledger_root: Path,
                   progress_for: Callable[[int, Spec], RunProgress], tally: _Tally) -> bool:
-    """One child process per slot, each running one spec at a time; True when interrupted."""
+    """One child process per run at once, each in the slots its devices take; True when interrupted. The runs start
+    round by round (device_placement.start_order), each once its slots are free, none overtaking a run before it:
+    so a wide run is never kept waiting by narrower ones, and they go as the dry run placed them."""
     ctx = multiprocessing.get_context("spawn")
-    free = list(slots)
-    queue = list(enumerate(todo))
+    queue = [(i, todo[i]) for i in start_order(todo, pool.slots, pool.at_once)]
     running: Running = {}                # connection -> (process, slot, progress)
     with contextlib.ExitStack() as children:
         try:
             while queue or running:
-                while queue and free:
+                while queue and (slot := pool.take(held(queue[0][1]))) is not None:
                     i, spec = queue.pop(0)
-                    slot = free.pop(0)
                     progress = progress_for(i, spec)
-                    progress.label += f" · {slot.gpu_uuid}"
+                    progress.label += f" · {slot.name}"
                     progress.tty = False     # several runs at once: lines, not one line rewritten in place
                     mine, theirs = ctx.Pipe(duplex=False)
                     proc = ctx.Process(target=_child, daemon=False,
@@ -373,7 +383,7 @@ def _side_by_side(runner: Runner, todo: Sequence[Spec], slots: list[Placement], 
                         continue
                     proc.join()
                     del running[conn]
-                    free.append(slot)
+                    pool.give_back(slot)
                     if kind == "disk-full":
                         full = tally.could_not_start(spec, OSError(errno.ENOSPC, payload), progress)
                         _stop(running, tally.after_full)

@@ -16,6 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from reprokit import places, resources
+from reprokit.errors import UserError
+
 
 class Options(Protocol):
     """What the check reads of its command line; scripts/gpu_check parses it, before any of reprokit is
@@ -25,6 +28,7 @@ class Options(Protocol):
     name: str
     timeout: float
     state_dir: Path
+    reports_dir: Path
     wheelhouse: Path | None
     cpu_dry_run: bool
     plan_only: bool
@@ -34,3 +38,34 @@ class Options(Protocol):
 
 def say(line: str = "") -> None:
     print(line, flush=True)
+
+
+def clone() -> Path:
+    """The clone the check runs from: it runs scripts of the tests' corpus, which only a clone has."""
+    top = resources.checkout()
+    if top is None:
+        raise UserError("the GPU check runs scripts of the tests' corpus, which only a clone of reprokit has: clone "
+                        "the repository and run scripts/gpu_check there.")
+    return top
+
+
+def given(extra: list[str], flag: str) -> str | None:
+    """A folder given to `reprokit reproduce` after --, as is."""
+    return extra[extra.index(flag) + 1] if flag in extra else None
+
+
+def reports_dir(args: Options, extra: list[str]) -> Path:
+    """Where the check's commands write their reports: --reports-dir after --, else the check's own."""
+    return Path(given(extra, "--reports-dir") or args.reports_dir)
+
+
+def data_dir(extra: list[str]) -> Path:
+    """Where the check's commands read their data: --data-dir after --, else the kit's data cache."""
+    return Path(given(extra, "--data-dir") or places.DATA).resolve()
+
+
+def folders(args: Options, extra: list[str]) -> list[str]:
+    """The folders every command of the check is given: the check's reports folder, and the data folder where one
+    was given after --."""
+    data = given(extra, "--data-dir")
+    return ["--reports-dir", str(reports_dir(args, extra)), *(["--data-dir", data] if data else [])]

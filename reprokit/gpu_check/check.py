@@ -13,13 +13,13 @@ from typing import Any
 from reprokit import cli
 from reprokit.environments import host_checks
 from reprokit.errors import UserError
-from reprokit.gpu_check import Options, say
+from reprokit.gpu_check import Options, data_dir, reports_dir, say
 from reprokit.gpu_check.plan import TARGET_S, gpu_plan, reproduce_command
 from reprokit.gpu_check.probed_scripts import corpus_script, model_on_cpu, probed_script
+from reprokit.gpu_check.ranks_check import ranks_on_one_device
 from reprokit.gpu_check.reruns import certificate_half, kit_cost, warmup_twin
 from reprokit.gpu_check.tuned_and_jax import TUNED_EXPERIMENT, jax_part, tuned_part
 from reprokit.report.gpu_check_lines import figure, identity_ok, key_figures, variant_lines
-from reprokit.results.provenance import REPO
 
 
 def mixed_precision_line(cpu_dry_run: bool) -> str:
@@ -93,15 +93,12 @@ def main(args: Options, extra: list[str], plan_for: str, started: float, host_mo
         + "$ python -m reprokit " + " ".join(cmd) + "\n")
     code = cli.main(cmd)
 
-    report_dir = (REPO / "reports" / args.name) if "--reports-dir" not in extra else \
-        Path(extra[extra.index("--reports-dir") + 1]) / args.name
+    report_dir = reports_dir(args, extra) / args.name
     paths = sorted((report_dir / "results").glob("*.json"))
     results = [json.loads(p.read_text()) for p in paths]
-    data_dir = (REPO / ".reprokit" / "data" if "--data-dir" not in extra
-                else Path(extra[extra.index("--data-dir") + 1]).resolve())
     script_missed = (probed_script(args, extra, on_gpu) + corpus_script(args, extra, on_gpu)
-                     + model_on_cpu(args, extra, on_gpu))
-    twin_missed, cost_missed, cost_s = evidence(args, report_dir, paths, results, data_dir)
+                     + model_on_cpu(args, extra, on_gpu) + ranks_on_one_device(args, extra, on_gpu))
+    twin_missed, cost_missed, cost_s = evidence(args, report_dir, paths, results, data_dir(extra))
     twin_missed += script_missed
     say(f"\n== PyTorch's tuned variant on {TUNED_EXPERIMENT} (not part of the time target)")
     tuned_missed: list[str] = []

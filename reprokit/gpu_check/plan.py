@@ -7,11 +7,10 @@ from __future__ import annotations
 from reprokit import cli
 from reprokit.console import duration
 from reprokit.execute import data_step
-from reprokit.gpu_check import Options, say
-from reprokit.gpu_check.probed_scripts import SCRIPT
+from reprokit.gpu_check import Options, folders, say
+from reprokit.gpu_check.probed_scripts import SHOWN
 from reprokit.plan import estimate, matrix
 from reprokit.plan.experiments import BUILTIN_DIR, discover
-from reprokit.results.provenance import REPO
 
 TARGET_S = 240.0
 REPEATS, VARIANTS = 1, "fixed,as_posted"     # one run of each configuration: this checks the path, not the spread
@@ -29,7 +28,8 @@ def reproduce_command(args: Options, extra: list[str], on_gpu: bool) -> list[str
            "--profile", "standard" if on_gpu else "quick", "--dataset", "synthetic", "--offline",
            "--gpus", "all" if on_gpu else "none", "--repeats", str(REPEATS), "--variants", VARIANTS,
            "--claims", "seeds", "--fresh", "--name", args.name, "--timeout", str(args.timeout),
-           "--state-dir", str(args.state_dir), "--no-certify"]    # the certificate compares two frameworks
+           "--state-dir", str(args.state_dir), *folders(args, extra),
+           "--no-certify"]    # the certificate compares two frameworks
     if not any(a.startswith("--max-steps") for a in extra):
         cmd += ["--max-steps", str(MAX_STEPS)]
     return cmd + extra
@@ -60,7 +60,7 @@ def gpu_plan(args: Options, extra: list[str], gpu_name: str, host_modules: tuple
         say(f"  {len(specs) + 1:>2}. {TWIN:<26} pytorch  fixed, full last batch ~{duration(twin[0])} (the warmup's "
             f"twin: its evaluation peak must equal the run's, whose last batch is partial)")
     fixed = {s.experiment for s in specs if s.variant == "fixed"}
-    say(f"  with them: seed 000's posted PyTorch script ({SCRIPT.relative_to(REPO)}) under the probe, unmodified, "
+    say(f"  with them: seed 000's posted PyTorch script ({SHOWN}) under the probe, unmodified, "
         f"50 steps and 1 epoch of the generated stand-in (its estimate: unknown, a script's cost is known once it "
         f"ran)")
     say(f"  then, apart from the target: the certificate's PyTorch half at the timed size (structure), and the kit "

@@ -8,12 +8,12 @@ import json
 import os
 from pathlib import Path
 
-from reprokit import cli
-from reprokit.gpu_check import Options, say
+from reprokit import cli, resources
+from reprokit.gpu_check import Options, clone, folders, reports_dir, say
 from reprokit.report.gpu_check_lines import identity_ok, key_figures
-from reprokit.results.provenance import REPO
 
-SCRIPT = REPO / "kits" / "experiments" / "seed000" / "train_torch.py"    # seed 000's posted PyTorch script
+SCRIPT = resources.experiments() / "seed000" / "train_torch.py"    # seed 000's posted PyTorch script
+SHOWN = SCRIPT.relative_to(resources.kit_import_root())             # kits/experiments/seed000/train_torch.py
 POSTED = "vgg16_cifar10_speed"                                            # the experiment it is a variant of
 
 
@@ -27,17 +27,13 @@ def probed_script(args: Options, extra: list[str], on_gpu: bool) -> list[str]:
            "--python", args.python, "--backend", "local", "--profile", "standard" if on_gpu else "quick",
            "--dataset", "learnable", "--offline", "--gpus", "all" if on_gpu else "none", "--repeats", "1", "--fresh",
            "--name", name, "--timeout", str(args.timeout), "--state-dir", str(args.state_dir),
-           "--max-steps", "50" if on_gpu else "4", "--epochs", "1"]
-    for given in ("--reports-dir", "--data-dir"):         # where the main run put its reports and data
-        if given in extra:
-            cmd += [given, extra[extra.index(given) + 1]]
+           "--max-steps", "50" if on_gpu else "4", "--epochs", "1", *folders(args, extra)]   # the main run's folders
     if args.wheelhouse:              # the box has no network: the script's hash-pinned tqdm comes from there
         os.environ.update(PIP_FIND_LINKS=str(Path(args.wheelhouse).resolve()), PIP_NO_INDEX="1")
-    say(f"\n== seed 000's posted PyTorch script under the probe ({SCRIPT.relative_to(REPO)}, unmodified, "
+    say(f"\n== seed 000's posted PyTorch script under the probe ({SHOWN}, unmodified, "
         f"bounded)\n$ python -m reprokit " + " ".join(cmd))
     code = cli.main(cmd)
-    report_dir = (REPO / "reports" / name) if "--reports-dir" not in extra else \
-        Path(extra[extra.index("--reports-dir") + 1]) / name
+    report_dir = reports_dir(args, extra) / name
     paths = sorted((report_dir / "results").glob("*.json"))
     for path in paths:
         say(key_figures(path))
@@ -49,7 +45,7 @@ def probed_script(args: Options, extra: list[str], on_gpu: bool) -> list[str]:
     return []
 
 
-CORPUS = REPO / "tests" / "corpus" / "mnist_examples" / "main.py"      # written as PyTorch's examples write it
+CORPUS = Path("tests", "corpus", "mnist_examples", "main.py")      # of the clone: as PyTorch's examples write it
 
 
 def corpus_script(args: Options, extra: list[str], on_gpu: bool) -> list[str]:
@@ -59,20 +55,16 @@ def corpus_script(args: Options, extra: list[str], on_gpu: bool) -> list[str]:
     stand-in (`--dataset learnable`: an offline box has no MNIST). Its bounded epochs must end in the
     script's own test pass. Returns what it missed."""
     name = f"{args.name}-corpus"
-    cmd = ["reproduce", "--script", f"pytorch={CORPUS} --epochs 3 --save-model", "--frameworks", "pytorch",
+    cmd = ["reproduce", "--script", f"pytorch={clone() / CORPUS} --epochs 3 --save-model", "--frameworks", "pytorch",
            "--python", args.python, "--backend", "local", "--profile", "standard" if on_gpu else "quick",
            "--dataset", "learnable", "--offline", "--gpus", "all" if on_gpu else "none", "--repeats", "1", "--fresh",
            "--name", name,
            "--timeout", str(args.timeout), "--state-dir", str(args.state_dir), "--max-steps", "50" if on_gpu else "4",
-           "--epochs", "2"]
-    for given in ("--reports-dir", "--data-dir"):
-        if given in extra:
-            cmd += [given, extra[extra.index(given) + 1]]
-    say(f"\n== a corpus script under the probe ({CORPUS.relative_to(REPO)}, unmodified, bounded)\n"
+           "--epochs", "2", *folders(args, extra)]
+    say(f"\n== a corpus script under the probe ({CORPUS}, unmodified, bounded)\n"
         f"$ python -m reprokit " + " ".join(cmd))
     code = cli.main(cmd)
-    report_dir = (REPO / "reports" / name) if "--reports-dir" not in extra else \
-        Path(extra[extra.index("--reports-dir") + 1]) / name
+    report_dir = reports_dir(args, extra) / name
     results = [json.loads(p.read_text()) for p in sorted((report_dir / "results").glob("*.json"))]
     for path in sorted((report_dir / "results").glob("*.json")):
         say(key_figures(path))
@@ -122,15 +114,12 @@ def model_on_cpu(args: Options, extra: list[str], on_gpu: bool) -> list[str]:
            "--backend", "local", "--profile", "standard" if on_gpu else "quick", "--dataset", "learnable", "--offline",
            "--gpus", "all" if on_gpu else "none",
            "--repeats", "1", "--fresh", "--name", name, "--timeout",
-           str(args.timeout), "--state-dir", str(args.state_dir), "--max-steps", "60", "--epochs", "1"]
-    for given in ("--reports-dir", "--data-dir"):
-        if given in extra:
-            cmd += [given, extra[extra.index(given) + 1]]
+           str(args.timeout), "--state-dir", str(args.state_dir), "--max-steps", "60", "--epochs", "1",
+           *folders(args, extra)]
     say("\n== a PyTorch script whose model never moves to the GPU, as a GPU run\n$ python -m reprokit "
         + " ".join(cmd))
     code = cli.main(cmd)
-    report_dir = (REPO / "reports" / name) if "--reports-dir" not in extra else \
-        Path(extra[extra.index("--reports-dir") + 1]) / name
+    report_dir = reports_dir(args, extra) / name
     results = [json.loads(p.read_text()) for p in sorted((report_dir / "results").glob("*.json"))]
     if code or not results or results[0]["status"] != "ok":
         return ["the script whose model stays on the CPU did not finish"]

@@ -5,7 +5,6 @@ against its bare loop (apart from the target). Each takes the results, the data 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +19,7 @@ from reprokit.gpu_check.plan import BENCH, TWIN
 from reprokit.plan import plan
 from reprokit.report.gpu_check_lines import figure, mib
 from reprokit.results import utilisation
+from reprokit.runners import kit_bench
 from reprokit.runners.base import KitCall, run_spec
 from reprokit.runners.make import make
 
@@ -116,10 +116,6 @@ def kit_cost(python: str, results: list[dict[str, Any]], data_dir: Path, work: P
     """The kit against its bare loop on this device, for each fixed run's own spec: `nox -s bench`'s
     throughput part (kits.bench through the same runner), 6 rounds from two processes; its lines are printed
     as they come, and the gates it missed are returned."""
-    # the bench is a script of the checkout (benchmarks/), not of the package, and not type-checked with it:
-    # importable once the checkout is on the path
-    bench = importlib.import_module("benchmarks.bench_kit_overhead")
-
     # one spec per experiment: the fixed run's (the bench measures the kit, not the spread of repeats)
     specs = [RunSpec.from_dict(s) for s in {r["experiment"]: r["spec"] for r in results
                                             if r["status"] == "ok" and r["variant"] == "fixed"}.values()]
@@ -131,8 +127,8 @@ def kit_cost(python: str, results: list[dict[str, Any]], data_dir: Path, work: P
     shutil.rmtree(work, ignore_errors=True)           # an earlier check's rounds are not this one's
     work.mkdir(parents=True)
     try:
-        measured = bench.throughput("pytorch", runner, specs, work, rounds)
+        measured = kit_bench.throughput("pytorch", runner, specs, work, rounds)
     except RuntimeError as exc:
         return [f"kits.bench failed: {exc}"]
     say("  summary:")
-    return [miss for m in measured for miss in bench.pair_summary(m)]
+    return [miss for m in measured for miss in kit_bench.pair_summary(m)]

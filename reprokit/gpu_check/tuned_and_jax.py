@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 
 from reprokit import cli
-from reprokit.gpu_check import Options, say
+from reprokit.gpu_check import Options, reports_dir, say
 from reprokit.gpu_check.plan import reproduce_command
 from reprokit.report.gpu_check_lines import key_figures, tuned_line
-from reprokit.results.provenance import REPO
 
 JAX_PROBE = "import jax, flax, optax; print(jax.__version__, flax.__version__, optax.__version__)"
 TUNED_EXPERIMENT = "resnet50_imagenet_speed"    # the model NVIDIA's "similar" cites, at its published size
@@ -35,8 +33,7 @@ def tuned_part(args: Options, extra: list[str], on_gpu: bool) -> tuple[list[str]
     cmd += ["--only", TUNED_EXPERIMENT]
     say("$ python -m reprokit " + " ".join(cmd) + "\n")
     code = cli.main(cmd)
-    report_dir = (REPO / "reports" / f"{args.name}-tuned") if "--reports-dir" not in extra else \
-        Path(extra[extra.index("--reports-dir") + 1]) / f"{args.name}-tuned"
+    report_dir = reports_dir(args, extra) / f"{args.name}-tuned"
     paths = sorted((report_dir / "results").glob("*.json"))
     for path in paths:
         say(tuned_line(json.loads(path.read_text())))
@@ -61,8 +58,7 @@ def jax_part(args: Options, extra: list[str], on_gpu: bool) -> tuple[list[str], 
     cmd[cmd.index("--name") + 1] = f"{args.name}-jax"
     say("$ python -m reprokit " + " ".join(cmd) + "\n")
     code = cli.main(cmd)
-    report_dir = (REPO / "reports" / f"{args.name}-jax") if "--reports-dir" not in extra else \
-        Path(extra[extra.index("--reports-dir") + 1]) / f"{args.name}-jax"
+    report_dir = reports_dir(args, extra) / f"{args.name}-jax"
     paths = sorted((report_dir / "results").glob("*.json"))
     for path in paths:
         say(key_figures(path))

@@ -5,16 +5,25 @@ median of finished runs like it on that model where there are any (measured), el
 FLOPs at a stated share of the model's datasheet peak (FLOPs alone). The total says how much of it comes
 from each, and which runs it cannot estimate. A price per hour turns the hours into money; nothing here
 knows a price.
+
+The hours are GPU-hours: a run at N GPUs (--devices N) costs N GPUs for as long as it runs. A sweep (--devices
+1,2,4,8) is priced before any run at N has finished, so each run at N is taken to last as long as its run at one
+GPU: no speed-up over N = 1, an upper bound (unless N GPUs train slower than one). It also says how long one node
+is held to run them, packed in rounds as the host starts them (reprokit/plan/device_counts.py).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kits.contract.spec import Spec
+from reprokit.claims import sequential
 from reprokit.errors import UserError
-from reprokit.plan import estimate
+from reprokit.plan import device_counts, estimate, matrix, repeats
+from reprokit.plan.inputs import DataStep
+from reprokit.plan.request import Request
 from reprokit.results import utilisation
 
 
@@ -49,39 +58,123 @@ def on_model(result: dict[str, Any], model: Model) -> bool:
         utilisation.model(env.get("device_name") or "") is utilisation.table()[model.key]
 
 
+Priced = tuple[Spec, int]        # a run, and the GPUs it is priced at
+
+
+def at_counts(specs: Sequence[Spec], counts: Sequence[int]) -> list[Priced]:
+    """A plan's runs at one device, at each count of a sweep (--devices): the spec at N where its kind has a count,
+    else its spec at one device, priced at N GPUs (estimate.at_devices); each run at each count in turn."""
+    return [(estimate.at_devices(spec, n), n) for spec in specs for n in counts]
+
+
+def dry_run(request: Request, data: DataStep, history: list[dict[str, Any]], model: Model) -> list[str]:
+    """What `reproduce --dry-run --gpu-model NAME` prints: the plan it prices, its cost on the model, and the most
+    that --repeats auto may add. A sweep (--devices) is the plan at one device, at each count (``at_counts``)."""
+    counts = device_counts.counts(request.what.devices)
+    at_one = replace(request, what=replace(request.what, devices=()))
+    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(at_one, data)
+    swept = f" at each of --devices {device_counts.text(counts)} ({len(specs) * len(counts)} runs)" \
+        if counts != (1,) else ""
+    out = [f"plan: {len(specs)} runs{swept}, profile {profile} on a GPU, {len({s.experiment for s in specs})} "
+           f"experiment(s)" + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})"
+                               if rule else "")]
+    out += [note] if (note := scaled_note(specs, counts)) else []
+    out += lines(of_plan(at_counts(specs, counts), history, model), model, request.how.price_per_hour)
+    out += [left_out] if left_out else []
+    if rule:
+        more = repeats.to_the_cap(specs, claims, rule)
+        out.append(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
+                   f"({len(more) * len(counts)} more runs):")
+        out += lines(of_plan(at_counts(specs + more, counts), history, model), model, request.how.price_per_hour)
+    return out
+
+
+def scaled_note(specs: Sequence[Spec], counts: Sequence[int]) -> str | None:
+    """The dry run's word on the runs whose kind has no count of devices yet (the kit's own experiments), priced at
+    each count as their run at one device."""
+    fixed = sorted({s.experiment for s in specs if estimate.at_devices(s, 2) is s})
+    if max(counts) == 1 or not fixed:
+        return None
+    return (f"the kit's own experiments ({', '.join(fixed)}) run at one device for now: at each count N of the sweep "
+            f"each of their runs is priced as N GPUs for as long as its run at 1 GPU")
+
+
 @dataclass(frozen=True)
 class Cost:
     runs: int
-    measured_s: float               # from finished runs on this model
-    flops_s: float                  # from FLOPs and the datasheet peak alone
+    measured_s: float               # GPU-seconds (GPUs x seconds) from finished runs on this model
+    flops_s: float                  # GPU-seconds from FLOPs and the datasheet peak alone
     unknown: list[str]              # runs it cannot estimate, one label each
+    node_gpus: int = 1              # the GPUs of the one node the runs are packed on
+    node_s: float = 0.0             # how long that node is held: its rounds, each as long as its longest run
+    rounds: int = 0
+    by_count: dict[int, float] = field(default_factory=dict)        # GPU-seconds of the runs at each count
+    by_experiment: dict[str, float] = field(default_factory=dict)   # GPU-seconds of each experiment's runs
 
     @property
     def total_s(self) -> float:
         return self.measured_s + self.flops_s
 
 
-def of_plan(specs: list[Spec], history: list[dict[str, Any]], model: Model) -> Cost:
-    """The plan's GPU time on this model, run by run, one run at a time."""
+def of_plan(specs: Sequence[Spec] | Sequence[Priced], history: list[dict[str, Any]], model: Model,
+            node_gpus: int | None = None) -> Cost:
+    """The plan's GPU time on this model, run by run (GPUs x hours: a run at N GPUs for as long as it runs), and how
+    long one node of ``node_gpus`` GPUs (default: the widest run's) is held to run them, packed in rounds."""
+    priced = [s if isinstance(s, tuple) else (s, estimate.devices(s)) for s in specs]
     mine = [r for r in history if on_model(r, model)]
     measured = flops = 0.0
     unknown = []
-    for spec in specs:
+    timed: list[tuple[Spec, int, float]] = []
+    by_count: dict[int, float] = {}
+    by_experiment: dict[str, float] = {}
+    for spec, n in priced:
         seconds, how = estimate.seconds(spec, mine, model.name)
         if seconds is None:
             unknown.append(f"{spec.experiment}/{spec.framework}/{spec.variant} ({how})")
-        elif how.startswith(estimate.MEASURED):
-            measured += seconds
+            continue
+        if how.startswith(estimate.MEASURED):
+            measured += seconds * n
         else:
-            flops += seconds
-    return Cost(len(specs), measured, flops, unknown)
+            flops += seconds * n
+        timed.append((spec, n, seconds))
+        by_count[n] = by_count.get(n, 0.0) + seconds * n
+        by_experiment[spec.experiment] = by_experiment.get(spec.experiment, 0.0) + seconds * n
+    gpus = node_gpus or max((n for _, n in priced), default=1)
+    node_s, rounds = _on_one_node(timed, gpus)
+    return Cost(len(priced), measured, flops, unknown, gpus, node_s, rounds, by_count, by_experiment)
+
+
+def _on_one_node(timed: list[tuple[Spec, int, float]], gpus: int) -> tuple[float, int]:
+    """(seconds, rounds) of one node of ``gpus`` GPUs holding the runs, packed as the host starts them: repeat by
+    repeat, in as few rounds as they fit (reprokit/plan/device_counts.py), the longest first, so that a round's runs
+    take about as long; each round as long as its longest run."""
+    total, count = 0.0, 0
+    for repeat in sorted({spec.repeat for spec, _, _ in timed}):
+        mine = sorted((t for t in timed if t[0].repeat == repeat), key=lambda t: -t[2])
+        for placed in device_counts.rounds([n for _, n, _ in mine], [gpus]):
+            total += max(mine[k][2] for k, _ in placed)
+            count += 1
+    return total, count
 
 
 def lines(cost: Cost, model: Model, price_per_hour: float | None) -> list[str]:
     """What the dry run prints about the plan's cost on the model."""
     hours = cost.total_s / 3600
-    out = [f"on one {model.key} ({model.name}): {hours:.2f} GPU-hours for the {cost.runs - len(cost.unknown)} "
+    swept = cost.node_gpus > 1
+    out = [f"on {model.key} GPUs ({model.name}): {hours:.2f} GPU-hours (GPUs x hours) for the "
+           f"{cost.runs - len(cost.unknown)} runs it can estimate" if swept else
+           f"on one {model.key} ({model.name}): {hours:.2f} GPU-hours for the {cost.runs - len(cost.unknown)} "
            f"runs it can estimate, one at a time"]
+    if swept:
+        out.append("  a run at N GPUs is priced as N GPUs for as long as its run at 1 GPU: no speed-up over N = 1, "
+                   "an upper bound (unless N GPUs train slower than one), where no run at N finished on this model")
+        out.append(f"  on one node of {cost.node_gpus} GPUs: {cost.node_s / 3600:.2f} node-hours, the runs in "
+                   f"{cost.rounds} rounds as the host starts them (repeat by repeat, in as few rounds as they fit, "
+                   f"each round as long as its longest run)")
+        out.append("  GPU-hours by count: " + ", ".join(f"{n} GPU{'s' if n > 1 else ''} {s / 3600:.2f}"
+                                                         for n, s in sorted(cost.by_count.items()))
+                   + "; by experiment: " + ", ".join(f"{name} {s / 3600:.2f}"
+                                                      for name, s in sorted(cost.by_experiment.items())))
     if cost.total_s:
         out.append(f"  {cost.measured_s / cost.total_s:.0%} of it from finished runs on this model, "
                    f"{cost.flops_s / cost.total_s:.0%} from training FLOPs alone at {estimate.GPU_SHARE:.0%} of "

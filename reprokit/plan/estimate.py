@@ -37,15 +37,34 @@ def samples(spec: RunSpec) -> tuple[int, int]:
     return train.epochs * per_epoch * train.batch_size, train.epochs * data.test_samples
 
 
+def devices(spec: Spec) -> int:
+    """The devices a run holds (--devices): its spec's count; a spec without one holds one."""
+    return int(getattr(spec, "devices", 1))
+
+
+def at_devices(spec: Spec, n: int) -> Spec:
+    """The spec at n devices where its kind has a count (a script's; the kit's experiments' once theirs have one),
+    else the spec itself: the cost prices it at n devices for as long as its run at one (reprokit/plan/cost.py)."""
+    if n == devices(spec) or "devices" not in {f.name for f in dataclasses.fields(spec)}:
+        return spec
+    changes: dict[str, Any] = {"devices": n, "run_id": ""}     # whichever kind of spec has the count
+    return dataclasses.replace(spec, **changes)
+
+
 def seconds(spec: Spec, history: list[dict[str, Any]], gpu_name: str | None) -> tuple[float | None, str]:
-    """(estimate, how it was made) for one run."""
+    """(estimate, how it was made) for one run. A run at N devices that has not run at N here is estimated as its
+    run at one device: no speed-up over N = 1, an upper bound on its time (unless N devices are slower than one)."""
     def walls(keys: tuple[str, ...]) -> list[float]:
         return [r["launcher"]["wall_s"] for r in history
                 if r["status"] == "ok" and r.get("launcher", {}).get("wall_s")
-                and all(r[k] == getattr(spec, k) for k in keys)]
+                and all(r[k] == getattr(spec, k) for k in keys)
+                and int((r.get("spec") or {}).get("devices", 1)) == devices(spec)]
     same = walls(("experiment", "framework", "variant", "profile")) or walls(("experiment", "framework", "profile"))
     if same:
         return statistics.median(same), f"{MEASURED} {len(same)} finished run(s) like it here"
+    if devices(spec) > 1:
+        at_one, how = seconds(at_devices(spec, 1), history, gpu_name)
+        return at_one, f"{how}, at 1 device: no speed-up assumed"
     if isinstance(spec, ScriptSpec):
         return (None, "unknown: a script's cost is known once it ran") if spec.profile != "quick" else \
             (FIRST_GUESS_S["quick"], "first-run guess")

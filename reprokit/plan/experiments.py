@@ -4,9 +4,9 @@ from __future__ import annotations
 import copy
 import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,16 @@ import jsonschema
 
 from kits.contract.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
 from kits.contract.pitfalls import PITFALLS
+from reprokit import resources
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
-from reprokit.plan.script_entries import script_entry
+from reprokit.plan.request import ScriptCommand
+from reprokit.plan.script_entries import command_entry, script_entry
 from reprokit.results import safe_names
 from reprokit.results.schema_messages import describe
 
 PROFILES = ("quick", "standard", "full")
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "kits" / "experiments"
+BUILTIN_DIR = resources.experiments()
 
 
 @dataclass(frozen=True)
@@ -60,23 +62,22 @@ class Experiment:
         return _merge(self.doc, self.doc.get("profiles", {}).get(profile, {}))
 
 
-def from_scripts(name: str, scripts: dict[str, Path] | dict[str, tuple[Path, list[str]]]) -> Experiment:
-    """The experiment `reprokit reproduce --script "FRAMEWORK=PATH ARGS" ...` makes: each script in its own
-    folder, with its arguments."""
-    given = {fw: value if isinstance(value, tuple) else (value, []) for fw, value in scripts.items()}
-    for framework, (path, _) in given.items():
-        if not Path(path).is_file():
-            raise UserError(f"--script {framework}={path}: no such file; give the path of the script to run")
+def from_scripts(name: str, scripts: Mapping[str, Path | tuple[Path, list[str]] | ScriptCommand]) -> Experiment:
+    """The experiment `reprokit reproduce --script "FRAMEWORK=PATH ARGS" ...` makes: each script from its root
+    where it imports its own package, else from its own folder, or a module from the current folder
+    (reprokit/plan/script_entries.py), with its arguments."""
+    given = {fw: value if isinstance(value, ScriptCommand) else
+             ScriptCommand(value[0], tuple(value[1])) if isinstance(value, tuple) else ScriptCommand(value)
+             for fw, value in scripts.items()}
     doc = {"experiment": {"name": name, "title": f"{name}: the users' own scripts", "frameworks": sorted(given)},
-           "scripts": {fw: {"path": Path(p).name, "folder": str(Path(p).resolve().parent), "args": args}
-                       for fw, (p, args) in given.items()}}
+           "scripts": {fw: command_entry(fw, command) for fw, command in given.items()}}
     _check(doc, "--script")
     return Experiment(path=Path.cwd() / f"{name}.toml", doc=doc)
 
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(resources.files("reprokit").joinpath("schemas/experiment.schema.json").read_text())
+    schema = json.loads((resources.schemas() / "experiment.schema.json").read_text())
     return jsonschema.Draft202012Validator(fill_per_framework(schema_with_registry(schema), FRAMEWORKS))
 
 

@@ -13,7 +13,7 @@ from kits.contract.spec import Spec
 from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
 from reprokit.errors import UserError
-from reprokit.plan import claimed, frameworks, script_plan, tuning
+from reprokit.plan import claimed, device_counts, frameworks, script_plan, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.inputs import DataStep
@@ -92,15 +92,17 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
     claims = claims_of(what, experiments)
     chosen = claimed.choose(what, experiments, claims, profile, device)
     per_experiment = options(what, profile, device, claims, {name: experiments[name] for name in chosen.kept}, data)
+    device_counts.check_experiments(what.devices, [name for name in per_experiment if not experiments[name].scripts])
     specs: list[Spec] = []
-    last: list[Spec] = []           # tuned's runs, planned last: they wait for its settings alone (plan/rounds.py)
+    last: list[Spec] = []           # tuned's runs, planned last: they wait for its settings alone (execute/policies.py)
     for name, o in per_experiment.items():
         exp = experiments[name]
         here = code(what.experiment_dirs)
         if exp.scripts:
             specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs,
                                            differences=exp.doc.get("differences", []), require=what.requires,
-                                           mounts=what.mounts)
+                                           mounts=what.mounts, devices=device_counts.counts(what.devices),
+                                           given={fw: str(c.path) for fw, c in what.scripts.items() if c.path})
             continue
         mine: list[Spec] = list(planning.specs_for(exp, o, describe, here))
         specs += mine

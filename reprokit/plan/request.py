@@ -6,15 +6,15 @@ check without looking at the host; nothing below the CLI reads argparse's namesp
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kits.contract.names import FRAMEWORKS
 from reprokit.claims import sequential
+from reprokit.environments import module_names
 from reprokit.errors import UserError
-from reprokit.plan import data_mounts
+from reprokit.plan import data_mounts, device_counts, launchers
 from reprokit.results import safe_names
 
 DEFAULT_VARIANTS = ("fixed", "as_posted", "tuned")
@@ -24,12 +24,24 @@ EXECUTORS = ("host", "ray")                 # where the matrix is spread
 
 
 @dataclass(frozen=True)
+class ScriptCommand:
+    """One --script: a path and its arguments (``FRAMEWORK=PATH ARGS``), or a module that ``python -m`` runs from
+    the current folder (``FRAMEWORK=-m MODULE ARGS``), each after its launcher where it has one (``FRAMEWORK=torchrun
+    --nproc-per-node 2 PATH ARGS``: the launcher's words, reprokit/plan/launchers.py)."""
+    path: Path | None
+    args: tuple[str, ...] = ()
+    module: str | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+    launcher: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class What:
     """The experiments, their variants and sizes, and the claims that judge them."""
     frameworks: tuple[str, ...] = ()                # those --frameworks names; (): each experiment's own
     experiment_dirs: tuple[Path, ...] = ()          # resolved
     only: tuple[str, ...] = ()
-    scripts: dict[str, tuple[Path, list[str]]] = field(default_factory=dict)   # --script: the only experiment
+    scripts: dict[str, ScriptCommand] = field(default_factory=dict)    # --script: the only experiment
     requires: dict[str, tuple[str, ...]] = field(default_factory=dict)     # --require: a script's packages
     mounts: dict[str, tuple[tuple[str, Path], ...]] = field(default_factory=dict)   # --data: a script's own data
     name: str | None = None
@@ -47,6 +59,7 @@ class What:
     epochs: int | None = None
     timeout_s: float | None = None
     from_report: Path | None = None                 # resolved
+    devices: tuple[int, ...] = ()                   # --devices: each count a run of its own; (): one device each
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,7 @@ class Where:
     ray_address: str | None = None
     python: Path | None = None
     memory_limit: str = "auto"                      # each container's memory: auto (a share of the host's), SIZE, none
+    mixed_gpus: bool = False                        # --mixed-gpus: a sweep may run on GPUs that differ in model
 
 
 @dataclass(frozen=True)
@@ -95,9 +109,10 @@ def _frameworks(given: str | None) -> tuple[str, ...]:
     return chosen
 
 
-def _scripts(given: list[str] | None) -> dict[str, tuple[Path, list[str]]]:
-    """--script "FRAMEWORK=PATH ARGS..." (repeatable): the path and its arguments, split as a shell splits them
-    (a path that names a file as given is taken whole, spaces and all)."""
+def _scripts(given: list[str] | None) -> dict[str, ScriptCommand]:
+    """--script "FRAMEWORK=[LAUNCHER] PATH ARGS..." or "FRAMEWORK=[LAUNCHER] -m MODULE ARGS..." (repeatable): the
+    launcher, the path or module and its arguments, split as a shell splits them (a path that names a file as given
+    is taken whole, spaces and all)."""
     out = {}
     for one in given or []:
         framework, sep, command = one.partition("=")
@@ -111,21 +126,31 @@ def _scripts(given: list[str] | None) -> dict[str, tuple[Path, list[str]]]:
                             f"as you would on a command line") from None
         if not words:
             raise UserError(f"--script {one!r} names no script; use --script FRAMEWORK=PATH")
-        out[framework] = (Path(words[0]), words[1:])
+        launcher, words = launchers.split(words, f"--script {one!r}")
+        if words[0] == "-m":
+            if len(words) < 2 or not all(part.isidentifier() for part in words[1].split(".")):
+                raise UserError(f"--script {one!r} names no module after -m; use --script \"FRAMEWORK=-m MODULE "
+                                f"[ARGS]\", as python -m MODULE runs it from the current folder")
+            out[framework] = ScriptCommand(None, tuple(words[2:]), module=words[1], launcher=launcher)
+        else:
+            out[framework] = ScriptCommand(Path(words[0]), tuple(words[1:]), launcher=launcher)
+        if launcher:              # what no run could change: refused here, naming the --script
+            launchers.check(*launchers.parse(shlex.join(launcher), f"--script {one!r}"), f"--script {one!r}",
+                            module=words[0] == "-m")
     return out
 
 
 def _requires(given: list[str] | None) -> dict[str, tuple[str, ...]]:
     """--require FRAMEWORK=NAME[,NAME...] (repeatable): the packages by framework, split at each comma that
-    starts another name (a comma of a version range, >=3.5,<4, or of extras, a[b,c], does not)."""
+    starts another name (a comma of a version range, >=3.5,<4, or of extras, a[b,c], does not), each once."""
     out: dict[str, tuple[str, ...]] = {}
     for one in given or []:
         framework, _, names = one.partition("=")
-        split = [n.strip() for n in re.split(r",(?![^\[]*\])(?=\s*[A-Za-z0-9])", names) if n.strip()]
+        split = module_names.split_names(names)
         if framework not in FRAMEWORKS or not split:
             raise UserError(f"--require {one!r} is not understood; use --require FRAMEWORK=NAME[,NAME...] with "
                             f"FRAMEWORK one of {', '.join(FRAMEWORKS)}, e.g. --require pytorch=matplotlib")
-        out[framework] = (*out.get(framework, ()), *split)
+        out[framework] = tuple(module_names.names_once([*out.get(framework, ()), *split]))     # each once, in order
     return out
 
 
@@ -148,7 +173,7 @@ def _where(ns: argparse.Namespace) -> Where:
                             "runner (--ray-runner docker or local), so leave --python out.")
         runner = "docker" if runner == "auto" else runner
     return Where(runner=runner, executor=executor, gpus=ns.gpus, parallel=ns.parallel, ray_address=ns.ray_address,
-                 python=ns.python, memory_limit=ns.memory_limit)
+                 python=ns.python, memory_limit=ns.memory_limit, mixed_gpus=ns.mixed_gpus)
 
 
 def _repeats(given: str | None, cap: int | None, claims: str) -> tuple[int | None, bool | None]:
@@ -199,7 +224,8 @@ def from_args(ns: argparse.Namespace) -> Request:
                 profile="full" if ns.full else ns.profile,
                 repeats=repeats, auto_repeats=auto, repeats_cap=ns.repeats_cap, dataset=ns.dataset,
                 max_steps=ns.max_steps, epochs=ns.epochs,
-                timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None)
+                timeout_s=ns.timeout, from_report=ns.from_report.resolve() if ns.from_report else None,
+                devices=device_counts.parse(ns.devices))
     how = How(data_dir=ns.data_dir.resolve(), state_dir=ns.state_dir.resolve(), reports_dir=ns.reports_dir.resolve(),
               offline=ns.offline, fresh=ns.fresh, dry_run=ns.dry_run, certify=ns.certify, wait=ns.wait,
               gpu_model=ns.gpu_model, price_per_hour=ns.price_per_hour)

@@ -2,20 +2,24 @@
 
 The plan reads the script (first) and the other .py files a run copies with ast, for the datasets' API
 names: ``datasets.MNIST(...)`` and ``from torchvision.datasets import FashionMNIST``, ``keras.datasets.mnist``,
-``tf.keras.datasets.cifar100``, ``from tensorflow.keras.datasets import fashion_mnist`` and TFDS's
-``tfds.load('mnist', ...)`` or ``tfds.builder('cifar100')`` (a literal name; names in comments
-and strings are not code, and do not count). Read at plan time, the first one found becomes the spec's data:
-the host prepares it (the published dataset, or its stand-in on quick) and checksums it, so the report names
-the data the script trained on and the run id covers it; the plan refuses, before any run, a standard run
-whose dataset is not there and cannot be downloaded. A script that loads another of them as well (chosen by
-its arguments) still gets it in the run (kits/training_loop/staged_data.py): the plan prepares those too.
+``tf.keras.datasets.cifar100``, ``from tensorflow.keras.datasets import fashion_mnist``, TFDS's
+``tfds.load('mnist', ...)`` or ``tfds.builder('cifar100')`` (a literal name; names in comments and in other
+strings are not code, and do not count), and the URLs of the datasets' published files a script fetches itself
+(kits/contract/published_urls.py): a listed URL, or a mirror's folder, as JAX's examples join
+``"https://storage.googleapis.com/cvdf-datasets/mnist/"`` to each file's name (a folder of two datasets' files
+counts where the module names one of its files; a docstring's URL is prose). Read at plan time, the first one
+found becomes the spec's data: the host prepares it (the published dataset, or its stand-in on quick) and
+checksums it, so the report names the data the script trained on and the run id covers it; the plan refuses,
+before any run, a standard run whose dataset is not there and cannot be downloaded. A script that loads another
+of them as well (chosen by its arguments) still gets it in the run (kits/training_loop/staged_data.py): the plan
+prepares those too.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from kits.contract import work_folder
+from kits.contract import published_urls, work_folder
 from kits.contract.named_datasets import KNOWN
 from reprokit.environments import notebooks
 
@@ -39,9 +43,28 @@ def _tfds_name(call: ast.Call) -> str | None:
     return name if name in KNOWN else None
 
 
-def _named_in(tree: ast.AST) -> list[tuple[int, int, str]]:
-    """(line, column, dataset) of each use of a named dataset's API in a module."""
+def _urls_in(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """(line, column, dataset) of each published file's URL or mirror's folder in a module's strings (docstrings
+    aside: prose is not a download)."""
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    strings = [(node, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+               and isinstance(node.value, str) and id(node) not in docs]
+    names = {text for _, text in strings}
     found = []
+    for node, text in strings:
+        file, folder = published_urls.published(text), published_urls.folder_files(text)
+        datasets = {file.dataset} if file else {f.dataset for f in folder}
+        if len(datasets) > 1:        # Keras's mirror: the dataset of the file the module names
+            datasets = {f.dataset for f in folder if f.name in names}
+        found += [(node.lineno, node.col_offset, name) for name in sorted(datasets)]
+    return found
+
+
+def _named_in(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """(line, column, dataset) of each use of a named dataset's API, or of its published files' URLs, in a module."""
+    found = _urls_in(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             # torchvision's class names are distinctive; Keras's module names only after ``datasets.``

@@ -13,6 +13,7 @@ a generated stand-in; ``standard`` 2 epochs of at most 300 steps (or --max-steps
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from kits.contract import work_folder
 from kits.contract.spec import ScriptSpec
 from reprokit.environments import datasets, notebooks, script_requirements
 from reprokit.errors import UserError
-from reprokit.plan import data_mounts, script_datasets
+from reprokit.plan import data_mounts, launchers, script_datasets
 from reprokit.plan.plan import TIMEOUT_S, Options, identified
+from reprokit.results import provenance
 
 SCHEMA = "reprokit.scriptspec/1"
 VARIANT = "script"
@@ -32,17 +34,18 @@ BOUNDS = {"quick": (3, 1, 3, 1), "standard": (300, 2, 300, 5), "full": (None, No
 STAND_IN = "learnable"
 
 
-def _files(folder: Path) -> dict[str, str]:
+def _files(folder: Path, left_out: list[str]) -> dict[str, str]:
     """Every .py file of the script's folder that a run copies (kits/contract/work_folder.py), by relative name,
     with its sha256 (the script imports them); a folder that would copy more than the limit is refused."""
-    copied = work_folder.copied_bytes(folder)
+    copied = work_folder.copied_bytes(folder, left_out)
     if copied > work_folder.COPY_LIMIT_BYTES:
         raise UserError(f"{folder} would copy {copied >> 20} MiB into every run's work folder, more than the "
                         f"{work_folder.COPY_LIMIT_BYTES >> 20} MiB a run allows: keep the scripts in a folder of "
                         f"their own, with their data and checkpoints elsewhere (the kit serves the datasets it "
                         f"knows by name)")
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for here, names in work_folder.walk(folder) for p in (here / n for n in names) if p.suffix == ".py"}
+            for here, names in work_folder.walk(folder, leaving=left_out) for p in (here / n for n in names)
+            if p.suffix == ".py"}
 
 
 def _data(opts: Options, setting: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any]:
@@ -93,21 +96,26 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
               epochs: int | None = None, variant: str = VARIANT, setting: dict[str, Any] | None = None,
               differences: list[dict[str, Any]] | None = None,
               require: dict[str, tuple[str, ...]] | None = None,
-              mounts: dict[str, tuple[tuple[str, Path], ...]] | None = None) -> list[ScriptSpec]:
+              mounts: dict[str, tuple[tuple[str, Path], ...]] | None = None,
+              devices: tuple[int, ...] = (1,), given: dict[str, str] | None = None) -> list[ScriptSpec]:
     """The ScriptSpecs of one experiment's scripts (framework -> script_entry), ``opts.repeats`` each;
     ``setting``, a spec experiment's resolved profile, gives its posted scripts the kit's data and bounds;
     ``differences``, the experiment's declared ones (docs/settings.md); ``require``, --require's packages by
-    framework, in place of a script's requirements file; ``mounts``, --data's folders by framework."""
+    framework, in place of a script's requirements file; ``mounts``, --data's folders by framework; ``devices``,
+    the counts of devices a run holds (--devices), each script at each; ``given``, each --script's path as the
+    command gave it. Where a script's folder sits in a git repository, its provenance has that commit too."""
     bounds, warmup = _bounds(opts, epochs, setting)
     out = []
     for framework, entry in scripts.items():
         if framework not in opts.frameworks:
             continue
-        files = _files(entry["folder"])
+        files = _files(entry["folder"], entry["left_out"])
         data = _data(opts, setting, entry)
         flag = (require or {}).get(framework)
         source = script_requirements.from_flag(framework, flag) if flag else entry["requirements"]
         requirements = script_requirements.settle(source, framework) if source else None
+        # its launcher at each count: the processes it starts are the devices the run holds ({devices} reads it)
+        launched = {count: launchers.for_spec(framework, entry, requirements, opts.device, count) for count in devices}
         # a notebook's install lines: left out where these requirements or the lock give them, else refused here
         notebook = entry["notebook"] and notebooks.for_spec(entry["notebook"], framework,
                                                             source.lines if source else (),
@@ -120,14 +128,18 @@ def specs_for(name: str, scripts: dict[str, dict[str, Any]], opts: Options,
                   "mounts": data_mounts.mounts_for(framework, mounts or {})}
         if notebook:
             script["notebook"] = notebook
-        for repeat in range(opts.repeats):
+        script |= {"module": entry["module"], "left_out": entry["left_out"]}     # python -m, and what it leaves
+        source = {**provenance.scripts_git(Path(entry["folder"]), list(files)),
+                  **({"script_given": given[framework]} if given and framework in given else {})}
+        for count, repeat in itertools.product(devices, range(opts.repeats)):     # --devices: a run per count
             spec = {"schema": SCHEMA, "run_id": "", "experiment": name, "variant": variant, "framework": framework,
                     "profile": opts.profile, "device": opts.device, "repeat": repeat, "source": "script",
-                    "script": script, "bounds": bounds, "data": data,
+                    "script": script | ({"launcher": launched[count]} if launched[count] else {}),
+                    "bounds": bounds, "data": data,
                     "measure": {"window_steps": 1 if opts.device == "cpu" else 10, "memory_every_steps": 5,
                                 "step_timing": True},
                     "warmup_steps": warmup, "limits": {"timeout_s": opts.timeout_s or TIMEOUT_S[opts.profile]},
-                    "differences": differences or [], "provenance": {**code, **describe(framework)},
-                    "pitfalls": [], "pitfall_summaries": {}}
+                    "differences": differences or [], "provenance": {**code, **describe(framework), **source},
+                    "pitfalls": [], "pitfall_summaries": {}, "devices": count}
             out.append(identified(ScriptSpec.from_dict(spec)))     # every field explicit, or the plan has a bug
     return out

@@ -36,7 +36,7 @@ def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIX
         file = certify_plan.file_name(fixed)
         parts.append(f"**Equivalence certificate{who}: {fixed['status']}**, checked before any timing on the "
                      f"`{fixed['profile']}` specs; its evidence: [details.md]({details_link}), [`{file}`]({file})."
-                     + "".join(f"\n- {check_line(c)}" for c in fixed["checks"]))
+                     + "".join(f"\n- {check_line(c)}" for c in fixed["checks"]) + calls_line(fixed))
     others = [c for c in certs if not any(c is m for m in mains)]
     if others:
         rows = [[variant_pair(c, several), f"**{c['status']}**",
@@ -48,6 +48,18 @@ def certificates(certs: list[dict[str, Any]], details_link: str, main: str = FIX
 
 
 CHECK_MARK = {True: "pass", False: "**FAIL**", None: "info"}
+
+
+def calls_line(cert: dict[str, Any]) -> str:
+    """A script certificate's models, each called as its script called it, and the output's part compared."""
+    calls = {fw: c for fw, c in (cert.get("calls") or {}).items() if c}
+    if not calls:
+        return ""
+    def code(text: str) -> str:
+        return "`" + text.replace("`", "'") + "`"
+    return "\n- called as the scripts called them: " + "; ".join(
+        f"{label(fw)} {code(c['call'])}, compared at {code(c['compared'])} ({md(c['compared_why'])})"
+        for fw, c in calls.items())
 
 
 def check_line(check: dict[str, Any]) -> str:

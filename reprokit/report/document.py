@@ -23,7 +23,9 @@ from reprokit.report import (
     explanations,
     first_screen,
     plots,
+    processes_section,
     reconstruction,
+    scaling_section,
     sections,
     settings_table,
     summary_csv,
@@ -163,13 +165,14 @@ def _experiment(exp_name: str, exp: Experiment | None, by_variant: dict[str, Any
 def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment], found: list[Verdict],
             plot_files: dict[str, list[tuple[str, str]]], certificates: dict[str, list[dict[str, Any]]],
             grouped: runs.Grouped, decs: dict[str, list[Decomposition]], no_plots: str | None = None,
-            stopped: str | None = None) -> str:
+            stopped: str | None = None, left_out: str | None = None) -> str:
     order = _experiment_order(grouped, experiments)
-    out = [_banner(name, results)]
+    out = [_banner(name, results), *filter(None, [first_screen.left_out_line(left_out)])]
+    swept = scaling_section.sweeps(results)
     if order:
         out.append("## Answers\n\n" + "\n\n".join(
             first_screen.answers(e, experiments.get(e), grouped[e], found, certificates.get(e, []),
-                                 decomposition.first_screen_line(decs[e]))
+                                 decomposition.first_screen_line(decs[e]), _at_n(e, results, certificates, swept))
             for e in order) +
             f"\n\nFigures are medians over repeats; ratios are {ratios(_frameworks(results))}; brackets and "
             "tests: [how the figures are computed](details.md#how-the-figures-are-computed).")
@@ -183,6 +186,13 @@ def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Exp
         out.append(_experiment(exp_name, exp, by_variant, certificates.get(exp_name, []),
                                plot_files.get(exp_name, []), _heading(exp_name, exp, by_variant), decs[exp_name],
                                no_plots))
+        mine = [r for r in results if r["experiment"] == exp_name]
+        several = processes_section.processes(mine)
+        if several:
+            out.append("### Each process of the scripts\n\n" + several)
+        scaled = scaling_section.section(mine, plot_files)
+        if scaled:
+            out.append("### Scaling, side by side\n\n" + scaled)
     for exp_name in sorted({r["experiment"] for r in results} - set(grouped)):
         out.append(f"## {md(exp_name)}\n\nNo run of this experiment finished; see *Failed runs*.")
     out.append("## Environment and provenance\n\n" +
@@ -192,6 +202,16 @@ def _render(name: str, results: list[dict[str, Any]], experiments: dict[str, Exp
         out.append("## Failed runs\n\n" + failures)
     out.append("## Result files\n\n" + sections.result_files(results, any(plot_files.values())))
     return "\n\n".join(out) + "\n"
+
+
+def _at_n(experiment: str, results: list[dict[str, Any]], certificates: dict[str, list[dict[str, Any]]],
+          swept: dict[str, scaling_section.Sweep]) -> list[str]:
+    """The first screen's lines of an experiment's runs at more than one device: its certificate at N, global
+    batches and pitfalls; where its frameworks scaled differently."""
+    mine = [r for r in results if r["experiment"] == experiment and r["status"] == "ok"]
+    lines = [first_screen.at_devices(mine, certificates.get(experiment, [])),
+             scaling_section.mismatch(swept[experiment]) if experiment in swept else None]
+    return [line for line in lines if line]
 
 
 def render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment],
@@ -276,9 +296,10 @@ def _certificate_details(cert: dict[str, Any], named: bool = False) -> str:
 
 def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment],
           claims: list[Claim] | None = None, certificates: dict[str, list[dict[str, Any]]] | None = None,
-          rule: sequential.Rule | None = None) -> Path:
+          rule: sequential.Rule | None = None, left_out: str | None = None) -> Path:
     """report.md, details.md, summary.csv and the PNG plots in report_dir; plots from an earlier report
-    there are replaced; ``rule``, where the repeats followed --repeats auto. Returns the path of report.md."""
+    there are replaced; ``rule``, where the repeats followed --repeats auto; ``left_out``, the plan's line on what
+    the default left out (its first screen says it). Returns the path of report.md."""
     report_dir.mkdir(parents=True, exist_ok=True)
     for old in report_dir.iterdir():
         if old.name.endswith(PLOT_SUFFIXES):
@@ -286,6 +307,8 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
     certificates = certificates or {}
     grouped = runs.group(results)
     plot_files = plots.write_all(report_dir, grouped)
+    for exp_name, made in plots.write_scaling(report_dir, scaling_section.sweeps(results)).items():
+        plot_files.setdefault(exp_name, []).extend(made)
     found = evaluate(claims, results) if claims else []
     decs = _decompositions(grouped, found)
     for exp_name in grouped:
@@ -299,5 +322,5 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
     path = report_dir / "report.md"
     stopped = claims_section.repeats(sequential.stops(claims or [], results, rule), rule) if rule else None
     write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, grouped, decs,
-                                    plots.unavailable(), stopped))
+                                    plots.unavailable(), stopped, left_out))
     return path

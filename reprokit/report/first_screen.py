@@ -19,7 +19,18 @@ if TYPE_CHECKING:
     from reprokit.plan.experiments import Experiment
 
 DEFAULT_HEADLINES = (("epoch_time_s", "reported"), ("peak_memory_bytes", "reported"))
+# what the default plan left out and the flags that add it (reprokit/plan/claimed.py Choice.line), kept beside the
+# report's result files by the command that ran them, so that a report rendered again still says it
+LEFT_OUT_FILE = "left-out.json"
 SPEED = ("time", "sample_rate", "step_rate")      # a ratio of these gets tuned's MFU beside it
+
+
+def left_out_line(left_out: str | None) -> str | None:
+    """The first screen's one line on what the default left out and the flags that add it (the plan's own line,
+    ``left out (...): ...: add them with --all, ...``); None where nothing was."""
+    if not left_out:
+        return None
+    return f"**Left out by default**{md(left_out.removeprefix('left out'))}."
 
 
 def seed_label(exp: Experiment | None) -> str | None:
@@ -153,9 +164,11 @@ def _verdicts(exp_name: str, found: list[Verdict]) -> str | None:
 
 
 def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[str, list[dict[str, Any]]]],
-            found: list[Verdict], certs: list[dict[str, Any]], shares: str | None = None) -> str:
+            found: list[Verdict], certs: list[dict[str, Any]], shares: str | None = None,
+            at_n: list[str] | None = None) -> str:
     """One block of at most eight lines for one experiment; ``shares``: the line of each factor's share of the gap
-    (reprokit/report/decomposition.py)."""
+    (reprokit/report/decomposition.py); ``at_n``: its lines at more than one device (``at_devices``, and where its
+    frameworks scaled differently: reprokit/report/scaling_section.py)."""
     meta = exp.doc["experiment"] if exp else {"title": exp_name}
     label = seed_label(exp)
     head = f"### {label + ': ' if label else ''}{md(meta.get('question') or meta['title'])}"
@@ -185,7 +198,40 @@ def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[st
                      "there is nothing to learn.")
     else:
         lines.append(_learned(by_variant, runs.classes(any_run["spec"])))
+    lines += at_n or []
     verdict_line = _verdicts(exp_name, found)
     if verdict_line:
         lines.append(verdict_line)
     return "\n".join(lines)
+
+
+# the findings of many devices (kits/observation/rank_detectors.py), named on the first screen where a run shows one
+MANY_DEVICES = ("ranks-same-samples", "same-order-every-epoch", "loss-scaled-per-replica", "loss-scale",
+                "collectives-on-gloo", "evaluation-on-one-rank", "straggler")
+
+
+def at_devices(results: list[dict[str, Any]], certs: list[dict[str, Any]]) -> str | None:
+    """A pair at N devices in one line: its certificate at N, each side's global batch, and each pitfall of many
+    devices a run showed; None where every run held one device."""
+    several = [r for r in results if r.get("processes") or r["spec"].get("devices", 1) > 1]
+    if not several:
+        return None
+    devices = max(r["spec"].get("devices", 1) for r in several)
+    several = [r for r in several if r["spec"].get("devices", 1) == devices]     # a sweep: its widest count
+    at_n = [c for c in certs if c.get("at_n") and max(c["devices"].values()) == devices]
+    names = ("batches", "gradient_reduction", "data_shards", "batchnorm_sync")
+    checks = [ch for c in at_n for ch in c["checks"] if ch["name"] in names]
+    failed = [ch["name"] for ch in checks if ch["passed"] is False]
+    unmeasured = [ch["name"] for ch in checks if ch["passed"] is None]
+    verdict = ("not made" if not checks else f"**FAIL** ({', '.join(failed)})" if failed else
+               "pass" + (f" ({', '.join(unmeasured)} not measured)" if unmeasured else ""))
+    batches = []
+    for r in sorted(several, key=lambda r: FRAMEWORKS.index(r["framework"]) if r["framework"] in FRAMEWORKS else 9):
+        total = (r.get("processes") or {}).get("total") or {}
+        batch = total.get("global_batch") or metrics.field(r, "effective.batch_size.configured")
+        seen = (r.get("processes") or {}).get("seen") or "1 process"
+        batches.append(f"{LABELS.get(r['framework'], r['framework'])} {batch} ({md(seen)})")
+    found = sorted({f"{f['code']} ({LABELS.get(r['framework'], r['framework'])})" for r in several
+                    for f in r.get("findings") or [] if f["code"] in MANY_DEVICES})
+    return (f"- **At {devices} devices:** certificate at N {verdict}; global batch "
+            f"{', '.join(dict.fromkeys(batches))}; pitfalls of many devices: {', '.join(found) or 'none found'}.")

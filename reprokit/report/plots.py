@@ -18,14 +18,18 @@ so in one sentence for the report.
 """
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from statistics import median
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kits.contract.files import atomic_file
 from kits.contract.names import LABELS, REGISTRY, compared
+from reprokit.report import scaling_section
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import Grouped, variant_order
@@ -328,14 +332,70 @@ def figures(by_variant: ByVariant) -> list[tuple[str, str, Figure]]:
     return out
 
 
+def scaling(sweep: dict[str, dict[int, list[dict[str, Any]]]]) -> Figure | None:
+    """Throughput against the devices one run held, one line per framework (medians over its repeats), with ideal
+    scaling from its run at one device drawn dashed."""
+    mpl = _matplotlib()
+    if mpl is None:
+        return None
+    with mpl.rc_context(STYLE):
+        fig = _figure(6.0, 3.6)
+        ax = fig.subplots()
+        for fw, counts in sweep.items():
+            points = sorted((n, median(rates)) for n, rs in counts.items() if (rates := scaling_section.throughput(rs)))
+            if not points:
+                continue
+            colour = REGISTRY[fw].colour
+            ax.plot([n for n, _ in points], [v for _, v in points], "o-", color=colour, label=LABELS[fw])
+            one = dict(points).get(1)
+            if one:
+                ax.plot([n for n, _ in points], [one * n for n, _ in points], "--", color=colour, alpha=0.5,
+                        label=f"{LABELS[fw]}, ideal")
+        ax.set_xlabel("devices one run holds")
+        ax.set_ylabel("training samples/s (all processes)")
+        ax.set_xticks(sorted({n for counts in sweep.values() for n in counts}))
+        ax.set_ylim(bottom=0)
+        ax.legend(frameon=False)
+    return fig
+
+
+def write_scaling(report_dir: Path, sweeps: dict[str, dict[str, dict[int, list[dict[str, Any]]]]]
+                  ) -> dict[str, list[tuple[str, str]]]:
+    """Each swept experiment's <experiment>-scaling.png beside the report."""
+    out = {}
+    for experiment, sweep in sweeps.items():
+        fig = scaling(sweep)
+        if fig is not None:
+            name = f"{_slug(experiment)}-scaling.png"
+            _save(fig, report_dir / name)
+            out[experiment] = [("throughput against the devices one run held, with ideal scaling", name)]
+    return out
+
+
 def write_all(report_dir: Path, grouped: Grouped) -> dict[str, list[tuple[str, str]]]:
     """Every plot beside the report; experiment -> [(what it shows, file name relative to report_dir)]."""
     out: dict[str, list[tuple[str, str]]] = {}
     for experiment in sorted(grouped):
         made = []
-        for suffix, what, fig in figures(grouped[experiment]):
-            name = f"{_slug(experiment)}-{suffix}.png"
-            _save(fig, report_dir / name)
-            made.append((what, name))
+        with _cyclic_gc_paused():
+            for suffix, what, fig in figures(grouped[experiment]):
+                name = f"{_slug(experiment)}-{suffix}.png"
+                _save(fig, report_dir / name)
+                made.append((what, name))
         out[experiment] = made
     return out
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Importing matplotlib and drawing a figure make hundreds of thousands of objects, which the cyclic collector
+    scanned about 150 times for a report's first experiment; figures hold no garbage that cannot wait for the
+    next experiment, so the collector is paused over each experiment's figures (the store pauses it while loading
+    for the same reason)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -13,6 +13,7 @@ narrows what runs, not what the report holds).
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shutil
 import sys
@@ -24,6 +25,7 @@ from reprokit import report
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
+from reprokit.report import first_screen
 from reprokit.results.store import Store
 
 RUNS = "runs"
@@ -64,14 +66,23 @@ def rerender(report_dir: Path, experiments: dict[str, Any], claims: list[Claim] 
     recover(report_dir)
     results, _ = Store(report_dir / "results").evidence(f"report {report_dir}")
     return publish(report_dir, report_dir.name, results, experiments, claims, _certificates(report_dir),
-                   sequential.read(report_dir / sequential.FILE))
+                   sequential.read(report_dir / sequential.FILE), _left_out(report_dir))
+
+
+def _left_out(report_dir: Path) -> str | None:
+    """What the command that ran a report's runs left out by default, as it kept it beside them (None: nothing)."""
+    try:
+        line = json.loads((report_dir / first_screen.LEFT_OUT_FILE).read_text())["left_out"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return line if isinstance(line, str) else None
 
 
 def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experiments: dict[str, Any],
             claims: list[Claim] | None, certificates: dict[str, list[dict[str, Any]]],
-            rule: sequential.Rule | None = None) -> Path:
-    """The report, a copy of every result and certificate it is computed from, and the rule its repeats
-    followed (--repeats auto); swapped in at the end."""
+            rule: sequential.Rule | None = None, left_out: str | None = None) -> Path:
+    """The report, a copy of every result and certificate it is computed from, the rule its repeats followed
+    (--repeats auto) and what the default plan left out (its first screen says it); swapped in at the end."""
     report_dir.parent.mkdir(parents=True, exist_ok=True)
     recover(report_dir)
     new = report_dir.with_name(f".{report_dir.name}.new-{os.getpid()}")
@@ -85,7 +96,10 @@ def publish(report_dir: Path, name: str, results: list[dict[str, Any]], experime
                 write_json_atomic(new / certify_plan.file_name(cert), cert)
         if rule is not None:
             write_json_atomic(new / sequential.FILE, rule.to_dict())
-        report.write(new, name, results, experiments, claims=claims, certificates=certificates, rule=rule)
+        if left_out:
+            write_json_atomic(new / first_screen.LEFT_OUT_FILE, {"left_out": left_out})
+        report.write(new, name, results, experiments, claims=claims, certificates=certificates, rule=rule,
+                     left_out=left_out)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)      # the old report stays as it was
         raise

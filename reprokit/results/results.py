@@ -5,7 +5,6 @@ import itertools
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import fastjsonschema
@@ -13,11 +12,12 @@ import jsonschema
 
 from kits.contract.names import schema_with_registry
 from kits.contract.result_header import header
+from reprokit import resources
 
 
 @lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads(resources.files("reprokit").joinpath("schemas/result.schema.json").read_text())
+    schema: dict[str, Any] = json.loads((resources.schemas() / "result.schema.json").read_text())
     return schema_with_registry(schema)
 
 

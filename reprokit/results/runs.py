@@ -87,11 +87,21 @@ def runs_of(by_variant: Mapping[str, Mapping[str, list[dict[str, Any]]]], varian
     return list(by_variant[found][framework]) if found else []
 
 
+def devices(r: dict[str, Any]) -> int:
+    """The devices one run held (--devices; one before the flag existed)."""
+    return int(r["spec"].get("devices", 1))
+
+
 def group(results: list[dict[str, Any]]) -> Grouped:
-    """experiment -> variant -> framework -> finished repeats."""
+    """experiment -> variant -> framework -> finished repeats, at the fewest devices the experiment ran on: a
+    sweep's other counts are its scaling section's (reprokit/report/scaling_section.py), never repeats of these."""
+    ok = [r for r in results if r["status"] == "ok"]
+    fewest: dict[str, int] = {}
+    for r in ok:
+        fewest[r["experiment"]] = min(fewest.get(r["experiment"], devices(r)), devices(r))
     out: Grouped = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for r in results:
-        if r["status"] == "ok":
+    for r in ok:
+        if devices(r) == fewest[r["experiment"]]:
             out[r["experiment"]][r["variant"]][r["framework"]].append(r)
     return out
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kits.contract.files import clean_stale, write_json_atomic
-from kits.contract.result_header import SCHEMA
+from kits.contract.result_header import READS, SCHEMA
 from reprokit.results import quarantine, results, safe_names, spec_types
 
 RERUN = "it will run again"
@@ -118,8 +118,8 @@ def read(data: bytes, stem: str | None = None) -> tuple[dict[str, Any] | None, s
     if not isinstance(result, dict):
         return None, f"a JSON {type(result).__name__}, not a result object"
     schema = result.get("schema")
-    if isinstance(schema, str) and schema != SCHEMA and schema.startswith(SCHEMA.split("/")[0] + "/"):
-        return None, f"schema {schema}, and this kit reads {SCHEMA}"
+    if isinstance(schema, str) and schema not in READS and schema.startswith(SCHEMA.split("/")[0] + "/"):
+        return None, f"schema {schema}, and this kit reads {' and '.join(READS)}"
     problem = results.problems(result) or spec_types.problem(result)
     if problem:
         return None, f"fails the result schema: {problem}"

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from kits.contract.names import PROGRESS_MARKER
 from kits.contract.spec import Spec
 from kits.framework_free import cpu_peak
+from reprokit.environments import module_names, requirement_sets
 from reprokit.environments.topology import Placement
 from reprokit.results import results
 
@@ -49,7 +50,8 @@ class KitCall:
     inputs: tuple[Path, ...] = ()        # files or folders the process reads, besides the kit code and data
     timeout_s: float = 900.0
     label: str = "kit"                   # names its container and log lines: the run id of a training run
-    placement: Placement | None = None   # one GPU, CPU set and memory node (runs side by side); None: all assigned
+    placement: Placement | None = None   # its GPUs (one, or --devices N), CPU set and memory node; None: all assigned
+    devices: int = 1                     # the devices the run holds (--devices): its ranks' shared memory in Docker
 
 
 @dataclass
@@ -95,7 +97,9 @@ def spec_call(spec: dict[str, Any], spec_path: Path, output: Path, data_dir: Pat
               placement: Placement | None = None) -> KitCall:
     """The training run of one spec, its result file in the call's output folder: ``kits.run`` for a RunSpec,
     ``kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input). ``spec``
-    is the spec as written at spec_path, the JSON the kit process reads (run_spec writes it; a certificate its own)."""
+    is the spec as written at spec_path, the JSON the kit process reads (run_spec writes it; a certificate its own).
+    A script's extra requirements are the set the host installed once in the per-user cache, read-only as every
+    input (reprokit/environments/requirement_sets.py)."""
     args: tuple[str | Path, ...] = ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir)
     inputs: tuple[Path, ...] = (spec_path,)
     module = "kits.run"
@@ -104,8 +108,11 @@ def spec_call(spec: dict[str, Any], spec_path: Path, output: Path, data_dir: Pat
         module, args, inputs = "kits.probe", (*args, "--script-dir", folder), (spec_path, folder)
         for mount in spec["script"].get("mounts", ()):      # the user's own data (--data), read-only as inputs are
             args, inputs = (*args, "--mount", mount["at"], Path(mount["folder"])), (*inputs, Path(mount["folder"]))
+        if installed := requirement_sets.for_spec(spec):
+            args, inputs = (*args, "--requirements", installed), (*inputs, installed)
     return KitCall(spec["framework"], module, args, output=output, inputs=inputs,
-                   timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"], placement=placement)
+                   timeout_s=spec["limits"]["timeout_s"], label=spec["run_id"], placement=placement,
+                   devices=int(spec.get("devices", 1)))
 
 
 def run_spec(runner: Runner, spec: Spec, work: Path, on_progress: ProgressFn,
@@ -186,6 +193,7 @@ def collect(spec: dict[str, Any], outcome: Outcome, out_path: Path) -> dict[str,
     failure = result.get("failure") or {}
     if result["status"] != "ok" and any(m in failure.get("message", "") for m in DISK_FULL_MARKERS):
         failure["kind"] = "disk-full"            # the kit's own failure: its output folder filled up
+    module_names.explain_missing(result)         # a failed import ends with the flag that adds its module
     result.setdefault("launcher", {}).update(outcome.launcher)
     result["launcher"]["wall_s"] = outcome.wall_s
     chose_cpu = spec.get("source") == "script" and any(f.get("code") == "model-not-on-gpu"

@@ -52,19 +52,24 @@ def memory_option(value: str | int | None) -> MemoryOption:
     """--memory-limit's value (auto, none, SIZE such as 16g; an int is bytes); UserError if not understood."""
     if value is None or value == "none":
         return MemoryOption("none", None)
-    if isinstance(value, int):
-        size = value
-    elif value == "auto":
+    if value == "auto":
         return MemoryOption("auto", None)
-    elif m := _SIZE.fullmatch(value.strip()):
-        size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    else:
+    size = size_bytes(value)
+    if size is None:
         raise UserError(f"--memory-limit {value} is not understood; use auto, none, or a size with its unit "
                         f"such as 16g or 512m.")
     if size < DOCKER_MINIMUM:
         raise UserError(f"--memory-limit {value} is below the 6 MiB the Docker engine allows; give a larger size "
                         f"such as 2g, or auto.")
     return MemoryOption(str(value), size)
+
+
+def size_bytes(value: str | int) -> int | None:
+    """A size as Docker takes it (16g, 512m, 1.5g; an int is bytes) in bytes; None where it is not one."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.fullmatch(value.strip())
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()]) if m else None
 
 
 def gib(n: int) -> str:

@@ -1,7 +1,8 @@
 """What a Docker container sees of the host, and as which user.
 
 Each container gets the kit code, the user's extra folders and the dataset
-read-only, each of the call's inputs read-only, and exactly one writable mount:
+read-only, each of the call's inputs read-only (a script's requirement set,
+installed once in the per-user cache, among them), and exactly one writable mount:
 the call's fresh, empty output folder (on a GPU whose framework build has only
 PTX, also the cache of the kernels compiled from it). The Docker socket is
 never mounted. The process runs as the host user, or, where that is root, as

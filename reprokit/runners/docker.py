@@ -42,7 +42,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import CONTAINER_LABEL
+from kits.contract.names import CONTAINER_LABEL, PLUGINS, plugin_environment
+from reprokit import resources
 from reprokit.environments import docker_client, host_checks, images
 from reprokit.environments.host_checks import (
     TOOLKIT_FIX,
@@ -53,7 +54,16 @@ from reprokit.environments.host_checks import (
     parse_gpus,
 )
 from reprokit.errors import UserError
-from reprokit.runners import container_limits, container_mounts, container_output, container_start, engine, live, owners
+from reprokit.runners import (
+    container_devices,
+    container_limits,
+    container_mounts,
+    container_output,
+    container_start,
+    engine,
+    live,
+    owners,
+)
 from reprokit.runners.base import KitCall, Outcome, ProgressFn
 
 if TYPE_CHECKING:
@@ -61,8 +71,9 @@ if TYPE_CHECKING:
     from docker.models.images import Image
 
 PYTHONPATH_ROOT = "/opt/reprokit"
+PLUGINS_ROOT = "/opt/reprokit/plugins"     # each framework plugin's package, read-only (kits/contract/plugins.py)
 
-SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g
+SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g, per device of the run (container_devices.py)
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
 LABEL = CONTAINER_LABEL
 LABEL_RUN = "reprokit.run_id"
@@ -95,7 +106,7 @@ class DockerRunner:
                  client: DockerClient | None = None, log: Log = print,
                  pinned_images: dict[str, str] | None = None, engine_wait_s: float = ENGINE_WAIT_S) -> None:
         self.repo_root = Path(repo_root).resolve()
-        self.kits_dir = Path(kits_dir).resolve() if kits_dir else self.repo_root / "kits"
+        self.kits_dir = Path(kits_dir).resolve() if kits_dir else resources.kit_dirs()[0]   # the installed kits
         self.data_dir = Path(data_dir).resolve()
         self.gpus = parse_gpus(gpus)
         self.extra_mounts = [(Path(h).resolve(), str(c)) for h, c in extra_mounts]
@@ -244,8 +255,11 @@ class DockerRunner:
         """The keyword arguments of ``client.containers.create`` for one call."""
         import docker.types
         uid, gid = container_mounts.container_user()
-        mounts = container_mounts.call_mounts(call, self.kits_dir, self.extra_mounts, self.data_dir,
-                                              self._jit.get(call.framework))
+        plugins = {path: f"{PLUGINS_ROOT}/{i}/{Path(path).name}"          # a package once, however many entries
+                   for i, path in enumerate(dict.fromkeys(p.path for p in PLUGINS))}
+        mounts = container_mounts.call_mounts(call, self.kits_dir,
+                                              [*self.extra_mounts, *((Path(h), t) for h, t in plugins.items())],
+                                              self.data_dir, self._jit.get(call.framework))
         args = [container_mounts.container_path(a, mounts) if isinstance(a, Path) else a for a in call.args]
         pythonpath = ":".join([PYTHONPATH_ROOT, *(t for _, t in self.extra_mounts)])
         config = {
@@ -255,6 +269,7 @@ class DockerRunner:
             "labels": {LABEL: "1", LABEL_RUN: label, LABEL_FRAMEWORK: call.framework, **owners.labels()},
             "user": f"{uid}:{gid}",
             "environment": {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                            **plugin_environment(plugins.__getitem__), **container_devices.environment(call.devices),
                             **(self._jit[call.framework].environment if call.framework in self._jit else {})},
             "working_dir": "/tmp",
             "mounts": [docker.types.Mount(target, str(host), type="bind", read_only=not writable)
@@ -264,7 +279,7 @@ class DockerRunner:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
-            "shm_size": self.shm_size,
+            "shm_size": container_devices.shm_bytes(call.devices, container_limits.size_bytes(self.shm_size) or 0),
             "pids_limit": self.pids_limit,
             "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
             "device_requests": device_requests(self.gpus),
@@ -272,12 +287,12 @@ class DockerRunner:
             "tty": False,
         }
         if call.placement is not None:
-            # One GPU (by UUID where known), and a CPU set and memory node near it.
+            # Its GPUs (by UUID where known: N of them at --devices N, in one container), and CPUs and memory near them.
             config.update(cpuset_cpus=call.placement.cpus)
             if call.placement.mems is not None:
                 config.update(cpuset_mems=call.placement.mems)
-            if call.placement.device_id is not None:
-                config.update(device_requests=device_requests([call.placement.device_id]))
+            if call.placement.device_ids:
+                config.update(device_requests=device_requests(call.placement.device_ids))
         memory = self.memory_bytes()
         if memory is not None:
             config.update(mem_limit=memory, memswap_limit=memory)  # no swap: OOM is OOM
@@ -298,7 +313,8 @@ class DockerRunner:
         name = config["name"]
         launcher = {"backend": "docker", "image": images.image_facts(image),
                     "container": {"name": name, "user": config["user"], "gpus": self.gpus_text(),
-                                  "network": "none", "engine": self._engine_version, **self.limits()}}
+                                  "network": "none", "engine": self._engine_version, **self.limits(),
+                                  **container_devices.facts(call.devices, config["shm_size"])}}
         tail: list[str] = []
         container = None
         exit_code = None

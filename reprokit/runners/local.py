@@ -11,6 +11,11 @@ not reached: PyTorch's DataLoader workers end as they find it gone, a helper
 process of a user's script would not. Its temporary files (TensorFlow's
 autograph modules, multiprocessing's folders) go to a folder of its own beside
 its output folder, removed once it has ended, never to /tmp.
+
+A kit process imports the kits from, and starts in, the folder ``kit_path()`` gives: in a clone its top, as
+always; from an installed wheel a copy of the kit packages alone, since the folder that holds them there is the
+host's site-packages, whose numpy and the rest would shadow the locked environment's. The frameworks plugins add
+reach it in its environment (kits/contract/plugins.py).
 """
 from __future__ import annotations
 
@@ -18,16 +23,20 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from reprokit.environments import envs
+from kits.contract.names import plugin_environment
+from reprokit import resources
+from reprokit.environments import cache, envs
 from reprokit.environments.host_checks import Flavor, build_facts
 from reprokit.environments.topology import parse_cpulist
-from reprokit.results.provenance import REPO, sha256_file
+from reprokit.results.provenance import kit_code_sha256, sha256_file
 from reprokit.runners import live
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
 
@@ -77,7 +86,7 @@ class LocalRunner:
         if self.python:
             return {"lock": None, "lock_sha256": None, "image": None, "interpreter": str(self.python)}
         lock = envs.lock_path(envs.lock_name(framework, self.flavor(framework)))
-        return {"lock": str(lock.relative_to(REPO)), "lock_sha256": sha256_file(lock), "image": None,
+        return {"lock": resources.named(lock), "lock_sha256": sha256_file(lock), "image": None,
                 **build_facts(framework, self.flavor(framework), self.flavors.get(framework))}
 
     def run(self, call: KitCall, on_progress: ProgressFn) -> Outcome:
@@ -85,13 +94,14 @@ class LocalRunner:
             self.prepare({call.framework})
         fresh_folder(call.output)
         tmp = fresh_folder(_temp_folder(call))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *self.extra_paths))),
-               "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (kit_path(), *self.extra_paths))),
+               "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp), **plugin_environment()}
         cpus = ""
         if self.visible_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_gpus
         if call.placement is not None:
-            # One GPU and a CPU set of its own (the memory node needs a container's cpuset_mems).
+            # Its GPUs (one, or N at --devices N) and a CPU set of its own (the memory node needs a container's
+            # cpuset_mems).
             if call.placement.device_id is not None:
                 env["CUDA_VISIBLE_DEVICES"] = call.placement.device_id
             cpus = ",".join(map(str, sorted(parse_cpulist(call.placement.cpus))))
@@ -104,7 +114,7 @@ class LocalRunner:
         try:
             # A process group of its own, so a timeout or Ctrl-C stops the kit and anything it started. This
             # thread waits for the kit below, so it outlives it: the parent-death signal follows the thread.
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(cmd, cwd=kit_path(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, start_new_session=True)
             # A second Ctrl-C, which does not wait for the clean-up below, still ends the kit's process group.
             with live.process_group(proc.pid):
@@ -122,8 +132,9 @@ class LocalRunner:
 
         reader = threading.Thread(target=read, daemon=True)
         python = Path(cmd[0])
+        top = resources.checkout()
         launcher = {"backend": "local",
-                    "python": str(python.relative_to(REPO)) if python.is_relative_to(REPO) else str(python)}
+                    "python": str(python.relative_to(top)) if top and python.is_relative_to(top) else str(python)}
         try:
             reader.start()
             code = proc.wait(timeout=call.timeout_s)
@@ -135,10 +146,31 @@ class LocalRunner:
             _kill(proc)
             reader.join(5)
             return Outcome(None, time.perf_counter() - t0, tail, interrupted=True, launcher=launcher)
+        _end_group(proc.pid)          # what the kit left running in its group ends with the run
         reader.join(5)
         # SIGKILL from outside the kit is, on Linux, almost always the kernel's OOM killer.
         return Outcome(code, time.perf_counter() - t0, tail, oom_killed=code == -signal.SIGKILL,
                        launcher=launcher)
+
+
+@lru_cache(maxsize=1)
+def kit_path() -> Path:
+    """The folder a kit process imports the kit packages from: the clone's top, or from a wheel their copy in the
+    per-user cache, one per content of the kits' code (made once, whole or not at all)."""
+    top = resources.checkout()
+    if top is not None:
+        return top
+    folder = cache.root() / "kit-code" / kit_code_sha256()[:16]
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
+        for package in resources.kit_dirs():
+            shutil.copytree(package, partial / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            partial.rename(folder)
+        except OSError:             # another command made it meanwhile: the same content
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
 
 
 def _temp_folder(call: KitCall) -> Path:
@@ -148,8 +180,12 @@ def _temp_folder(call: KitCall) -> Path:
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _end_group(proc.pid)
     proc.wait()
+
+
+def _end_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:        # the group is empty: nothing was left
+        pass

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from reprokit import resources
 from reprokit.environments import host_checks
 from reprokit.environments.envs import ENVS
-from reprokit.results.provenance import REPO
 from reprokit.runners.base import Runner
 
 if TYPE_CHECKING:       # imported when one is made: the Docker runner's module wants the SDK only then
@@ -24,26 +24,28 @@ def user_mounts(extra_dirs: tuple[Path, ...]) -> list[tuple[Path, str]]:
 def make(kind: Literal["local"], *, data_dir: Path, device: str, gpus: str | list[str] = ...,
          extra_dirs: tuple[Path, ...] = ..., python: Path | None = ...,
          flavors: dict[str, host_checks.Flavor] | None = ..., visible_gpus: str | None = ...,
-         envs_root: Path = ..., repo_root: Path = ..., **docker: Any) -> LocalRunner: ...
+         envs_root: Path = ..., repo_root: Path | None = ..., **docker: Any) -> LocalRunner: ...
 
 
 @overload
 def make(kind: Literal["docker"], *, data_dir: Path, device: str, gpus: str | list[str] = ...,
          extra_dirs: tuple[Path, ...] = ..., python: Path | None = ...,
          flavors: dict[str, host_checks.Flavor] | None = ..., visible_gpus: str | None = ...,
-         envs_root: Path = ..., repo_root: Path = ..., **docker: Any) -> DockerRunner: ...
+         envs_root: Path = ..., repo_root: Path | None = ..., **docker: Any) -> DockerRunner: ...
 
 
 def make(kind: str, *, data_dir: Path, device: str, gpus: str | list[str] = "none",
          extra_dirs: tuple[Path, ...] = (), python: Path | None = None,
          flavors: dict[str, host_checks.Flavor] | None = None, visible_gpus: str | None = None,
-         envs_root: Path = ENVS, repo_root: Path = REPO, **docker: Any) -> Runner:
-    """A ``kind`` ("docker" or "local") runner; ``docker`` passes the Docker runner's own options on."""
+         envs_root: Path = ENVS, repo_root: Path | None = None, **docker: Any) -> Runner:
+    """A ``kind`` ("docker" or "local") runner; ``docker`` passes the Docker runner's own options on.
+    ``repo_root``: the folder of docker/ and locks/ (default: the kit's own, reprokit/resources.py)."""
     if kind == "local":
         from reprokit.runners.local import LocalRunner
         return LocalRunner(envs_root, data_dir, device, python=python, extra_paths=extra_dirs, flavors=flavors,
                            visible_gpus=visible_gpus)
     if kind == "docker":
         from reprokit.runners.docker import DockerRunner
-        return DockerRunner(repo_root, data_dir, gpus, user_mounts(extra_dirs), flavors=flavors, **docker)
+        return DockerRunner(repo_root or resources.root(), data_dir, gpus, user_mounts(extra_dirs), flavors=flavors,
+                            **docker)
     raise ValueError(f"no runner named {kind!r}")

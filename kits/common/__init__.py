@@ -1,1 +1,0 @@
-"""Framework-free code shared by every kit."""
