@@ -4,11 +4,13 @@
         [--scripts NAME,...] [--small] [--json OUT]
 
 benchmarks/probe_scripts/ holds training scripts of the quick profile's size of model that time their own steps
-after 5 warmup steps, one per loop kind: a PyTorch DataLoader loop in the process and one with 2 worker processes
-and shuffling; a Keras loop over tf.data with a tf.function step, and `model.fit` on numpy arrays with Keras's
-default batch; a JAX loop of a jitted optax step, as JAX's examples write it. Each round runs a script once plain
-(`python SCRIPT`, in the framework's real environment) and once under the probe (`python -m kits.probe`, through
-the local runner, with the full profile's bounds: none), in fresh processes, in alternating order.
+after 5 warmup steps, one per loop kind: a PyTorch DataLoader loop in the process, one with 2 worker processes
+and shuffling, and DistributedDataParallel over 2 ranks started with mp.spawn (each rank prints its own steps, is
+held against its plain twin, and a round stands for its worst rank); a Keras loop over tf.data with a tf.function
+step, and `model.fit` on numpy arrays with Keras's default batch; a JAX loop of a jitted optax step, as JAX's
+examples write it. Each round runs a script once plain (`python SCRIPT`, in the framework's real environment) and
+once under the probe (`python -m kits.probe`, through the local runner, with the full profile's bounds: none), in
+fresh processes, in alternating order.
 
 The gated figure is the whole step: the probed step's time against the plain one's, by the script's own clock,
 paired within a round. Where the script's steps each have a time (a loop whose step returns when its work is done,
@@ -48,7 +50,8 @@ from reprokit.runners.local import LocalRunner
 
 SCRIPTS = Path(__file__).parent / "probe_scripts"
 # Per framework, its loop kinds: (script, what its loop is)
-LOOPS = {"pytorch": (("torch_timed.py", "DataLoader loop"), ("torch_workers_timed.py", "DataLoader, 2 workers")),
+LOOPS = {"pytorch": (("torch_timed.py", "DataLoader loop"), ("torch_workers_timed.py", "DataLoader, 2 workers"),
+                     ("torch_ddp_timed.py", "DDP, 2 ranks, mp.spawn")),
          "tensorflow": (("keras_timed.py", "tf.function loop"), ("keras_fit_timed.py", "Keras fit")),
          "jax": (("jax_timed.py", "jax.jit loop"),)}
 GATE = 0.01
@@ -80,22 +83,29 @@ def step_seconds(line: str) -> Step:
     return wall, (cpu1 - cpu0) / steps
 
 
-def _bench_line(lines: list[str]) -> str:
-    return next(x for x in reversed(lines) if x.startswith("BENCH "))
+def rank_steps(lines: list[str]) -> dict[int, Step]:
+    """Each process's step from its BENCH line, by its rank (a script of one process prints one line: rank 0)."""
+    got: dict[int, Step] = {}
+    for line in lines:
+        if line.startswith("BENCH "):
+            got[json.loads(line[len("BENCH "):]).get("rank", 0)] = step_seconds(line)
+    if not got:
+        raise RuntimeError("the script printed no BENCH line:\n" + "\n".join(lines[-20:]))
+    return got
 
 
-def plain(python: Path, script: Path) -> Step:
+def plain(python: Path, script: Path) -> dict[int, Step]:
     # the environment the local runner gives the probed side (BENCH_STEPS included), the script's own folder
     proc = subprocess.run([str(python), script.name], cwd=script.parent, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} failed plain:\n{proc.stderr[-2000:]}")
-    return step_seconds(_bench_line(proc.stdout.splitlines()))
+    return rank_steps(proc.stdout.splitlines())
 
 
-def probed(runner: LocalRunner, spec: ScriptSpec, work: Path) -> tuple[Step, float]:
-    """The probed script's step by its own clocks, and the probe's own code's seconds per step
-    (probe.own_seconds_per_step)."""
+def probed(runner: LocalRunner, spec: ScriptSpec, work: Path) -> tuple[dict[int, Step], dict[int, float]]:
+    """Each of the probed script's processes' step by its own clocks, and the probe's own code's seconds per step
+    in each (probe.own_seconds_per_step; a run of several ranks has each one's in ``processes``)."""
     spec_path = work / "spec.json"
     written = spec.to_dict()
     spec_path.write_text(json.dumps(written))
@@ -104,8 +114,11 @@ def probed(runner: LocalRunner, spec: ScriptSpec, work: Path) -> tuple[Step, flo
                                  timeout_s=600, label="bench-probe"), lambda event: None)
     if outcome.exit_code != 0:
         raise RuntimeError(f"{spec.script.path} failed under the probe:\n" + "\n".join(outcome.log_tail[-20:]))
-    own = json.loads((call.output / "result.json").read_text())["probe"]["own_seconds_per_step"]
-    return step_seconds(_bench_line(outcome.log_tail)), own
+    result = json.loads((call.output / "result.json").read_text())
+    each = (result.get("processes") or {}).get("each")
+    own = ({e["index"] or 0: e["probe_own_seconds_per_step"] for e in each} if each else
+           {0: result["probe"]["own_seconds_per_step"]})
+    return rank_steps(outcome.log_tail), own
 
 
 def bench(framework: str, name: str, loop: str, rounds: int, work: Path, warm: bool = True) -> dict:
@@ -125,18 +138,25 @@ def bench(framework: str, name: str, loop: str, rounds: int, work: Path, warm: b
         got = {side: plain(python, script) if side == "plain" else probed(runner, spec, work) for side in order}
         if r == 0:
             continue
-        ((wall, cpu), own), (base, base_cpu) = got["probed"], got["plain"]
+        (steps, owns), bases = got["probed"], got["plain"]
+        if set(steps) != set(bases):
+            raise RuntimeError(f"{name}: ranks {sorted(bases)} plain but {sorted(steps)} under the probe")
+        # each rank against its plain twin; the round stands for its worst rank, which the gate then holds
+        rank = max(bases, key=lambda k: steps[k][0] / bases[k][0])
+        (wall, cpu), (base, base_cpu), own = steps[rank], bases[rank], max(owns.values())
         m["shares"].append(wall / base - 1)
         m["costs_us"].append((wall - base) * 1e6)
         m["plain_ms"].append(base * 1e3)
         m["cpu_shares"].append(cpu / base_cpu - 1)
         m["own_us"].append(own * 1e6)
-        m["own_shares"].append(own / base)
+        m["own_shares"].append(own / min(b for b, _ in bases.values()))
         m["load"].append(os.getloadavg()[0])
-        print(f"  {framework:<10} {loop:<22} round {r} [{', '.join(order)}]: plain {base * 1e3:.2f} ms/step, probed "
-              f"{wall * 1e3:.2f} ms/step ({m['shares'][-1]:+.2%}; CPU time {m['cpu_shares'][-1]:+.2%}); the probe's "
-              f"own code {own * 1e6:.0f} us/step ({m['own_shares'][-1]:.3%}); load average {m['load'][-1]:.1f}",
-              flush=True)
+        m["ranks"] = len(bases)
+        worst = f" (rank {rank}, the worst of {len(bases)})" if len(bases) > 1 else ""
+        print(f"  {framework:<10} {loop:<22} round {r}{worst} [{', '.join(order)}]: plain {base * 1e3:.2f} ms/step, "
+              f"probed {wall * 1e3:.2f} ms/step ({m['shares'][-1]:+.2%}; CPU time {m['cpu_shares'][-1]:+.2%}); "
+              f"the probe's own code {own * 1e6:.0f} us/step ({m['own_shares'][-1]:.3%}); load average "
+              f"{m['load'][-1]:.1f}", flush=True)
     return m
 
 

@@ -104,3 +104,16 @@ def test_the_whole_step_is_gated_on_its_median_and_the_own_code_on_its_brackets_
     (head, rule, row) = bench_probe.table([_rounds(shares, [0.004] * 10)])
     assert head.startswith("| framework | loop | plain step | whole step, probed against plain |")
     assert row.startswith("| tensorflow | Keras fit (keras_fit_timed.py) | 9.00 ms | +0.50% (")
+
+
+def test_each_rank_of_a_script_is_read_from_its_own_bench_line():
+    line = {"steps": 4, "starts": [0.0, 0.1, 0.2, 0.3, 0.9], "cpu": [1.0, 1.6]}     # a burst in its last step
+    lines = ["rank 1 says hello", "BENCH " + json.dumps({**line, "rank": 1}),
+             "BENCH " + json.dumps({**line, "rank": 0, "starts": [0.0, 0.2, 0.4, 0.6, 0.8]})]
+    steps = bench_probe.rank_steps(lines)
+    assert sorted(steps) == [0, 1]
+    assert steps[0][0] == pytest.approx(0.2) and steps[1][0] == pytest.approx(0.1)   # middle mean, each its own
+    assert steps[1][1] == pytest.approx(0.15)                                       # CPU: the loop's mean
+    assert bench_probe.rank_steps(["BENCH " + json.dumps(line)]).keys() == {0}      # one process: rank 0
+    with pytest.raises(RuntimeError, match="no BENCH line"):
+        bench_probe.rank_steps(["Traceback (most recent call last):"])

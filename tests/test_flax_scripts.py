@@ -20,6 +20,7 @@ from checkout import REPO
 from kits.framework_free import stand_ins
 from reprokit import cli
 from reprokit.certify.script_certificate import certify_scripts
+from reprokit.environments import requirement_sets
 from reprokit.environments.envs import ENVS
 from reprokit.execute import compose
 from reprokit.runners.local import LocalRunner
@@ -33,7 +34,9 @@ def _pair(twin: str, data_dir: Path, mnist: Path, state: Path,
     parsed = cli.parse(["--script", f"pytorch={CORPUS / 'twins' / twin}", "--script", f"jax={jax_script}",
                         "--data", f"jax:./data/mnist={mnist}", "--frameworks", "pytorch,jax", "--backend", "local",
                         "--profile", "quick", "--data-dir", str(data_dir), "--state-dir", str(state)])
-    return {s.framework: s.to_dict() for s in compose.build(parsed).specs}
+    pair = {s.framework: s.to_dict() for s in compose.build(parsed).specs}
+    requirement_sets.install_all(pair.values())       # as the command does before any run (absl, ml_collections)
+    return pair
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from checkout import REPO
 from kits.framework_free import model_call, stand_ins
 from reprokit import cli
 from reprokit.certify.script_certificate import certify_scripts
+from reprokit.environments import requirement_sets
 from reprokit.environments.envs import ENVS
 from reprokit.execute import compose
 from reprokit.runners.local import LocalRunner
@@ -53,6 +54,7 @@ def _certify(name: str, scripts: tuple[str, str], root: Path, data_dir: Path, ex
                         "--backend", "local", "--profile", "quick", "--data-dir", str(data_dir),
                         "--state-dir", str(root / name / "state")])
     pair = {s.framework: s.to_dict() for s in compose.build(parsed).specs}
+    requirement_sets.install_all(pair.values())       # as the command does before any run (matplotlib for Keras)
     return certify_scripts(pair, LocalRunner(ENVS, data_dir, "cpu"), root / name / "certificate")
 
 

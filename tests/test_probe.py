@@ -94,7 +94,7 @@ def test_a_twin_written_otherwise_is_seen_alike(kit_python, tmp_path, data_dir):
 @pytest.mark.parametrize("script, kind, fragment", [
     ("network.py", "error", "the run has no network: the kit serves MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 "
                             "where their APIs look (`nox -s data -- NAME` stages them); show other data to the script "
-                            "with --data (it tried to reach www.cs.toronto.edu:443)"),
+                            "with --data (it tried to reach s3.amazonaws.com:443)"),
     ("raises.py", "error", "the script raised ValueError: the script's own bug"),
     ("no_training.py", "invalid-output", "no training step observed"),
 ])

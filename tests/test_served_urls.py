@@ -206,9 +206,6 @@ def test_the_keras_script_that_fetches_cifar10_with_get_file_and_its_hash_trains
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the JAX probe watches the jits of files under the work folder alone "
-                                       "(kits/jax_kit/probe.py install, jit_hook's script_dir), and a notebook's "
-                                       "converted cells run from the notebook/ folder beside it: no step is seen")
 def test_the_jax_notebook_loads_mnist_through_torchvision(kit_python, tmp_path):
     """Equinox's MNIST tutorial's shape in Flax NNX: torchvision.datasets.MNIST(download=True) and a torch
     DataLoader in the JAX environment, its requirements.txt bringing torch and torchvision (installed as any

@@ -8,8 +8,9 @@ so that two frameworks' random masks cannot differ.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,24 @@ def modules(model: nnx.Module) -> dict[str, nnx.Module]:
     """Every module of the model by its path ("layers/3"), the model itself as ""."""
     return {"/".join(str(k) for k in path): node for path, node in nnx.iter_graph(model)
             if isinstance(node, nnx.Module)}
+
+
+@contextlib.contextmanager
+def wrapped_calls(classes: Iterable[type], wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """Each class's ``__call__`` (looked up on the class, as a call of a module is) replaced by ``wrap`` of it while
+    inside, and given back after (removed where the class inherited it)."""
+    classes = list(dict.fromkeys(classes))
+    own = {cls: cls.__dict__.get("__call__") for cls in classes}
+    for cls in classes:
+        cls.__call__ = wrap(cls.__call__)
+    try:
+        yield
+    finally:
+        for cls in classes:
+            if own[cls] is None:
+                delattr(cls, "__call__")
+            else:
+                cls.__call__ = own[cls]
 
 
 def set_mode(model: nnx.Module, training: bool, dropout: bool) -> None:

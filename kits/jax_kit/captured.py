@@ -23,7 +23,7 @@ from kits.framework_free import certificate as cert
 from kits.framework_free import parting
 from kits.framework_free.model_call import ModelCall
 from kits.jax_kit import layer_settings, trace
-from kits.jax_kit.canonical import Canonical, modules, read_optimizer, set_mode
+from kits.jax_kit.canonical import Canonical, modules, read_optimizer, set_mode, wrapped_calls
 from kits.jax_kit.first_call import replay_calls
 
 _MODES = ("use_running_average", "deterministic")     # what model.train() and model.eval() set
@@ -40,29 +40,16 @@ def _calls(model: nnx.Module, record: Callable[[str, nnx.Module, Any, Any], None
     """Each call of one of the model's leaf modules reported as (path, module, input, output) while inside. A
     module's ``__call__`` is looked up on its class, so each leaf class's is wrapped, and restored after."""
     leaves = _leaves(model)
-    classes = {type(m) for _, m in leaves.values()}
-    real = {cls: cls.__dict__.get("__call__") for cls in classes}
 
-    def wrap(cls: type) -> Callable[..., Any]:
-        call = cls.__call__
-
+    def wrap(call: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(self: nnx.Module, *args: Any, **kwargs: Any) -> Any:
             y = call(self, *args, **kwargs)
             if id(self) in leaves:
                 record(leaves[id(self)][0], self, args[0] if args else None, y)
             return y
         return recorded
-    wrapped = {cls: wrap(cls) for cls in classes}
-    for cls, fn in wrapped.items():
-        cls.__call__ = fn
-    try:
+    with wrapped_calls((type(m) for _, m in leaves.values()), wrap):
         yield
-    finally:
-        for cls in classes:
-            if real[cls] is None:
-                delattr(cls, "__call__")        # it was inherited
-            else:
-                cls.__call__ = real[cls]
 
 
 class Captured(Canonical):

@@ -11,7 +11,7 @@ that trace.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -19,6 +19,7 @@ from flax import nnx
 
 from kits.framework_free import model_call
 from kits.framework_free.model_call import ARRAY, RNG, ModelCall
+from kits.jax_kit.canonical import wrapped_calls
 
 RNGS_ATTRIBUTE = "certificate_rngs"     # where the certificate keeps its copy of the script's Rngs, in the model
 
@@ -53,13 +54,9 @@ def _modules(args: tuple) -> list[nnx.Module]:
 def recording(args: tuple, into: list[tuple[type, tuple, dict, Any]]) -> Iterator[None]:
     """While inside: the outermost call of each Flax module class among ``args`` appended to ``into`` as
     (class, args, kwargs, output). The classes' own ``__call__`` is restored after."""
-    classes = list(dict.fromkeys(type(m) for m in _modules(args)))
-    own = {cls: cls.__dict__.get("__call__") for cls in classes}
     depth = [0]
 
-    def watch(cls: type) -> Any:
-        real = cls.__call__
-
+    def watch(real: Callable[..., Any]) -> Callable[..., Any]:
         def call(self: nnx.Module, *a: Any, **k: Any) -> Any:
             depth[0] += 1
             try:
@@ -70,16 +67,8 @@ def recording(args: tuple, into: list[tuple[type, tuple, dict, Any]]) -> Iterato
                 into.append((type(self), a, k, out))
             return out
         return call
-    for cls in classes:
-        cls.__call__ = watch(cls)
-    try:
+    with wrapped_calls((type(m) for m in _modules(args)), watch):
         yield
-    finally:
-        for cls in classes:
-            if own[cls] is None:
-                delattr(cls, "__call__")          # it was inherited
-            else:
-                cls.__call__ = own[cls]
 
 
 def record(model: nnx.Module, seen: list[tuple[type, tuple, dict, Any]], step_args: tuple,

@@ -38,7 +38,7 @@ def _order(result: dict[str, Any]) -> tuple[int, int]:
 
 
 def _each(result: dict[str, Any]) -> dict[str, Any]:
-    """One process's figures: its steps, batches, samples, evaluation, time and peak memory."""
+    """One process's figures: its steps, batches, samples, evaluation, time, peak memory and the probe's own cost."""
     effective, timing, memory = result["effective"], result["timing"], result["memory"]
     p = result.get("process") or {}
     return {"who": who(p), "role": p.get("role"), "index": p.get("index"), "pid": p.get("pid"),
@@ -52,7 +52,8 @@ def _each(result: dict[str, Any]) -> dict[str, Any]:
             "step_s": timing.get("step_s"),
             "peak_bytes": memory.get("peak_bytes"),
             "process_peak_bytes": memory.get("process_peak_bytes", memory.get("peak_bytes")),
-            "bounded": result.get("probe", {}).get("ended")}
+            "bounded": result.get("probe", {}).get("ended"),
+            "probe_own_seconds_per_step": result.get("probe", {}).get("own_seconds_per_step")}
 
 
 def seen(each: list[dict[str, Any]], replicas: int | None) -> str:
