@@ -13,11 +13,14 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from kits.ranks import gather, hang
+from checkout import REPO
+from kits.ranks import follow, gather, hang
 from reprokit import cli
 from reprokit.environments.envs import ENVS
 from reprokit.execute import compose
@@ -135,6 +138,35 @@ def test_ranks_that_never_step_say_so(kit_python, data_dir, tmp_path):
     result, out = _run(tmp_path, data_dir, BOUNDED, {"RANKS_NEVER_STEP": "1"})
     assert result["failure"]["message"] == ("no training step observed in the script's process or the 2 it started "
                                             "(no optimizer step ran)")
+
+
+def test_a_process_the_probe_cannot_attach_to_fails_the_run_saying_why(kit_python, data_dir, tmp_path):
+    """A new process of the script whose probe cannot start (here: its requirements were never installed) leaves a
+    failure that names it and why, instead of running unobserved; the process itself goes on."""
+    python = kit_python("pytorch")
+    parsed = cli.parse(["--script", f"pytorch={SCRIPTS / 'ddp_ranks.py'} 0", "--frameworks", "pytorch", "--backend",
+                        "local", "--profile", "quick", "--data-dir", str(data_dir), "--state-dir", str(tmp_path)])
+    (planned,) = compose.build(parsed).specs
+    spec = planned.to_dict()
+    spec["script"]["requirements"] = {"file": "requirements.txt", "sha256": "0" * 64, "in_lock": [],
+                                      "install": ["tqdm==4.67.1 --hash=sha256:" + "1" * 64]}
+    folder = tmp_path / "processes"
+    folder.mkdir()
+    session = {"spec": spec, "data_dir": str(data_dir), "work": str(tmp_path), "folder": str(folder),
+               "requirements": str(tmp_path / "never-installed"), "owner": os.getpid(),
+               "deadline": time.time() + 120, "certify": None}
+    (folder / "session.json").write_text(json.dumps(session))
+    env = {**os.environ, follow.SESSION_ENV: str(folder / "session.json"),
+           "PYTHONPATH": os.pathsep.join([str(follow.SITE), str(REPO)]), "RANK": "1"}
+    done = subprocess.run([str(python), "-c", "print('the process ran')"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout == "the process ran\n", done.stderr
+    (left,) = [p for p in folder.glob("*.json") if p.name != "session.json"]
+    failure = gather.failed([json.loads(left.read_text())])
+    assert failure is not None and failure["message"] == (
+        f"rank 1 could not be watched: the probe failed to attach there: DataError: the requirements of ddp_ranks.py "
+        f"are not installed in {tmp_path / 'never-installed'}: the host installs them once, before any run; run the "
+        f"command again")
 
 
 # -- the rules, on recorded results and stacks ------------------------------------------------------------------

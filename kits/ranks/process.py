@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kits.contract.files import write_json_atomic
+from kits.contract.spec import ScriptSpec
 from kits.devices import stand_ins
 from kits.framework_free.measure import process_age_s
 from kits.framework_free.parent_death import arm
@@ -60,6 +61,19 @@ def attach() -> None:
     if any(helper in " ".join(sys.orig_argv) for helper in HELPERS):
         return
     session = json.loads(Path(os.environ[SESSION_ENV]).read_text())
+    try:
+        _attach(session)
+    except Exception as exc:     # the run fails saying so, where the process would run unobserved
+        rank = os.environ.get("RANK")
+        result = watching.failed(ScriptSpec.from_dict(session["spec"]), f"could not be watched: the probe failed to "
+                                 f"attach there: {type(exc).__name__}: {exc}", [])
+        result["process"] = {"pid": os.getpid(), "parent": os.getppid(), "role": "rank" if rank else "worker",
+                             "index": int(rank) if rank else os.getpid()}
+        write_json_atomic(Path(session["folder"]) / f"{os.getpid()}.json", result)
+        raise
+
+
+def _attach(session: dict[str, Any]) -> None:
     arm(os.getppid())
     started = time.perf_counter() - process_age_s()
     requirements = Path(session["requirements"]) if session["requirements"] else None
