@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from checkout import REPO
+
 from kits.ranks import follow, gather, hang
 from reprokit import cli
 from reprokit.environments.envs import ENVS
