@@ -199,7 +199,7 @@ def wheelhouse(session: nox.Session) -> None:
     as binary wheels for the box's Python and platform, so it runs on any machine with network. matplotlib and
     scipy (about 50 MB) stay out: without them the report leaves out its plots and significance tests
     and says so; the docker SDK is not needed there (--backend local). The seeds' scripts' extra
-    requirements (kits/experiments/*/requirements-*.txt) come too. Options after --, e.g.
+    requirements (reprokit/kits/experiments/*/requirements-*.txt) come too. Options after --, e.g.
     `nox -s wheelhouse -- --python-version 3.12 --platform manylinux2014_x86_64 --dest DIR`
     (those are the defaults, with DIR .reprokit/wheelhouse-cp312); copy DIR to the box.
     """
@@ -224,7 +224,7 @@ def wheelhouse(session: nox.Session) -> None:
                 "--platform", args.platform, "--implementation", "cp", "-d", dest, *wanted)
     # and what the seeds' posted scripts import beyond their locks (seed 000's tqdm), hash-checked: gpu_check
     # points the scripts' requirements at this folder, where the box has no network
-    for extra in sorted(Path("kits/experiments").glob("*/requirements-*.txt")):
+    for extra in sorted(Path("reprokit/kits/experiments").glob("*/requirements-*.txt")):
         session.run("python", "-m", "pip", "download", "--only-binary=:all:", "--no-deps", "--require-hashes",
                     "--python-version", args.python_version, "--platform", args.platform, "--implementation", "cp",
                     "-d", dest, "-r", str(extra))

@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kits.contract.spec import RunSpec
 from reprokit.errors import UserError
 from reprokit.execute import data_step
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan import plan
 from reprokit.plan.experiments import load
 from reprokit.results import results
@@ -39,7 +39,7 @@ from reprokit.runners import base
 from reprokit.runners import docker as dr
 
 TARGET_S = 1.5
-EXPERIMENT = REPO / "kits" / "experiments" / "simplecnn_cifar10_memory.toml"
+EXPERIMENT = REPO / "reprokit" / "kits" / "experiments" / "simplecnn_cifar10_memory.toml"
 
 
 def tiny_spec(runner: dr.DockerRunner, framework: str, data_dir: Path, device: str) -> RunSpec:

@@ -5,16 +5,16 @@
         [--skip throughput,overhead,render] [--small] [--json OUT]
 
 Every (experiment, framework) pair whose kit can run it is measured; each one it cannot is named with the kit's
-reason (the plan asks its limits, kits/<kit>/limits.py, as a real run would), and so is a kit with no bare loop.
-``--small``, the form tests/test_bench_small.py runs: every part once, on the first framework's cheapest model
+reason (the plan asks its limits, reprokit/kits/<kit>/limits.py, as a real run would), and so is a kit with no bare
+loop. ``--small``, the form tests/test_bench_small.py runs: every part once, on the first framework's cheapest model
 (training FLOPs per step), one round of 3 timed steps, one overhead run, a report of 50 files; printed, not judged.
 
 1. Throughput, judged per (experiment, framework) pair. In each framework's
-   real environment (``python -m kits.bench``, started through the local
+   real environment (``python -m reprokit.kits.bench``, started through the local
    runner like every kit process), three sides take turns on the quick
    profile's model of each seed experiment, on this machine's CPU: the kit
    with all its instrumentation, the kit with its per-step timing off, and a
-   bare loop (kits/bench.py: the fastest idiomatic loop of the same model,
+   bare loop (reprokit/kits/bench.py: the fastest idiomatic loop of the same model,
    data, optimizer, batch size and threads; its batches are on the device
    before its clock starts, and TensorFlow's step is a tf.function). Rounds
    take the six orders of the sides in shuffled blocks. They run in fresh
@@ -40,7 +40,7 @@ reason (the plan asks its limits, kits/<kit>/limits.py, as a real run would), an
    through reprokit.runners.base.run_spec, several times per framework: the time
    from just before the process is launched to the result collected, minus the
    kit's timing.wall_s, which counts from the process's start (interpreter start
-   and imports included; kits/framework_free/measure.process_age_s). What is left is
+   and imports included; reprokit/kits/framework_free/measure.process_age_s). What is left is
    the launch, what the kit does after its measurements (the CPU's matmul
    peak, read from its cache after the first run; findings; writing the
    result; exit) and the host's collect (reading and checking the result).
@@ -72,12 +72,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kits.contract.names import FRAMEWORKS, REGISTRY
-from kits.contract.spec import RunSpec
 from reprokit import report
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute import data_step
+from reprokit.kits.contract.names import FRAMEWORKS, REGISTRY
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.places import DATA
 from reprokit.plan import model_cost, plan
 from reprokit.plan.experiments import BUILTIN_DIR, discover
@@ -132,7 +132,7 @@ def cheapest(specs: list[RunSpec]) -> RunSpec:
                                      or math.inf) * s.train.batch_size)
 
 
-# --- 1. throughput: kits.bench through the runner, pooled until settled (reprokit/runners/kit_bench.py) --------
+# --- 1. throughput: reprokit.kits.bench through the runner, pooled until settled (reprokit/runners/kit_bench.py) ---
 
 
 # --- 2. local runner overhead -----------------------------------------------------------------
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-rounds", type=int, default=6, help="rounds per model before the intervals may stop them")
     ap.add_argument("--max-rounds", type=int, default=MAX_ROUNDS, help="rounds per model at most")
-    ap.add_argument("--per-process", type=int, default=PER_PROCESS, help="rounds per kits.bench process")
+    ap.add_argument("--per-process", type=int, default=PER_PROCESS, help="rounds per reprokit.kits.bench process")
     ap.add_argument("--target", type=float, default=TARGET, help="stop once the median ratios' intervals are "
                                                                     "within +-this")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per side and round")

@@ -9,8 +9,8 @@ and shuffling, and DistributedDataParallel over 2 ranks started with mp.spawn (e
 held against its plain twin, and a round stands for its worst rank); a Keras loop over tf.data with a tf.function
 step, and `model.fit` on numpy arrays with Keras's default batch; a JAX loop of a jitted optax step, as JAX's
 examples write it. Each round runs a script once plain (`python SCRIPT`, in the framework's real environment) and
-once under the probe (`python -m kits.probe`, through the local runner, with the full profile's bounds: none), in
-fresh processes, in alternating order.
+once under the probe (`python -m reprokit.kits.probe`, through the local runner, with the full profile's bounds: none),
+in fresh processes, in alternating order.
 
 The gated figure is the whole step: the probed step's time against the plain one's, by the script's own clock,
 paired within a round. Where the script's steps each have a time (a loop whose step returns when its work is done,
@@ -18,9 +18,9 @@ as PyTorch's and TensorFlow's do on a CPU), a process's step is the mean of its 
 burst of another process on this shared machine does not stand for the step; JAX dispatches its steps ahead and
 only the whole loop has a time, its mean. Gate: the median over the rounds at most 1%, its order-statistic
 interval (reprokit/results/stats.py, as in the reports) printed beside it. The probe's own code on the script's
-path, measured inside the probed process (kits/measurement/hook_clock.HookClock: every hook, count and bookkeeping
-between the script's steps), is printed and gated too: the top of its bracket at most 1% of the plain step. The
-machine's load average is printed with each round: on a loaded machine a process pays for it in its whole steps.
+path, measured inside the probed process (reprokit/kits/measurement/hook_clock.HookClock: every hook, count and
+bookkeeping between the script's steps), is printed and gated too: the top of its bracket at most 1% of the plain step.
+The machine's load average is printed with each round: on a loaded machine a process pays for it in its whole steps.
 
 `--small`: the form the test suite runs (tests/test_bench_small.py): one round of a few steps, no warm-up round,
 printed and not judged.
@@ -37,9 +37,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kits.contract.spec import ScriptSpec
 from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
+from reprokit.kits.contract.spec import ScriptSpec
 from reprokit.plan.experiments import from_scripts
 from reprokit.plan.plan import Options
 from reprokit.plan.script_plan import specs_for

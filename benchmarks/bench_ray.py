@@ -38,11 +38,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import ray_cluster  # noqa: E402 - sets Ray's environment before Ray is imported
 from conftest import TINY  # noqa: E402
 
-from kits.contract.spec import Spec  # noqa: E402
 from reprokit.console import RunProgress  # noqa: E402
 from reprokit.environments.envs import ENVS  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
 from reprokit.execute import cluster, data_step, node_tasks, schedule  # noqa: E402
+from reprokit.kits.contract.spec import Spec  # noqa: E402
 from reprokit.plan.experiments import load  # noqa: E402
 from reprokit.plan.plan import Options, specs_for  # noqa: E402
 from reprokit.results.provenance import code  # noqa: E402

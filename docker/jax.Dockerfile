@@ -6,8 +6,9 @@
 # Build it with `nox -s images` (python -m reprokit.images build), which sends
 # a minimal context (this file, docker/bases.toml, the lock file, and an
 # optional extra CA as docker/extra-ca.pem) and tags the image by content.
-# The kit code is NOT in the image: the runner mounts kits/ read-only at
-# /opt/reprokit/kits, so a code change needs no rebuild.
+# The kit code is NOT in the image: the runner mounts reprokit/kits/ read-only at
+# /opt/reprokit/reprokit/kits (on the PYTHONPATH below, as the namespace package
+# reprokit), so a code change needs no rebuild.
 #
 # The classic builder (what the Docker SDK uses) has no build secrets, so the
 # extra CA lives in the builder stage only; the final stage copies the finished
@@ -39,7 +40,7 @@ RUN set -eu; \
 FROM ${BASE_IMAGE}
 RUN echo 'reprokit:x:10001:10001:reprokit kit:/tmp:/usr/sbin/nologin' >> /etc/passwd \
  && echo 'reprokit:x:10001:' >> /etc/group \
- && mkdir -p /opt/reprokit/kits /data /results
+ && mkdir -p /opt/reprokit/reprokit/kits /data /results
 COPY --from=builder /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONPATH=/opt/reprokit \
@@ -54,4 +55,4 @@ LABEL org.opencontainers.image.base.name="${BASE_IMAGE}" \
       org.reprokit.framework="jax"
 USER 10001:10001
 WORKDIR /tmp
-CMD ["python", "-m", "kits.run", "--help"]
+CMD ["python", "-m", "reprokit.kits.run", "--help"]

@@ -52,7 +52,7 @@ def _processes(marker: str) -> dict[int, str]:
 
 def kit_processes(state: Path) -> dict[int, str]:
     """The kit processes of a state folder (their spec lies in its work folder)."""
-    return {pid: cmd for pid, cmd in _processes(str(state / "work")).items() if " -m kits." in cmd}
+    return {pid: cmd for pid, cmd in _processes(str(state / "work")).items() if " -m reprokit.kits." in cmd}
 
 
 def docker_ids(*args: str) -> list[str]:

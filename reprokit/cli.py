@@ -16,9 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import BROKEN, FRAMEWORKS
-from kits.contract.spec import Spec
-from kits.framework_free import data as kitdata
 from reprokit import doctor
 from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
@@ -28,6 +25,9 @@ from reprokit.environments import datasets, env_cache, published_datasets, requi
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute import compose, data_step, device_placement, disk_full, locks, loop, policies, stopping
+from reprokit.kits.contract.names import BROKEN, FRAMEWORKS
+from reprokit.kits.contract.spec import Spec
+from reprokit.kits.framework_free import data as kitdata
 from reprokit.places import DATA, REPORTS, STATE, check_writable, first_line
 from reprokit.plan import cost, estimate, repeats, request, tuning
 from reprokit.plan.experiments import PROFILES

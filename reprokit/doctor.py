@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import reprokit
-from kits.contract.names import BROKEN, PLUGINS, REGISTRY
 from reprokit import places, resources
 from reprokit.environments import cache, envs, host_checks
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import BROKEN, PLUGINS, REGISTRY
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.results import provenance
 from reprokit.runners.choose import choose

@@ -19,10 +19,10 @@ from reprokit.errors import UserError
 PACKAGED = "_resources"                       # in a wheel: reprokit/_resources/{locks,docker,claims}
 FOLDERS = ("locks", "docker", "claims")
 BUILD_STAMP = "build.json"                    # in a wheel's _resources: the commit it was built from, where known
-# The packages a kit process imports (the kits' code): what the code hash covers (reprokit/results/provenance.py),
-# what the local runner puts on a kit process's path and the Docker runner mounts.
-KIT_PACKAGES = ("kits",)
-EXPERIMENTS = ("kits", "experiments")          # the seed experiments: a folder of the kits' package
+# The package a kit process imports (the kits' code, a subpackage of this one): what the code hash covers
+# (reprokit/results/provenance.py), what the local runner copies for a kit process and the Docker runner mounts.
+KIT_PACKAGE = "reprokit.kits"
+EXPERIMENTS = (KIT_PACKAGE, "experiments")     # the seed experiments: a folder of the kits' package
 
 
 def folder_of(package: str) -> Path:
@@ -78,15 +78,22 @@ def schemas() -> Path:
     return folder_of("reprokit") / "schemas"
 
 
-def kit_dirs() -> tuple[Path, ...]:
-    """The folder of each kit package."""
-    return tuple(folder_of(name) for name in KIT_PACKAGES)
+def kits() -> Path:
+    """The folder of the kits' package, reprokit/kits/."""
+    return folder_of(KIT_PACKAGE)
+
+
+def kit_code() -> tuple[Path, Path]:
+    """What a kit process imports: this package's __init__.py (which imports nothing, so a framework's environment
+    needs none of the host's dependencies) and the kits' package."""
+    return folder_of("reprokit") / "__init__.py", kits()
 
 
 def kit_import_root() -> Path:
-    """The folder that holds the kit packages: what a kit process needs on its path to import them (in an
-    installed wheel the host's site-packages, which a locked environment must not see: reprokit/runners/local.py)."""
-    return kit_dirs()[0].parent
+    """The folder that holds the ``reprokit`` package the kits are in: what a kit process needs on its path to import
+    them (in an installed wheel the host's site-packages, which a locked environment must not see:
+    reprokit/runners/local.py)."""
+    return folder_of("reprokit").parent
 
 
 def named(path: Path) -> str:

@@ -11,6 +11,8 @@ import sys
 import tokenize
 from pathlib import Path
 
+# reprokit/ holds the kits (reprokit/kits/); "kits" is where a checkout from before that move kept them, so that
+# two checkouts compare across it.
 ROOTS = ("reprokit", "kits", "scripts", "faults")
 MAX_LINES = 450
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from checkout import REPO
 
-from kits.contract.names import FRAMEWORKS
 from reprokit.environments import envs
+from reprokit.kits.contract.names import FRAMEWORKS
 
 RECORD_ENV = "REPROKIT_SUITE_RECORD"
 RECORDER = Path(__file__).with_name("read_record")

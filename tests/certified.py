@@ -91,7 +91,7 @@ CONTROLS = {
 }
 
 
-# Where the failing pairs part, from the layers' outputs (kits/framework_free/parting.py): the first_parting_layer check's
+# Where the failing pairs part, from the layers' outputs (reprokit/kits/framework_free/parting.py): the first_parting_layer check's
 # message must start with this; the gradient's, for a pair whose forward passes agree.
 PARTING = {
     "batchnorm_epsilon": "first parts at PyTorch 3 (BatchNorm2d) / TensorFlow batch_normalization (BatchNormalization): "

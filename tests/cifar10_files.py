@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from checkout import REPO
 
-from kits.framework_free.data import cifar10_batch, pickle2
 from reprokit.environments import datasets
+from reprokit.kits.framework_free.data import cifar10_batch, pickle2
 
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 
@@ -70,7 +70,7 @@ _TFDS_PREPARE = textwrap.dedent("""\
     from pathlib import Path
     from tensorflow_datasets.core.download import checksums
     from tensorflow_datasets.image_classification.cifar import Cifar10
-    from kits.tensorflow_kit import tfds_data
+    from reprokit.kits.tensorflow_kit import tfds_data
 
     data_dir = Path(sys.argv[1])
     archive = data_dir / "cifar-10-binary.tar.gz"

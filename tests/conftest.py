@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.contract.names import FRAMEWORKS
 from reprokit.environments import envs
 from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
+from reprokit.kits.contract.names import FRAMEWORKS
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.results.provenance import code
@@ -203,7 +203,7 @@ NVIDIA_SMI_CAPTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
 @pytest.fixture
 def nvidia_smi_replay(tmp_path, monkeypatch):
     """Put a stand-in nvidia-smi on PATH that answers from one recorded capture (see its SOURCES.md)."""
-    from kits.framework_free import nvidia_smi
+    from reprokit.kits.framework_free import nvidia_smi
 
     bin_dir = tmp_path / "replay-bin"
     bin_dir.mkdir()
@@ -294,8 +294,8 @@ def stand_in_gpu_host(tmp_path, monkeypatch):
     off."""
     import gpu_host
 
-    from kits.framework_free import nvidia_smi
     from reprokit.environments import topology
+    from reprokit.kits.framework_free import nvidia_smi
 
     def use(driver: str = "580.95.05", gpus: int = 4, models: tuple[str, ...] = ()) -> None:
         folder = tmp_path / "gpu-host"

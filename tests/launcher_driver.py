@@ -1,4 +1,4 @@
-"""Runs a spec's launcher as the probe runs it (kits/launchers/run.py), without the rest of the probe.
+"""Runs a spec's launcher as the probe runs it (reprokit/kits/launchers/run.py), without the rest of the probe.
 
     PYTHONPATH=REPO KIT_PYTHON tests/launcher_driver.py SPEC_JSON WORK_FOLDER SHIMS_JSON
 
@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from kits.contract.spec import ScriptSpec
-from kits.launchers import run as launcher
+from reprokit.kits.contract.spec import ScriptSpec
+from reprokit.kits.launchers import run as launcher
 
 spec_json, work, shims_json = map(Path, sys.argv[1:4])      # read first: the launcher sets sys.argv as its own
 spec = ScriptSpec.from_dict(json.loads(spec_json.read_text()))

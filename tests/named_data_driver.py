@@ -3,7 +3,7 @@
     PYTHONPATH=REPO KIT_PYTHON tests/named_data_driver.py pytorch|tensorflow DATA_DIR SPEC_DATA_JSON
 
 Run by tests/test_named_data.py in each framework's real environment: the network guard and the common data
-layer (kits/served_data) installed as every probe installs them (torchvision imported after it, as a script
+layer (reprokit/kits/served_data) installed as every probe installs them (torchvision imported after it, as a script
 imports it; Keras before it, as the TensorFlow probe imports it), each dataset loaded from another root, and
 the downloads the kit cannot serve tried. Prints one JSON line: what each API gave, the refusals, the shims,
 the addresses the script tried to reach, and the roots given that exist once the four are loaded (none should:
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kits import served_data
-from kits.contract.spec import ScriptData
-from kits.training_loop.network_guard import block_network
-from kits.training_loop.staged_data import NotProvided, StagedData
+from reprokit.kits import served_data
+from reprokit.kits.contract.spec import ScriptData
+from reprokit.kits.training_loop.network_guard import block_network
+from reprokit.kits.training_loop.staged_data import NotProvided, StagedData
 
 framework, data_dir, spec_data = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
 tried: list[str] = []

@@ -2,7 +2,7 @@
 
     PYTHONPATH=REPO KIT_PYTHON tests/no_gpu_driver.py FRAMEWORK SCRIPT_DIR SCRIPT...
 
-Run by tests/test_devices.py. The guards (kits/devices/no_gpu.py) are installed once, after the framework is
+Run by tests/test_devices.py. The guards (reprokit/kits/devices/no_gpu.py) are installed once, after the framework is
 imported (as the probe installs them, after its hooks); each script then runs in turn from SCRIPT_DIR, as the probe
 runs a script. Prints one JSON line: the declaration, and per script the refusal's sentence, or "ran" where it
 ran to its end, or the error it raised otherwise.
@@ -15,7 +15,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from kits.devices import no_gpu
+from reprokit.kits.devices import no_gpu
 
 framework, script_dir, scripts = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
 importlib.import_module({"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}[framework])

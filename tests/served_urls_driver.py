@@ -4,7 +4,7 @@ layer, as a script would.
     PYTHONPATH=REPO KIT_PYTHON tests/served_urls_driver.py DATA_DIR SPEC_DATA_JSON OUTSIDE
 
 Run by tests/test_served_urls.py in each framework's real environment: the network guard and the common data
-layer (kits/served_data) installed as the probe installs them, then every listed URL fetched with urllib's urlopen
+layer (reprokit/kits/served_data) installed as the probe installs them, then every listed URL fetched with urllib's urlopen
 and urlretrieve, requests where it is importable and keras.utils.get_file (with the published file_hash) where
 Keras is; a URL in the mirrors' folders that the list lacks, and one elsewhere, tried with each; one file written
 outside the run's folders (OUTSIDE, where a file already is) and put back. Prints one JSON line: what each client
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kits import served_data
-from kits.contract.published_urls import URLS
-from kits.contract.spec import ScriptData
-from kits.training_loop.network_guard import block_network
-from kits.training_loop.staged_data import NotProvided, StagedData
+from reprokit.kits import served_data
+from reprokit.kits.contract.published_urls import URLS
+from reprokit.kits.contract.spec import ScriptData
+from reprokit.kits.training_loop.network_guard import block_network
+from reprokit.kits.training_loop.staged_data import NotProvided, StagedData
 
 data_dir, spec_data, outside = Path(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
 tried: list[str] = []

@@ -83,7 +83,7 @@ def kit_processes(state: Path) -> dict[int, str]:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(state) in text and "kits." in text:
+        if str(state) in text and "reprokit.kits." in text:
             out[int(cmdline.parent.name)] = text
     return out
 

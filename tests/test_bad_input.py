@@ -489,7 +489,7 @@ def test_a_framework_asked_for_without_a_builder_is_one_sentence(tmp_path, capsy
     status, err = _main(["reproduce", "--dry-run", "--backend", "local", "--experiments", str(folder),
                          *_folders_args(tmp_path / "state")], capsys)
     assert status == 2 and "model.tensorflow: missing; a custom model names a builder" in err, err
-    # one the JAX kit's limits name (kits/jax_kit/limits.py): bf16 compute it cannot impose on a user's module
+    # one the JAX kit's limits name (reprokit/kits/jax_kit/limits.py): bf16 compute it cannot impose on a user's module
     _custom_tiny(folder, {"pytorch": "torch_model", "tensorflow": "keras_model", "jax": "flax_model"})
     (folder / "tiny.toml").write_text((folder / "tiny.toml").read_text().replace('"fp32"', '"bf16_mixed"'))
     status, err = _main(["reproduce", "--dry-run", "--backend", "local", "--experiments", str(folder), "--only",
@@ -505,7 +505,7 @@ def test_a_framework_asked_for_without_a_builder_is_one_sentence(tmp_path, capsy
 
 
 LIMITED = '''\
-from kits.contract.names import Framework
+from reprokit.kits.contract.names import Framework
 
 FRAMEWORK = Framework("limited", "Limited", "limited_kit", "#CC79A7", parts=("backend",))
 '''

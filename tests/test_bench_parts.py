@@ -17,9 +17,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_kit_overhead
 import bench_probe
 
-from kits import bench
-from kits.contract.spec import RunSpec
-from kits.framework_free import cpu_peak
+from reprokit.kits import bench
+from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.framework_free import cpu_peak
 
 REFERENCE = sorted((REPO / "reports" / "quick-cpu" / "results").glob("*.json"))
 

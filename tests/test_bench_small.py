@@ -13,8 +13,8 @@ import pytest
 from checkout import REPO
 
 from benchmarks import bench_kit_overhead
-from kits.contract.names import FRAMEWORKS
 from reprokit.environments.envs import ENVS
+from reprokit.kits.contract.names import FRAMEWORKS
 from reprokit.plan import frameworks
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.runners.local import LocalRunner
@@ -28,7 +28,7 @@ def test_the_bench_measures_every_pair_a_kit_can_run_and_names_each_other_with_t
     assert planned | named == {(fw, e) for fw in FRAMEWORKS for e in discover([BUILTIN_DIR])} and not planned & named
     assert all(s.variant == "fixed" and not frameworks.refusals(s) for found in specs.values() for s in found)
     assert all("cannot run in" in line for line in left_out)
-    # what made the bench fail before any figure: the JAX kit's limits refuse ResNet-50 (kits/jax_kit/limits.py)
+    # what made the bench fail before any figure: the JAX kit's limits refuse ResNet-50 (reprokit/kits/jax_kit/limits.py)
     assert any(line.startswith("jax resnet50_imagenet_speed: not measured: model.name: resnet50 cannot run in JAX")
                for line in left_out)
 

@@ -1,4 +1,4 @@
-"""The TensorFlow probe's bounds change nothing a step computes (kits/tensorflow_kit/bounds.py).
+"""The TensorFlow probe's bounds change nothing a step computes (reprokit/kits/tensorflow_kit/bounds.py).
 
 One Keras script (tests/user_scripts/keras_bounds.py) trains a small CNN through every mechanism the probe
 bounds (fit on arrays with Keras's default batch and with batch_size, fit on a shuffled tf.data dataset and
@@ -46,7 +46,7 @@ def runs(kit_python, tmp_path_factory, data_dir) -> dict[str, tuple[dict, dict]]
         spec["script"]["args"] = [str(folder / "records.json")]
         (folder / "spec.json").write_text(json.dumps(spec))
         started[name] = (folder, subprocess.Popen(
-            [str(python), "-m", "kits.probe", "--spec", str(folder / "spec.json"), "--out",
+            [str(python), "-m", "reprokit.kits.probe", "--spec", str(folder / "spec.json"), "--out",
              str(folder / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir", str(SCRIPT.parent)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)}))

@@ -1,4 +1,4 @@
-"""The PyTorch probe's bounds change nothing a step computes (kits/observation/bounds.py, kits/observation/observe.py).
+"""The PyTorch probe's bounds change nothing a step computes (reprokit/kits/observation/bounds.py, reprokit/kits/observation/observe.py).
 
 Three scripts in tests/bound_scripts/ take their batches each its own way: a loop over shuffled DataLoaders
 with 2 workers (then a checkpoint, a NEW model loaded from it and tested under inference_mode, and an
@@ -47,7 +47,7 @@ def runs(kit_python, tmp_path_factory, data_dir) -> dict[tuple[str, str], tuple[
             folder.mkdir(parents=True)
             (folder / "spec.json").write_text(json.dumps(planned.to_dict() | {"bounds": bounds}))
             started[script, name] = folder, subprocess.Popen(
-                [str(python), "-m", "kits.probe", "--spec", str(folder / "spec.json"), "--out",
+                [str(python), "-m", "reprokit.kits.probe", "--spec", str(folder / "spec.json"), "--out",
                  str(folder / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS)],
                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",       # the same sums in both

@@ -19,11 +19,11 @@ import pytest
 from checkout import REPO
 from conftest import tiny_specs, write_spec
 
-from kits.framework_free import arithmetic, model_checks, numeric_checks, stochastic
-from kits.framework_free import certificate as cert
 from reprokit.certify import certificate
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
+from reprokit.kits.framework_free import arithmetic, model_checks, numeric_checks, stochastic
+from reprokit.kits.framework_free import certificate as cert
 from reprokit.runners.local import LocalRunner
 
 FRAMEWORKS = ("pytorch", "tensorflow")
@@ -456,7 +456,7 @@ def test_the_kit_refuses_weights_of_another_model(kit_python, tiny_dir, data_dir
     for weights, expected in ((other, mismatch),
                               (tmp_path / "nothing.npz", "does not exist")):
         out = tmp_path / "side.json"
-        proc = subprocess.run([str(kit_python("tensorflow")), "-m", "kits.certify", "--spec",
+        proc = subprocess.run([str(kit_python("tensorflow")), "-m", "reprokit.kits.certify", "--spec",
                                str(write_spec(tmp_path, spec)), "--data-dir", str(data_dir), "--out", str(out),
                                "--weights-in", str(weights), "--steps", "1", "--dropout-passes", "2"],
                               cwd=REPO, capture_output=True, text=True, timeout=300, check=False)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from conftest import tiny_specs
 
-from kits.framework_free import arithmetic
-from kits.jax_kit import conventions
 from reprokit.certify import differences
+from reprokit.kits.framework_free import arithmetic
+from reprokit.kits.jax_kit import conventions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,9 +22,9 @@ _IN_JAX = textwrap.dedent("""\
     import numpy as np
     import optax
     from flax import nnx
-    from kits.framework_free import certificate as cert
-    from kits.jax_kit import certify, trace
-    from kits.jax_kit.canonical import read_optimizer
+    from reprokit.kits.framework_free import certificate as cert
+    from reprokit.kits.jax_kit import certify, trace
+    from reprokit.kits.jax_kit.canonical import read_optimizer
 
     class Net(nnx.Module):
         def __init__(self, rngs):

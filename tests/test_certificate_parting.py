@@ -1,11 +1,11 @@
-"""Where two models part (kits/framework_free/parting.py), on output lists that the control pairs do not reach: a layer
+"""Where two models part (reprokit/kits/framework_free/parting.py), on output lists that the control pairs do not reach: a layer
 one framework lacks at the very end, a side with no layer at all, activations one side applies as functions.
 The control pairs (tests/test_certificate_controls.py) name where real user pairs part."""
 from __future__ import annotations
 
 import numpy as np
 
-from kits.framework_free import parting
+from reprokit.kits.framework_free import parting
 
 X = np.linspace(-1.0, 1.0, 24).reshape(2, 12)
 

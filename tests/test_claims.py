@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.contract.pitfalls import PITFALLS
 from reprokit.claims import claims
 from reprokit.errors import UserError
+from reprokit.kits.contract.pitfalls import PITFALLS
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 
 SCHEMA = json.loads((Path(claims.__file__).parents[1] / "schemas" / "claims.schema.json").read_text())

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.contract.spec import RunSpec
 from reprokit import report
 from reprokit.environments import datasets, downloads
 from reprokit.errors import UserError
 from reprokit.execute.from_report import specs_from
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import publish
 from reprokit.results.provenance import code

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from checkout import REPO
 
-from kits.framework_free import data as kitdata
 from reprokit.environments import datasets
 from reprokit.errors import UserError
+from reprokit.kits.framework_free import data as kitdata
 
 PER_BATCH = 20  # images in each of the small archive's six batches
 # A pixel planted in data_batch_2, image 3: green channel, row 5, column 7.
@@ -291,7 +291,7 @@ def test_a_prepared_folder_that_changed_is_refused(tmp_path: Path) -> None:
 _READ_TFDS = """
 import json, sys
 from pathlib import Path
-from kits.tensorflow_kit import tfds_data
+from reprokit.kits.tensorflow_kit import tfds_data
 named = json.loads(sys.argv[2])
 train, test = tfds_data.load(Path(sys.argv[1]), named["dir"], named["sha256"], 25, 4)
 print(json.dumps({split: [[ex["id"].numpy().decode(), int(ex["label"]), ex["image"].numpy().tolist()] for ex in ds]
@@ -326,8 +326,8 @@ import hashlib, json, sys
 from pathlib import Path
 import torch
 from torchvision.datasets import CIFAR10
-from kits.framework_free import data as datalib
-from kits.pytorch_kit.posted_input import CpuResizeLoader
+from reprokit.kits.framework_free import data as datalib
+from reprokit.kits.pytorch_kit.posted_input import CpuResizeLoader
 
 data_dir, md5s = Path(sys.argv[1]), json.loads(sys.argv[2])
 npz = data_dir / "cifar10.npz"

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kits.contract.pitfalls import PITFALLS
 from reprokit.certify import certify_plan
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts
 from reprokit.execute import data_step
+from reprokit.kits.contract.pitfalls import PITFALLS
 from reprokit.plan import plan
 from reprokit.plan.experiments import BUILTIN_DIR, discover, load
 from reprokit.report import decomposition, plots

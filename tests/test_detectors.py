@@ -19,8 +19,8 @@ import pytest
 from checkout import REPO
 from conftest import tiny_specs, write_spec
 
-from kits.observation import detectors
 from reprokit.execute import data_step
+from reprokit.kits.observation import detectors
 from reprokit.plan.experiments import load
 from reprokit.plan.plan import Options, specs_for
 from reprokit.results.provenance import code
@@ -99,7 +99,7 @@ def _user_spec(framework: str, plant: list[str], data_dir: Path) -> dict:
 def _run(kit_python, tmp_path: Path, spec: dict, data_dir: Path) -> dict:
     out = tmp_path / f"{spec['framework']}-{'-'.join(spec['model']['options']['plant']) or 'twin'}.json"
     env = {**os.environ, "PYTHONPATH": str(USER_DIR)}      # as the runners put the experiments folder on the path
-    proc = subprocess.run([str(kit_python(spec["framework"])), "-m", "kits.run", "--spec",
+    proc = subprocess.run([str(kit_python(spec["framework"])), "-m", "reprokit.kits.run", "--spec",
                            str(write_spec(tmp_path, spec)), "--out", str(out), "--data-dir", str(data_dir)],
                           cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -156,7 +156,7 @@ def test_eval_mode_in_training_is_the_kits_reproduction_of_the_post(kit_python, 
     spec = tiny_specs(tiny_dir, data_dir)["pytorch"]
     spec["pitfalls"] = ["pt_eval_once"]
     out = tmp_path / "eval-once.json"
-    proc = subprocess.run([str(kit_python("pytorch")), "-m", "kits.run", "--spec", str(write_spec(tmp_path, spec)),
+    proc = subprocess.run([str(kit_python("pytorch")), "-m", "reprokit.kits.run", "--spec", str(write_spec(tmp_path, spec)),
                            "--out", str(out), "--data-dir", str(data_dir)], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -170,6 +170,6 @@ def test_eval_mode_in_training_is_the_kits_reproduction_of_the_post(kit_python, 
 def test_input_bound_needs_a_wait_above_the_schedulers_noise(wait_s, train_s, fires):
     """A wait of milliseconds over millisecond steps (a batch of one on a busy host) is no finding; a wait of
     a quarter second or more that is over 30% of the training time is."""
-    from kits.training_loop.training import Measurements
+    from reprokit.kits.training_loop.training import Measurements
     found = detectors.input_bound(Measurements(data_wait_s=wait_s, measured_train_s=train_s))
     assert [f["code"] for f in found] == (["input-bound"] if fires else [])

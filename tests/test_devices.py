@@ -23,12 +23,12 @@ import gpu_host
 import pytest
 from checkout import REPO
 
-from kits.contract.spec import ScriptSpec
-from kits.devices import no_gpu
 from reprokit import cli
 from reprokit.environments import host_checks, topology
 from reprokit.execute import compose
 from reprokit.execute.device_placement import Pool
+from reprokit.kits.contract.spec import ScriptSpec
+from reprokit.kits.devices import no_gpu
 from reprokit.results import results
 from reprokit.runners.base import KitCall
 from reprokit.runners.docker import DockerRunner
@@ -256,7 +256,7 @@ def _probe_run(kit_python, tmp_path: Path, data_dir: Path, framework: str, scrip
     (spec,) = compose.build(parsed).specs
     (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
     out = tmp_path / "out" / "result.json"
-    proc = subprocess.run([str(kit_python(framework)), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"),
+    proc = subprocess.run([str(kit_python(framework)), "-m", "reprokit.kits.probe", "--spec", str(tmp_path / "spec.json"),
                            "--out", str(out), "--data-dir", str(data_dir), "--script-dir", str(script.parent)],
                           cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -208,7 +208,7 @@ def test_limits_reach_the_engine_and_the_result(runner_for, tmp_path, client):
 
 @pytest.fixture(scope="module")
 def fault_kits(tmp_path_factory) -> Path:
-    """A kit folder of this module's own entry points: kits.bomb, kits.sleeper."""
+    """A kit folder of this module's own entry points: reprokit.kits.bomb, reprokit.kits.sleeper."""
     kits = tmp_path_factory.mktemp("fault-repo") / "kits"
     kits.mkdir()
     files = {"__init__.py": "", "bomb.py": BOMB, "sleeper.py": SLEEPER}
@@ -225,7 +225,7 @@ def test_a_fork_bomb_ends_as_a_failed_run_and_the_host_keeps_answering(runner_fo
     runner = runner_for(fault_kits)                 # the default limits: auto memory, PIDS_LIMIT processes
     run_id = _rid("bomb")
     timeout_s = 25              # room to reach the limit on a loaded 2-core CI host (it took over 7 s there once)
-    call = base.KitCall("tensorflow", "kits.bomb", (), output=tmp_path / "out", timeout_s=timeout_s, label=run_id)
+    call = base.KitCall("tensorflow", "reprokit.kits.bomb", (), output=tmp_path / "out", timeout_s=timeout_s, label=run_id)
     t0 = time.monotonic()
     thread, box = _in_thread(lambda: runner.run(call, lambda e: None))
     (container,) = _wait_for("the bomb's container", lambda: _running(client, run_id))
@@ -335,12 +335,12 @@ def engine_stops(client, how: signal.Signals) -> Iterator[Callable[[], None]]:
 
 
 def _long_run(runner: dr.DockerRunner, tmp_path: Path, client,
-              module: str = "kits.run") -> tuple[dict, Any, threading.Thread, dict, Any]:
+              module: str = "reprokit.kits.run") -> tuple[dict, Any, threading.Thread, dict, Any]:
     """A run that sleeps until it is stopped, started in a thread once its first line says it is ready: the probe
     kit's, or another entry point's."""
     spec, spec_path = make_spec(tmp_path, {"stdout": [READY], "sleep": 300})
     call = probe_call(runner, spec, spec_path)
-    if module != "kits.run":
+    if module != "reprokit.kits.run":
         call = base.KitCall("tensorflow", module, (), output=call.output, timeout_s=300, label=spec["run_id"])
     events: list[dict] = []
     thread, box = _in_thread(lambda: runner.run(call, events.append))
@@ -407,7 +407,7 @@ def test_an_engine_that_shuts_down_mid_run_is_engine_lost(runner_for, fault_kits
     engine goes away; that is the engine's doing, not the kit's."""
     runner = runner_for(fault_kits)
     _to_ourselves(client)
-    spec, call, thread, box, container = _long_run(runner, tmp_path, client, "kits.sleeper")
+    spec, call, thread, box, container = _long_run(runner, tmp_path, client, "reprokit.kits.sleeper")
     with engine_stops(client, signal.SIGTERM) as start_engine:
         thread.join(60)
         assert not thread.is_alive() and "error" not in box, box.get("error")
@@ -417,7 +417,7 @@ def test_an_engine_that_shuts_down_mid_run_is_engine_lost(runner_for, fault_kits
                                                      "(exit status 143)")
         _wait_for("dockerd closing its API", lambda: not _answers(client))
         start_engine()
-        assert runner.run(base.KitCall("tensorflow", "kits.sleeper", (), output=tmp_path / "next", timeout_s=1,
+        assert runner.run(base.KitCall("tensorflow", "reprokit.kits.sleeper", (), output=tmp_path / "next", timeout_s=1,
                                        label=f"{RUN_PREFIX}next"), lambda e: None).timed_out   # it runs again
         assert_removed(client, spec["run_id"])
         assert _processes(container.id) == ([], [])
@@ -510,7 +510,7 @@ def test_every_container_of_a_real_matrix_runs_with_least_privilege(client, test
     """`reprokit reproduce --backend docker` on the tiny experiment in the TensorFlow CPU image (the one
     test_docker_runner.py's end-to-end test uses; CI builds no PyTorch image), watched through the engine's
     events: every container it starts is inspected, and none is left."""
-    for needed in ("kits/run.py", "locks/tensorflow-cpu.txt"):
+    for needed in ("reprokit/kits/run.py", "locks/tensorflow-cpu.txt"):
         if not (REPO / needed).is_file():
             _unavailable(f"{needed} does not exist yet")
     state, reports, data = tmp_path / "state", tmp_path / "reports", tmp_path / "data"
@@ -530,7 +530,7 @@ def test_every_container_of_a_real_matrix_runs_with_least_privilege(client, test
     memory = int(host_total * container_limits.AUTO_SHARE)
     for attrs in seen.attrs.values():
         check_least_privilege(attrs, memory=memory, inputs_under=state, results_under=state,
-                              allowed_ro={cm.KITS_TARGET: REPO / "kits", cm.DATA_TARGET: data.resolve(),
+                              allowed_ro={cm.KITS_TARGET: REPO / "reprokit" / "kits", cm.DATA_TARGET: data.resolve(),
                                           "/opt/reprokit/user/0": tiny_dir.resolve()})
     assert not [c for c in client.containers.list(all=True) if c.id in seen.attrs], "containers were left behind"
     results = [json.loads(p.read_text()) for p in sorted((reports / "t" / "results").glob("*.json"))]

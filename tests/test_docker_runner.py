@@ -4,7 +4,7 @@ Every fault of issue 3 is produced by a real container: a sleeping kit for the
 timeout, a memory hog under a memory limit for OOMKilled, garbage for invalid
 output. The container's settings are proven from the engine's own inspect data
 (and, where it matters, from inside the container). The lifecycle tests run a
-stand-in kit (``kits/run.py`` written below, mounted read-only exactly like the
+stand-in kit (``reprokit/kits/run.py`` written below, mounted read-only exactly like the
 real one) in an image built from the project's own Dockerfile with an empty
 lock file, so they need no framework and no network. One test builds the real
 TensorFlow CPU image and runs the real kit end to end.
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from kits.contract import result_header
 from reprokit.environments import base_images, docker_client, host_checks, images
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute import data_step
+from reprokit.kits.contract import result_header
 from reprokit.results import results
 from reprokit.runners import base, choose
 from reprokit.runners import container_mounts as cm
@@ -89,7 +89,7 @@ if probe.get("facts"):
     facts = {
         "uid": os.getuid(), "gid": os.getgid(),
         "cap_eff": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
-        "write_kits": write("/opt/reprokit/kits/x"), "write_data": write(a.data_dir + "/x"),
+        "write_kits": write("/opt/reprokit/reprokit/kits/x"), "write_data": write(a.data_dir + "/x"),
         "write_root": write("/x"), "write_user": write("/opt/reprokit/user/x"),
         "write_results": write(os.path.dirname(a.out) + "/probe"), "write_tmp": write("/tmp/x"),
         "connect": tries(connect), "interfaces": sorted(os.listdir("/sys/class/net")),
@@ -334,7 +334,7 @@ def test_settings_reach_the_container(make_runner, tmp_path, client, dirs):
     writable = [d for d, m in mounts.items() if m["RW"]]
     assert writable == [cm.RESULTS_TARGET]
     assert mounts[spec_target]["Source"] == str(spec_path) and mounts[cm.RESULTS_TARGET]["Source"] == str(call.output)
-    assert attrs["Config"]["Cmd"] == ["python", "-m", "kits.run", "--spec", spec_target,
+    assert attrs["Config"]["Cmd"] == ["python", "-m", "reprokit.kits.run", "--spec", spec_target,
                                       "--out", f"{cm.RESULTS_TARGET}/result.json", "--data-dir", cm.DATA_TARGET]
     assert mounts[cm.KITS_TARGET]["Source"] == str(runner.kits_dir)
     assert mounts[cm.DATA_TARGET]["Source"] == str(dirs["data"])
@@ -366,9 +366,9 @@ def test_one_calls_output_is_the_next_calls_read_only_input(make_runner, tmp_pat
     source = tmp_path / "source.txt"
     source.write_text("weights")
     source.chmod(0o666)                  # writable by anyone: only the mount can stop a write
-    first = base.KitCall("tensorflow", "kits.chain", ("--in", source, "--out", tmp_path / "a" / "copy.txt"),
+    first = base.KitCall("tensorflow", "reprokit.kits.chain", ("--in", source, "--out", tmp_path / "a" / "copy.txt"),
                          output=tmp_path / "a", inputs=(source,), timeout_s=60, label=RUN_PREFIX + "chain-a")
-    second = base.KitCall("tensorflow", "kits.chain", ("--in", first.output / "copy.txt",
+    second = base.KitCall("tensorflow", "reprokit.kits.chain", ("--in", first.output / "copy.txt",
                                                        "--out", tmp_path / "b" / "copy.txt"),
                           output=tmp_path / "b", inputs=(first.output / "copy.txt",), timeout_s=60,
                           label=RUN_PREFIX + "chain-b")
@@ -380,7 +380,7 @@ def test_one_calls_output_is_the_next_calls_read_only_input(make_runner, tmp_pat
     assert a["src"] == f"{cm.INPUTS_TARGET}/0/source.txt" and a["out"] == f"{cm.RESULTS_TARGET}/copy.txt"
     assert json.loads(b["read"]) == a and b["wrote_input"] == "Read-only file system"
     with pytest.raises(ValueError, match="in none of its mounts"):
-        runner.run(base.KitCall("tensorflow", "kits.chain", ("--in", tmp_path / "elsewhere"),
+        runner.run(base.KitCall("tensorflow", "reprokit.kits.chain", ("--in", tmp_path / "elsewhere"),
                                 output=tmp_path / "c"), lambda e: None)
 
 
@@ -774,7 +774,7 @@ def test_tensorflow_kit_runs_end_to_end_in_the_cpu_image(client, test_base, tiny
     from reprokit.plan.plan import Options, specs_for
     from reprokit.results.provenance import code
 
-    for needed in ("kits/run.py", "locks/tensorflow-cpu.txt"):
+    for needed in ("reprokit/kits/run.py", "locks/tensorflow-cpu.txt"):
         if not (REPO / needed).is_file():
             _unavailable(f"{needed} does not exist yet")
     runner = dr.DockerRunner(REPO, data_dir, gpus="none", base_override=test_base,
@@ -828,8 +828,8 @@ def test_a_users_script_runs_unmodified_under_the_probe_in_the_cpu_image(client,
     assert_removed(client, spec.run_id)
     # The certificate's TensorFlow side in the container, from a PyTorch side made here (CI builds no PyTorch
     # image): the PyTorch weights and batch mounted read-only, the script stopped at its first step.
-    from kits.framework_free import numeric_checks
     from reprokit.certify import script_certificate
+    from reprokit.kits.framework_free import numeric_checks
     kit_python("pytorch")
     both = Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
                    data=data_step.Preparing(data_dir, allow_download=False))

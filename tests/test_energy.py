@@ -1,4 +1,4 @@
-"""Energy over the timed window (kits/measurement/energy.py): RAPL's package counters read from a powercap folder laid
+"""Energy over the timed window (reprokit/kits/measurement/energy.py): RAPL's package counters read from a powercap folder laid
 out as Linux lays it out, wrap-arounds undone, sub-zones not counted twice; a host without RAPL says so in the
 result of a real run (tests/test_kits.py); the report puts the reading (or the reason) beside throughput."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.measurement import energy
+from reprokit.kits.measurement import energy
 from reprokit.report import sections
 
 

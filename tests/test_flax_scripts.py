@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from checkout import REPO
 
-from kits.framework_free import stand_ins
 from reprokit import cli
 from reprokit.certify.script_certificate import certify_scripts
 from reprokit.environments import requirement_sets
 from reprokit.environments.envs import ENVS
 from reprokit.execute import compose
+from reprokit.kits.framework_free import stand_ins
 from reprokit.runners.local import LocalRunner
 
 CORPUS = REPO / "tests" / "corpus" / "flax_scripts"

@@ -77,11 +77,11 @@ def test_the_wheel_and_the_sdist_pass_twine_and_hold_every_file_the_tool_reads(b
     must = wheel_contents.must_hold()
     assert {"reprokit/_resources/locks/versions.toml", "reprokit/_resources/docker/bases.toml",
             "reprokit/_resources/claims/seeds.toml", "reprokit/schemas/result.schema.json",
-            "kits/experiments/vgg16_cifar10_speed.toml", "kits/experiments/seed000/train_torch.py"} <= set(must)
+            "reprokit/kits/experiments/vgg16_cifar10_speed.toml", "reprokit/kits/experiments/seed000/train_torch.py"} <= set(must)
     assert wheel_contents.missing(wheel) == []
     with zipfile.ZipFile(wheel) as z:
         tops = {name.split("/")[0] for name in z.namelist()}
-    assert tops == {"reprokit", "kits", f"{wheel.name.split('-py3')[0]}.dist-info"}
+    assert tops == {"reprokit", f"{wheel.name.split('-py3')[0]}.dist-info"}     # one package: a project's kits/ is its own
 
 
 def test_a_wheel_that_lacks_one_of_its_resources_fails_the_list(built, tmp_path):
@@ -142,7 +142,10 @@ def test_the_installed_tool_runs_from_an_empty_folder_as_the_clone_does(built, i
     provenance = json.loads(result.read_text())["provenance"]
     assert provenance["code_sha256"] == built[2]["code"]["code_sha256"] and provenance["script_given"] == "train.py"
     assert provenance["lock"] == "locks/pytorch.txt"
-    # its kit process imported the kits from their copy in the cache, never from the folder holding the host's packages
+    # its kit process imported the kits from their copy in the cache, never from the folder holding the host's
+    # packages: reprokit/__init__.py and reprokit/kits/ alone
     where = subprocess.run([sys.executable, "-c", "from reprokit.runners.local import kit_path; print(kit_path())"],
                            cwd=here, env=env, capture_output=True, text=True, timeout=60).stdout.strip()
-    assert Path(where).parent.name == "kit-code" and sorted(p.name for p in Path(where).iterdir()) == ["kits"]
+    assert Path(where).parent.name == "kit-code" and sorted(p.name for p in Path(where).iterdir()) == ["reprokit"]
+    copied = sorted(p.name for p in (Path(where) / "reprokit").iterdir() if p.name != "__pycache__")
+    assert copied == ["__init__.py", "kits"]

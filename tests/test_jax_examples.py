@@ -19,8 +19,8 @@ import pytest
 from checkout import REPO
 from test_corpus import row
 
-from kits.framework_free import dataset_formats, stand_ins
-from kits.framework_free.data import Arrays
+from reprokit.kits.framework_free import dataset_formats, stand_ins
+from reprokit.kits.framework_free.data import Arrays
 from reprokit.report import md
 from reprokit.results import results
 

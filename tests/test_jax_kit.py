@@ -1,4 +1,4 @@
-"""The JAX kit, for real: a short run through kits.run on the CPU, its FLOPs against the PyTorch kit's on both
+"""The JAX kit, for real: a short run through reprokit.kits.run on the CPU, its FLOPs against the PyTorch kit's on both
 seed models, and a Flax builder of the wrong type refused in one sentence.
 
 One kit run, one JAX and one PyTorch process for the counts, started side by side (the JAX process's
@@ -15,8 +15,8 @@ import pytest
 from checkout import REPO
 from conftest import TINY, write_spec
 
-from kits.contract import settings as settings_lib
 from reprokit.execute import data_step
+from reprokit.kits.contract import settings as settings_lib
 from reprokit.plan import model_cost
 from reprokit.plan.experiments import BUILTIN_DIR, load
 from reprokit.plan.plan import Options, specs_for
@@ -35,8 +35,8 @@ JAX_TINY = (TINY.replace('frameworks = ["pytorch", "tensorflow"]', 'frameworks =
 JAX_COUNTS = textwrap.dedent("""\
     import json, sys
     from flax import nnx
-    from kits.contract.spec import Model, parse
-    from kits.jax_kit import models, trace
+    from reprokit.kits.contract.spec import Model, parse
+    from reprokit.kits.jax_kit import models, trace
     out = {}
     for name, (cfg, size) in json.loads(sys.argv[1]).items():
         model = models.build_model(parse(Model, cfg, "model"), size, nnx.Rngs(0))
@@ -45,17 +45,17 @@ JAX_COUNTS = textwrap.dedent("""\
     """)
 PYTORCH_COUNTS = textwrap.dedent("""\
     import json, sys
-    from kits.contract.spec import Model, parse
-    from kits.pytorch_kit import models, trace
+    from reprokit.kits.contract.spec import Model, parse
+    from reprokit.kits.pytorch_kit import models, trace
     out = {name: trace.training_flops(models.build(parse(Model, cfg, "model"), size), size, "cpu")
            for name, (cfg, size) in json.loads(sys.argv[1]).items()}
     print(json.dumps(out))
     """)
 WRONG_TYPE = textwrap.dedent("""\
     import sys
-    from kits.framework_free import custom
-    from kits.contract.spec import Model
-    from kits.jax_kit import models
+    from reprokit.kits.framework_free import custom
+    from reprokit.kits.contract.spec import Model
+    from reprokit.kits.jax_kit import models
 
     sys.path.insert(0, sys.argv[1])
     try:
@@ -94,7 +94,7 @@ def jax_kit(kit_python, tmp_path_factory, data_dir):
                for python, script, arg in ((jax, JAX_COUNTS, counted), (torch, PYTORCH_COUNTS, counted),
                                            (jax, WRONG_TYPE, str(work)))]
     spec = _jax_spec(work, data_dir)
-    run = subprocess.run([str(jax), "-m", "kits.run", "--spec", str(write_spec(work, spec)), "--out",
+    run = subprocess.run([str(jax), "-m", "reprokit.kits.run", "--spec", str(write_spec(work, spec)), "--out",
                           str(work / "result.json"), "--data-dir", str(data_dir)], cwd=REPO, capture_output=True,
                          text=True, timeout=600)
     outputs = [p.communicate(timeout=600) for p in started]

@@ -11,11 +11,11 @@ import pytest
 from checkout import REPO
 from conftest import tiny_specs, write_spec
 
-from kits.contract.spec import RunSpec
-from kits.training_loop.feeding import NumpyFeeder
 from reprokit.environments import datasets
 from reprokit.environments.envs import ENVS
 from reprokit.execute import data_step
+from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.training_loop.feeding import NumpyFeeder
 from reprokit.plan import model_cost
 from reprokit.report.parameter_counts import parameter_counts
 from reprokit.results import metrics, results
@@ -26,7 +26,7 @@ FRAMEWORKS = ["pytorch", "tensorflow"]
 
 
 def _run_kit(python, spec_path, out, data_dir):
-    return subprocess.run([str(python), "-m", "kits.run", "--spec", str(spec_path), "--out", str(out),
+    return subprocess.run([str(python), "-m", "reprokit.kits.run", "--spec", str(spec_path), "--out", str(out),
                            "--data-dir", str(data_dir)], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
@@ -151,7 +151,7 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     resnet50() has 25,557,032, and the PyTorch kit's ResNet-50 is it, module for module."""
     from reprokit.plan.experiments import BUILTIN_DIR, load
     resolved = load(BUILTIN_DIR / f"{experiment}.toml").resolved("full")
-    package = {"pytorch": "kits.pytorch_kit.models", "tensorflow": "kits.tensorflow_kit.models"}[fw]
+    package = {"pytorch": "reprokit.kits.pytorch_kit.models", "tensorflow": "reprokit.kits.tensorflow_kit.models"}[fw]
     size = resolved["data"]["input_size"]
     trace = package.replace("models", "trace")
     # the PyTorch kit counts in its canonical form, which the probe's process imports without the kit's models
@@ -159,13 +159,13 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     device = ", 'cpu'" if fw == "pytorch" else ""
     code = (f"import json, sys; from {package} import build; from {counts} import parameter_counts; "
             f"from {trace} import training_flops; "
-            f"from kits.contract.spec import Model, parse; "
+            f"from reprokit.kits.contract.spec import Model, parse; "
             f"cfg = parse(Model, json.loads(sys.argv[1]), 'model'); m = build(cfg, {size}); "
             f"print(json.dumps({{**parameter_counts(m), 'flops': training_flops(m, {size}{device})}}))")
     if fw == "tensorflow" and experiment == "vgg16_cifar10_speed":
         # the posted model: keras.applications' VGG16 at the seed's size (as published, 134,301,514), and the
         # structure the quick profile rebuilds at its width, layer for layer the same at full width (at 32x32)
-        code += ("; from kits.contract.pitfalls import Pitfalls; from kits.tensorflow_kit.models import "
+        code += ("; from reprokit.kits.contract.pitfalls import Pitfalls; from reprokit.kits.tensorflow_kit.models import "
                  "posted_vgg16_structure; import keras; "
                  f"posted = build(cfg, {size}, Pitfalls.of(['tf_posted_vgg16'])); "
                  "app = keras.applications.vgg16.VGG16(input_shape=(32, 32, 3), weights=None, classes=10); "
@@ -183,7 +183,7 @@ def test_full_size_models_match_the_published_counts(kit_python, fw, experiment)
     if fw == "tensorflow" and experiment == "resnet50_imagenet_speed":
         # the stock variant's model: keras.applications' ResNet50 itself at full width, and the structure the quick
         # profile rebuilds at its width, layer for layer the same at full width
-        code += ("; from kits.tensorflow_kit.models import keras_applications_resnet_structure; import keras; "
+        code += ("; from reprokit.kits.tensorflow_kit.models import keras_applications_resnet_structure; import keras; "
                  f"app = keras.applications.ResNet50(input_shape=({size}, {size}, 3), weights=None, classes=1000); "
                  f"mine = keras_applications_resnet_structure(cfg, {size}); "
                  "keys = ('name', 'filters', 'kernel_size', 'strides', 'padding', 'use_bias', 'epsilon', 'momentum', "
@@ -318,7 +318,7 @@ def test_the_posted_tensorflow_input_reads_tfds_where_the_data_step_prepared_it(
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_dir, data_dir, fw, capsys):
-    """nox -s bench's throughput part for real, on the tiny model: 6 rounds from two kits.bench processes of 3,
+    """nox -s bench's throughput part for real, on the tiny model: 6 rounds from two reprokit.kits.bench processes of 3,
     each process's rounds in distinct orders of one shuffled block, every side measured, the kit's own figure
     checked by the outer clock, the seeds kept so each process's draws can be made again."""
     from benchmarks import bench_kit_overhead
@@ -338,7 +338,7 @@ def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_di
     lo, hi, coverage = m["interval_ratio"]
     assert lo <= m["median_ratio"] <= hi and coverage >= 0.95
     shown = capsys.readouterr().out
-    assert all(f"kits.bench seed {seed}" in shown for seed in m["seeds"]) and "6 rounds from 2 process(es)" in shown
+    assert all(f"reprokit.kits.bench seed {seed}" in shown for seed in m["seeds"]) and "6 rounds from 2 process(es)" in shown
 
 
 @pytest.mark.parametrize("framework, pitfalls, sizes", [

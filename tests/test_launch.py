@@ -1,4 +1,4 @@
-"""kits/launch.py, which starts every local kit process without a preexec_fn: the kit runs as `python -m` would run
+"""reprokit/kits/launch.py, which starts every local kit process without a preexec_fn: the kit runs as `python -m` would run
 it, on the CPU set it is given, and dies with the process that started it, even one killed with SIGKILL."""
 from __future__ import annotations
 
@@ -38,18 +38,18 @@ def _seen(folder: Path, *launch: str) -> tuple[int, dict]:
 
 
 def test_the_kit_runs_as_under_python_dash_m_on_the_cpus_it_is_given(tmp_path):
-    code, seen = _seen(tmp_path, "kits.launch", str(os.getpid()), "")
+    code, seen = _seen(tmp_path, "reprokit.kits.launch", str(os.getpid()), "")
     assert (code, seen) == _seen(tmp_path)
     assert code == 3 and seen["name"] == "__main__" and seen["spec"] == "seen" and seen["pickled"]
     assert seen["argv"] == [str(tmp_path / "seen.py"), "3"] and seen["own_session"]
     first = min(os.sched_getaffinity(0))
-    assert _seen(tmp_path, "kits.launch", str(os.getpid()), str(first))[1]["cpus"] == [first]
+    assert _seen(tmp_path, "reprokit.kits.launch", str(os.getpid()), str(first))[1]["cpus"] == [first]
 
 
 def test_the_kit_dies_with_the_process_that_started_it(tmp_path):
     (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(120)\n")
     starter = ("import os, subprocess, sys, time\n"
-               "kit = subprocess.Popen([sys.executable, '-m', 'kits.launch', str(os.getpid()), '', 'sleeper'])\n"
+               "kit = subprocess.Popen([sys.executable, '-m', 'reprokit.kits.launch', str(os.getpid()), '', 'sleeper'])\n"
                "print(kit.pid, flush=True)\n"
                "time.sleep(120)\n")
     parent = subprocess.Popen([sys.executable, "-c", starter], cwd=REPO, stdout=subprocess.PIPE, text=True,

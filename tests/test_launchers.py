@@ -3,7 +3,7 @@
 The host reads a launcher from the script value (``FRAMEWORK=[LAUNCHER] (PATH | -m MODULE) [ARGS]``) or from an
 experiment file's ``launcher = "..."``, counts the processes it starts and refuses, before any run and in one
 sentence each, what no run could do (reprokit/plan/launchers.py); those tests start no framework. The kit runs the
-launcher in the probe's own process, with its rendezvous port free on this machine (kits/launchers/run.py): the
+launcher in the probe's own process, with its rendezvous port free on this machine (reprokit/kits/launchers/run.py): the
 port rule is tested on real sockets, and a real torchrun runs the torchrun corpus script's two ranks from the
 launcher's code alone (tests/launcher_driver.py). Each launcher's corpus script (tests/corpus/launchers/) then runs
 end to end through the CLI at --devices 2, on gloo on this CPU: slow, and alone (each is a multi-rank run).
@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.contract.spec import Launcher, ScriptSpec
-from kits.framework_free import dataset_formats, stand_ins
-from kits.framework_free.data import Arrays
-from kits.launchers import run as kit_launcher
 from reprokit import cli
 from reprokit.errors import UserError
 from reprokit.execute import compose
+from reprokit.kits.contract.spec import Launcher, ScriptSpec
+from reprokit.kits.framework_free import dataset_formats, stand_ins
+from reprokit.kits.framework_free.data import Arrays
+from reprokit.kits.launchers import run as kit_launcher
 from reprokit.plan import experiments, launchers
 
 CORPUS = REPO / "tests" / "corpus" / "launchers"

@@ -5,9 +5,10 @@ import ast
 import sys
 from pathlib import Path
 
-from kits.contract.names import BUILTIN, REGISTRY
+from reprokit.kits.contract.names import BUILTIN, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
+KITS = "reprokit.kits"          # the kit side, reprokit/kits/; the host is the rest of reprokit/
 
 
 def _modules(root: str) -> dict[str, Path]:
@@ -18,6 +19,15 @@ def _modules(root: str) -> dict[str, Path]:
         parts = path.relative_to(REPO).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
+
+
+def _in_kits(module: str) -> bool:
+    return module == KITS or module.startswith(KITS + ".")
+
+
+def _host_modules() -> dict[str, Path]:
+    """The host's modules: reprokit/ less its kits."""
+    return {name: path for name, path in _modules("reprokit").items() if not _in_kits(name)}
 
 
 def _imports(path: Path, modules: dict | None = None) -> set[str]:
@@ -35,35 +45,45 @@ def _imports(path: Path, modules: dict | None = None) -> set[str]:
 
 
 def test_the_kits_import_nothing_of_the_host():
-    """The kits run inside the images, where only kits/ is mounted."""
-    for name, path in _modules("kits").items():
-        host = {m for m in _imports(path) if m.split(".")[0] == "reprokit"}
+    """The kits run inside the images, where only reprokit/kits/ is mounted (in the namespace package reprokit):
+    not even reprokit/__init__.py is there."""
+    kits = _modules("reprokit/kits")
+    for name, path in kits.items():
+        host = {m for m in _imports(path, modules=kits) if m.split(".")[0] == "reprokit" and not _in_kits(m)}
         assert not host, f"{name} imports {sorted(host)}"
 
 
+def test_the_package_itself_imports_nothing():
+    """A kit process imports reprokit.kits, and so reprokit/__init__.py, in a framework's environment, which has
+    none of the host's dependencies."""
+    tree = ast.parse((REPO / "reprokit" / "__init__.py").read_text())
+    imports = [node.lineno for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert not imports, f"reprokit/__init__.py imports on line(s) {imports}"
+
+
 def test_a_frameworks_kit_is_reached_only_through_the_registry():
-    """kits/*.py and the shared packages name no framework's package: they look it up (names.kit_module), so a new
-    framework is its folder and its registry entry."""
+    """reprokit/kits/*.py and the shared packages name no framework's package: they look it up (names.kit_module),
+    so a new framework is its folder and its registry entry."""
     packages = {fw.package for fw in REGISTRY.values()}
-    for name, path in _modules("kits").items():
+    for name, path in _modules("reprokit/kits").items():
         own = next((p for p in packages if name.startswith(p)), None)
         reached = {m for m in _imports(path) if any(m.startswith(p) for p in packages - {own})}
         assert not reached, f"{name} imports {sorted(reached)}"
 
 
-# What the host may import of kits/: the contract (spec types, names, pitfalls, settings keys, the result's head)
-# and the framework-free code both sides run (arithmetic, parting, the certificate's checks, datasets' files).
-HOST_SIDE_OF_KITS = ("kits.contract", "kits.framework_free")
+# What the host may import of reprokit/kits/: the contract (spec types, names, pitfalls, settings keys, the result's
+# head) and the framework-free code both sides run (arithmetic, parting, the certificate's checks, datasets' files).
+HOST_SIDE_OF_KITS = (f"{KITS}.contract", f"{KITS}.framework_free")
 
 
 def _kits_imported(path: Path) -> set[str]:
-    return {m for m in _imports(path) if m.split(".")[0] == "kits"}
+    return {m for m in _imports(path) if _in_kits(m)}
 
 
 def test_the_host_reaches_the_kits_through_the_contract_and_the_framework_free_code():
     """Imports in functions and under TYPE_CHECKING count: a type is an arrow too. The host's scripts, the fault
     suite and the benchmarks are host code as well."""
-    paths = [*_modules("reprokit").values(), *_modules("faults").values(), *_modules("benchmarks").values(),
+    paths = [*_host_modules().values(), *_modules("faults").values(), *_modules("benchmarks").values(),
              *(p for p in (REPO / "scripts").iterdir() if p.suffix == ".py"
                or (p.is_file() and not p.suffix and p.read_bytes().startswith(b"#!/usr/bin/env python")))]
     assert len(paths) > 100
@@ -74,8 +94,8 @@ def test_the_host_reaches_the_kits_through_the_contract_and_the_framework_free_c
 
 # The kits' shared packages from the bottom up, each reading only those before it: the contract stands alone, the
 # framework-free code reads the contract, so the host loads no kit's training loop or measurement through them.
-KIT_LAYERS = ("kits.contract", "kits.framework_free", "kits.measurement", "kits.training_loop", "kits.served_data",
-              "kits.observation")
+KIT_LAYERS = tuple(f"{KITS}.{package}" for package in ("contract", "framework_free", "measurement", "training_loop",
+                                                         "served_data", "observation"))
 
 
 def test_the_kits_shared_packages_import_only_downwards():
@@ -88,23 +108,24 @@ def test_the_kits_shared_packages_import_only_downwards():
 
 
 def test_a_data_layer_imports_its_library_only_where_it_serves_it():
-    """kits/served_data serves each library's datasets wherever the library is importable, whatever the framework
-    (torchvision in a JAX run): so, unlike a framework's kit, its modules name other frameworks' libraries, and
+    """reprokit/kits/served_data serves each library's datasets wherever the library is importable, whatever the
+    framework (torchvision in a JAX run): so, unlike a framework's kit, its modules name other frameworks' libraries, and
     only inside their functions, which run once the script has imported the library. At module level they read
     the standard library, numpy and the kits' own packages alone: the package is imported in every environment."""
-    modules = _modules("kits/served_data")
+    modules = _modules("reprokit/kits/served_data")
     assert modules
     for name, path in modules.items():
         top = [node for node in ast.parse(path.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
         named = {a.name if isinstance(node, ast.Import) else node.module or "" for node in top for a in node.names}
-        beyond = {m for m in named if m.split(".")[0] not in (*sys.stdlib_module_names, "numpy", "kits", "__future__")}
+        beyond = {m for m in named if m.split(".")[0] not in (*sys.stdlib_module_names, "numpy", "__future__")
+                  and not _in_kits(m)}
         assert not beyond, f"{name} imports {sorted(beyond)} at module level: import a library inside the function " \
                            f"that serves it"
 
 
 def test_the_host_modules_import_no_cycle():
     """Imports inside functions count: a lazy import hides a cycle from Python, not from the reader."""
-    modules = _modules("reprokit")
+    modules = _host_modules()
     graph = {name: {m for m in _imports(path, modules=modules) if m in modules and m != name}
              for name, path in modules.items()}
     done: set[str] = set()
@@ -130,7 +151,7 @@ NAMING_FRAMEWORKS = ("reprokit/plan/tuning.py", "reprokit/certify/differences.py
 def test_outside_the_registry_the_host_names_no_framework():
     """A string that is a built-in framework's name, docstrings aside: a fourth framework then touches no host file."""
     named = {fw.name for fw in BUILTIN}
-    for path in sorted((REPO / "reprokit").rglob("*.py")):
+    for path in _host_modules().values():
         rel = str(path.relative_to(REPO))
         if rel.startswith(NAMING_FRAMEWORKS):
             continue
@@ -148,7 +169,7 @@ MAX_LINES = 450
 
 def test_no_module_is_over_the_size_a_reader_holds():
     """A module does one job; past 450 lines it has begun another (split by the jobs, not the count)."""
-    paths = [p for root in ("reprokit", "kits", "scripts", "faults") for p in (REPO / root).rglob("*")
+    paths = [p for root in ("reprokit", "scripts", "faults") for p in (REPO / root).rglob("*")
              if p.is_file() and "__pycache__" not in p.parts
              and (p.suffix == ".py" or (not p.suffix and p.read_bytes().startswith(b"#!/usr/bin/env python")))]
     long = {str(p.relative_to(REPO)): n for p in paths if (n := len(p.read_text().splitlines())) > MAX_LINES}
@@ -159,13 +180,13 @@ def test_only_the_door_reads_the_command_line():
     """The CLI turns argparse's namespace into a typed Request (reprokit/plan/request.py); nothing below reads it.
     images.py keeps its own small command (`python -m reprokit.environments.images`)."""
     allowed = {"reprokit.cli", "reprokit.plan.request", "reprokit.environments.images"}
-    for name, path in _modules("reprokit").items():
+    for name, path in _host_modules().items():
         if "argparse" in _imports(path):
             assert name in allowed, f"{name} imports argparse"
 
 
 def test_one_factory_builds_the_runners():
-    for name, path in _modules("reprokit").items():
+    for name, path in _host_modules().items():
         if name in ("reprokit.runners.make", "reprokit.runners.docker", "reprokit.runners.local"):
             continue
         built = [n.func.id if isinstance(n.func, ast.Name) else n.func.attr for n in ast.walk(ast.parse(path.read_text()))
@@ -185,7 +206,8 @@ LAYERS = ("locking", "errors", "resources", "console", "results", "claims", "env
 
 
 def test_the_host_packages_import_only_downwards():
-    modules = _modules("reprokit")
+    """Of the kits, the host reads only what HOST_SIDE_OF_KITS allows, whatever its layer."""
+    modules = _host_modules()
     for name, path in modules.items():
         parts = name.split(".")
         if len(parts) == 1:
@@ -193,12 +215,12 @@ def test_the_host_packages_import_only_downwards():
         mine = LAYERS.index(parts[1])
         for target in _imports(path, modules=modules):
             tparts = target.split(".")
-            if tparts[0] != "reprokit" or len(tparts) < 2 or tparts[1] == parts[1]:
+            if tparts[0] != "reprokit" or len(tparts) < 2 or tparts[1] == parts[1] or _in_kits(target):
                 continue
             assert LAYERS.index(tparts[1]) < mine, f"{name} imports {target}: {tparts[1]} is not below {parts[1]}"
 
 
 def test_every_host_module_is_in_a_layer():
-    for name in _modules("reprokit"):
+    for name in _host_modules():
         parts = name.split(".")
         assert len(parts) == 1 or parts[1] in LAYERS, f"{name} belongs to no layer of LAYERS"

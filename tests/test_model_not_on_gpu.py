@@ -1,4 +1,4 @@
-"""A GPU run whose script keeps its model on the CPU is measured there, as the script chose (kits/probe.py).
+"""A GPU run whose script keeps its model on the CPU is measured there, as the script chose (reprokit/kits/probe.py).
 
 No GPU here: the finding's rule is checked on NVML readings as the sampler reports them, and the report's
 label on results as the probe writes them. The run itself is scripts/gpu_check's step on a lent GPU; on this
@@ -6,7 +6,7 @@ host a GPU spec still stops at the first step, the run seeing no GPU (tests/test
 """
 from __future__ import annotations
 
-from kits.observation import detectors
+from reprokit.kits.observation import detectors
 from reprokit.report.markdown import device_label
 
 SOURCE = "nvmlDeviceGetUtilizationRates, sampled every 20 ms in the training phases"

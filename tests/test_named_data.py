@@ -1,7 +1,7 @@
 """The datasets a script loads by name: MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100, where each API looks.
 
 - In each library's real environment, one process loads all four through the library's own APIs (torchvision's
-  classes, Keras's load_data) with the probe's data layer installed (kits/served_data), from different roots, and
+  classes, Keras's load_data) with the probe's data layer installed (reprokit/kits/served_data), from different roots, and
   tries what the kit cannot serve (another dataset, pretrained weights): shapes, classes, declarations, refusals, no
   network. The published files by URL: tests/test_served_urls.py.
 - On the host: the stand-ins' shapes and signal; the plan's reading of a folder's code; ``reprokit data NAME``
@@ -29,15 +29,15 @@ import numpy as np
 import pytest
 from checkout import REPO
 
-from kits.contract.named_datasets import IDX_FILES, KNOWN
-from kits.contract.published_urls import not_listed
-from kits.contract.spec import ScriptData
-from kits.framework_free import dataset_formats as formats
-from kits.framework_free import stand_ins
-from kits.framework_free.data import Arrays
-from kits.training_loop.staged_data import NotProvided, StagedData
 from reprokit import cli
 from reprokit.environments import datasets
+from reprokit.kits.contract.named_datasets import IDX_FILES, KNOWN
+from reprokit.kits.contract.published_urls import not_listed
+from reprokit.kits.contract.spec import ScriptData
+from reprokit.kits.framework_free import dataset_formats as formats
+from reprokit.kits.framework_free import stand_ins
+from reprokit.kits.framework_free.data import Arrays
+from reprokit.kits.training_loop.staged_data import NotProvided, StagedData
 from reprokit.plan import script_datasets
 
 TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}

@@ -1,4 +1,4 @@
-"""The run's network guard (kits/training_loop/network_guard.py) refuses only what would leave the machine.
+"""The run's network guard (reprokit/kits/training_loop/network_guard.py) refuses only what would leave the machine.
 
 Each check runs in a fresh interpreter with the guard installed, as the probe installs it, and uses real
 sockets: a Unix socket pair, a multiprocessing pool (its workers talk over Unix sockets), a server on the
@@ -14,7 +14,7 @@ from checkout import REPO
 
 GUARDED = textwrap.dedent("""
     import multiprocessing, socket, threading, urllib.request
-    from kits.training_loop.network_guard import NoNetwork, block_network
+    from reprokit.kits.training_loop.network_guard import NoNetwork, block_network
 
     tried = []
     block_network(tried)
@@ -64,7 +64,7 @@ def test_a_deep_tmpdir_still_gives_multiprocessing_its_unix_sockets(tmp_path):
     deep.mkdir()
     script = textwrap.dedent("""
         from multiprocessing.connection import Client, Listener
-        from kits.training_loop.network_guard import block_network, sockets_fit
+        from reprokit.kits.training_loop.network_guard import block_network, sockets_fit
         block_network([])
         said = sockets_fit()
         with Listener(family="AF_UNIX") as listener:

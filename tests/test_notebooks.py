@@ -4,7 +4,7 @@ runs it, its IPython lines settled before any run, every one declared.
 Two end-to-end runs through the reproduce command on the quick profile, with the real TensorFlow kit: the
 Keras tutorial notebook (tests/corpus/notebooks/), and the lessons notebook (tests/corpus/notebook_lessons/),
 which raises an error on purpose, sets its environment with %env and has lines that only show something. The
-rest are fast: the plan-time rules and refusals, and the kit's cell runner (kits/training_loop/notebook_script.py)
+rest are fast: the plan-time rules and refusals, and the kit's cell runner (reprokit/kits/training_loop/notebook_script.py)
 on notebooks of plain Python, run in their own folder as the probe runs them.
 """
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 from checkout import REPO
 from test_corpus import row
 
-from kits.contract.spec import Notebook, SpecError, parse
-from kits.training_loop import notebook_script
 from reprokit import cli
 from reprokit.environments import notebooks, script_requirements
 from reprokit.errors import UserError
+from reprokit.kits.contract.spec import Notebook, SpecError, parse
+from reprokit.kits.training_loop import notebook_script
 from reprokit.results import results, spec_types
 
 NOTEBOOK = REPO / "tests" / "corpus" / "notebooks" / "mnist_convnet.ipynb"
@@ -279,7 +279,7 @@ def test_the_probes_own_error_in_a_tagged_cell_is_not_the_cells(tmp_path, monkey
     """An error raised in the kit's code (here its spec reader) goes through a tagged cell, to the probe; the
     cell's own error does not."""
     notebook = _write(tmp_path / "nb", ("code", "raise ValueError('raised by the cell')", TAGGED),
-                      ("code", "from kits.contract.spec import ScriptSpec\nScriptSpec.from_dict({})", TAGGED))
+                      ("code", "from reprokit.kits.contract.spec import ScriptSpec\nScriptSpec.from_dict({})", TAGGED))
     with pytest.raises(SpecError, match="^spec.schema is missing$"):
         _run_cells(notebook, monkeypatch)
 

@@ -1,4 +1,4 @@
-"""nvidia-smi parsing (kits/framework_free/nvidia_smi.py) on outputs recorded from real drivers.
+"""nvidia-smi parsing (reprokit/kits/framework_free/nvidia_smi.py) on outputs recorded from real drivers.
 
 The recordings are in tests/fixtures/nvidia_smi/ (SOURCES.md says where each came from):
 R465 (clocks_throttle_reasons only, no compute_cap), R535 (both names), R590 (H100; H200 in MIG
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import NVIDIA_SMI_CAPTURES as CAPTURES
 
-from kits.framework_free import nvidia_smi
+from reprokit.kits.framework_free import nvidia_smi
 
 
 def _help(capture: str) -> set[str]:

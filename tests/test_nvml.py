@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kits.framework_free.nvml import DeviceSampler
-from kits.measurement.energy import Energy
+from reprokit.kits.framework_free.nvml import DeviceSampler
+from reprokit.kits.measurement.energy import Energy
 
 SOURCE = Path(__file__).parent / "fixtures" / "fake_nvml.c"
 

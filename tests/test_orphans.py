@@ -23,9 +23,9 @@ import test_docker_runner as tdr
 from conftest import tiny_specs
 from test_docker_runner import REPO, make_spec, probe_call
 
-from kits.contract.spec import typed
 from reprokit.environments import topology
 from reprokit.environments.envs import ENVS
+from reprokit.kits.contract.spec import typed
 from reprokit.runners import base, owners
 from reprokit.runners import docker as dr
 from reprokit.runners.local import LocalRunner

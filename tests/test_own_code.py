@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from kits.contract import work_folder
 from reprokit import cli
 from reprokit.environments import module_names, own_code
 from reprokit.errors import UserError
+from reprokit.kits.contract import work_folder
 from reprokit.plan import request
 from reprokit.plan.experiments import from_scripts, load
 

@@ -53,7 +53,7 @@ def test_topology_gives_each_gpu_its_own_cores_near_it(gpu_host, monkeypatch):
 
 def test_both_runners_apply_a_placement(tmp_path):
     slot = topology.Placement("3", "GPU-3aaaaaaa-0000-0000-0000-000000000003", "24-35", "1")
-    call = KitCall("pytorch", "kits.run", ("--out", tmp_path / "out" / "r.json"), output=tmp_path / "out",
+    call = KitCall("pytorch", "reprokit.kits.run", ("--out", tmp_path / "out" / "r.json"), output=tmp_path / "out",
                    placement=slot)
     runner = DockerRunner(REPO, tmp_path, "all", pinned_images={"pytorch": "reprokit/pytorch:test"})
     config = runner.container_config(call, "label")

@@ -1,4 +1,4 @@
-"""Frameworks plug in through the reprokit.frameworks entry-point group (kits/contract/plugins.py): the host reads
+"""Frameworks plug in through the reprokit.frameworks entry-point group (reprokit/kits/contract/plugins.py): the host reads
 the group, a kit process in an environment without the plugin gets each one from the host, and a plugin that fails
 to load is named in one sentence while the other frameworks work. The numpy stub (tests/stub_plugin/) is the
 installed plugin; the broken ones are distributions written here, as pip leaves them."""
@@ -12,9 +12,9 @@ import plugin_site
 import pytest
 from checkout import REPO
 
-from kits.contract import plugins
+from reprokit.kits.contract import plugins
 
-SHOW = ("import json; from kits.contract import names; "
+SHOW = ("import json; from reprokit.kits.contract import names; "
         "print(json.dumps({'frameworks': names.FRAMEWORKS, 'broken': names.BROKEN}))")
 
 
@@ -26,7 +26,7 @@ def test_a_kit_process_without_the_plugin_installed_gets_it_from_the_host():
     """The environment the runners give a kit process (names.plugin_environment): a process whose path holds the
     kits alone, as in a locked environment or an image, registers the stub from its folder and imports its kit,
     and the host's folder of installed packages stays off its path."""
-    host = _python("import json; from kits.contract import names; print(json.dumps(names.plugin_environment()))",
+    host = _python("import json; from reprokit.kits.contract import names; print(json.dumps(names.plugin_environment()))",
                    plugin_site.env())
     assert host.returncode == 0, host.stderr
     passed = json.loads(host.stdout)
@@ -35,7 +35,7 @@ def test_a_kit_process_without_the_plugin_installed_gets_it_from_the_host():
         ("stub", "reprokit_stub_kit:FRAMEWORK", "reprokit-stub-kit 0.1.0"),
         ("stub2", "reprokit_stub_kit:TWIN", "reprokit-stub-kit 0.1.0")]
     assert {e["path"] for e in entries} == {str(plugin_site.SITE / "reprokit_stub_kit")}
-    kit = _python("import importlib, sys; from kits.contract import names; "
+    kit = _python("import importlib, sys; from reprokit.kits.contract import names; "
                   "print(names.FRAMEWORKS, importlib.import_module(names.kit_module('stub', 'backend')).Backend.name, "
                   f"any({str(plugin_site.SITE)!r} in p for p in sys.path))",
                   {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **passed})
@@ -47,8 +47,8 @@ BROKEN = {
     "import": ("broken_entry:FRAMEWORK", "import numpyy\n", "ModuleNotFoundError: No module named 'numpyy'"),
     "form": ("broken_entry", "", "ValueError: 'broken_entry' is not module:attr"),
     "kind": ("broken_entry:FRAMEWORK", "FRAMEWORK = 3\n",
-             "TypeError: it holds 3, not a kits.contract.names.Framework"),
-    "again": ("broken_entry:FRAMEWORK", "from kits.contract.names import Framework\n"
+             "TypeError: it holds 3, not a reprokit.kits.contract.names.Framework"),
+    "again": ("broken_entry:FRAMEWORK", "from reprokit.kits.contract.names import Framework\n"
               "FRAMEWORK = Framework('pytorch', 'Torch again', 'broken_kit', '#000000')\n",
               "ValueError: it registers 'pytorch' again"),
 }
@@ -87,10 +87,10 @@ def test_the_cli_names_a_broken_plugin_once_and_plans_the_other_frameworks(tmp_p
 def test_a_kit_process_is_given_the_hosts_list_and_never_scans_its_own_environment():
     """Without plugins the host still passes its list, empty: reading the entry points of an environment that has
     torch costs a kit process a quarter of a second at every start."""
-    host = _python("import json; from kits.contract import names; print(json.dumps(names.plugin_environment()))",
+    host = _python("import json; from reprokit.kits.contract import names; print(json.dumps(names.plugin_environment()))",
                    {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
     assert json.loads(host.stdout) == {plugins.PLUGINS_ENV: "[]"}
-    kit = _python("import sys; from kits.contract import names; print(names.FRAMEWORKS, 'importlib.metadata' in "
+    kit = _python("import sys; from reprokit.kits.contract import names; print(names.FRAMEWORKS, 'importlib.metadata' in "
                   "sys.modules)", {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), plugins.PLUGINS_ENV: "[]"})
     assert kit.stdout.split() == ["('pytorch',", "'tensorflow',", "'jax')", "False"], kit.stderr
 
@@ -102,7 +102,7 @@ from reprokit.runners.base import KitCall
 from reprokit.runners.make import make
 folder = Path(sys.argv[1])
 runner = make("docker", data_dir=folder, device="cpu", pinned_images={"stub": "reprokit/stub:test"})
-config = runner.container_config(KitCall("stub", "kits.run", (), output=folder / "out"), "label")
+config = runner.container_config(KitCall("stub", "reprokit.kits.run", (), output=folder / "out"), "label")
 print(json.dumps({"mounts": [(m["Source"], m["Target"], m["ReadOnly"]) for m in config["mounts"]],
                   "environment": config["environment"]}))
 """

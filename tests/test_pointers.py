@@ -1,6 +1,6 @@
 """Every file a docstring, a comment or a page points to (``reprokit/plan/matrix.py``, ``execute/loop.py``) is there:
 a module moved or removed leaves no pointer to where it was. A pointer is a path of the project's own folders ending
-in .py, whole or from a package's subfolder; a path with a placeholder (``kits/<fw>_kit/probe.py``) is a pattern."""
+in .py, whole or from a package's subfolder; a path with a placeholder (``reprokit/kits/<fw>_kit/probe.py``) is a pattern."""
 from __future__ import annotations
 
 import ast
@@ -14,7 +14,7 @@ from checkout import REPO
 
 POINTER = re.compile(r"(?<![\w./<{*-])((?:[A-Za-z_][\w-]*/)+[A-Za-z_]\w*\.py)\b")
 # written as users write them, and the seeds' posts: their text is not the project's
-NOT_OURS = ("tests/corpus/", "tests/user_scripts/", "kits/experiments/", "benchmarks/probe_scripts/", "reports/")
+NOT_OURS = ("tests/corpus/", "tests/user_scripts/", "reprokit/kits/experiments/", "benchmarks/probe_scripts/", "reports/")
 
 
 def _files() -> list[str]:
@@ -39,7 +39,7 @@ def _prose(path: Path) -> str:
 def test_every_module_a_docstring_comment_or_page_points_to_exists():
     files = _files()
     tops = {f.split("/")[0] for f in files if "/" in f}
-    subfolders = {f.split("/")[1] for f in files if f.startswith(("reprokit/", "kits/")) and f.count("/") >= 2}
+    subfolders = {f.split("/")[1] for f in files if f.startswith(("reprokit/", "reprokit/kits/")) and f.count("/") >= 2}
     sources = [f for f in files if f.endswith((".py", ".md")) and not f.startswith(NOT_OURS)]
     assert len(sources) > 300
     stale = []

@@ -44,7 +44,7 @@ def test_the_seeds_as_posted_variant_leaves_the_numerics_to_the_frameworks_and_d
 
 def _run(kit_python, tmp_path, spec, data_dir, env: dict | None = None) -> dict:
     out = tmp_path / f"{spec['framework']}.json"
-    proc = subprocess.run([str(kit_python(spec["framework"])), "-m", "kits.run", "--spec",
+    proc = subprocess.run([str(kit_python(spec["framework"])), "-m", "reprokit.kits.run", "--spec",
                            str(write_spec(tmp_path, spec)), "--out", str(out), "--data-dir", str(data_dir)],
                           cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Users' own scripts, unmodified, under the probe (kits/probe.py): what it sees comes from the frameworks.
+"""Users' own scripts, unmodified, under the probe (reprokit/kits/probe.py): what it sees comes from the frameworks.
 
 The scripts in tests/user_scripts/ are written as people post them, not by the kit: a PyTorch script with
 differences planted in it, the same script fixed, and a twin of the fixed one that takes its batch size,
@@ -150,7 +150,7 @@ def test_the_probes_count_is_the_frameworks_own(kit_python, tmp_path, data_dir):
                                      str(data_dir), "--state-dir", str(tmp_path / "state")])
     (planned,) = compose.build(args).specs
     (tmp_path / "spec.json").write_text(json.dumps(planned.to_dict()))
-    proc = subprocess.run([str(tf_python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
+    proc = subprocess.run([str(tf_python), "-m", "reprokit.kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
                            str(tmp_path / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir",
                            str(SCRIPTS)], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -218,7 +218,7 @@ def test_a_gpu_run_whose_script_trains_on_the_cpu_fails_as_no_gpu(kit_python, tm
                                                                              "image": None}, code())
     (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
     out = tmp_path / "out" / "result.json"
-    proc = subprocess.run([str(python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out", str(out),
+    proc = subprocess.run([str(python), "-m", "reprokit.kits.probe", "--spec", str(tmp_path / "spec.json"), "--out", str(out),
                            "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS)], cwd=REPO, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     result = json.loads(out.read_text())

@@ -1,4 +1,4 @@
-"""Users' own JAX scripts, unmodified, under the probe (kits/probe.py, kits/jax_kit/probe.py).
+"""Users' own JAX scripts, unmodified, under the probe (reprokit/kits/probe.py, reprokit/kits/jax_kit/probe.py).
 
 Two scripts written as people post them (tests/user_scripts/jax_*.py): a Flax NNX loop with nnx.jit steps
 that keeps the last short batch, and a plain jax.jit + optax loop over a parameter dict that donates its
@@ -44,7 +44,7 @@ def _probed(python: Path, tmp_path: Path, data_dir: Path, *scripts: tuple[Path, 
         (folder / "spec.json").write_text(json.dumps(spec))
         out = folder / "out" / "result.json"
         started.append((out, subprocess.Popen(
-            [str(python), "-m", "kits.probe", "--spec", str(folder / "spec.json"), "--out", str(out), "--data-dir",
+            [str(python), "-m", "reprokit.kits.probe", "--spec", str(folder / "spec.json"), "--out", str(out), "--data-dir",
              str(data_dir), "--script-dir", str(script.parent)], cwd=REPO, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})))
     done = []

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from kits.framework_free.measure import NoStepTimer, Tracker, WindowTimer
 from reprokit.claims import claims, claims_schema
+from reprokit.kits.framework_free.measure import NoStepTimer, Tracker, WindowTimer
 from reprokit.report import sections, summary_csv
 from reprokit.results import metrics, units
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kits.framework_free import rank_checks
-from kits.observation import rank_detectors
+from reprokit.kits.framework_free import rank_checks
+from reprokit.kits.observation import rank_detectors
 
 RECORDED = Path(__file__).parent / "fixtures" / "rank_evidence"
 PITFALLS = {"no-sampler": "ranks-same-samples", "no-set-epoch": "same-order-every-epoch", "straggler": "straggler",

@@ -1,10 +1,10 @@
-"""Every process of a script that trains is observed, bounded, and ended with the run (kits/ranks/).
+"""Every process of a script that trains is observed, bounded, and ended with the run (reprokit/kits/ranks/).
 
 At the probe's level (the kit process, through the local runner, no matrix or report): tests/bound_scripts/
 ddp_ranks.py's two DDP ranks, started with mp.spawn, each observed; each rank's bounded passes are its unbounded
 run's first batches, in the same order, with the same losses, epoch after epoch; a rank that raises fails the run
 with its own error, number, file and line; a rank that hangs is named, with the call it is in and its stack, and
-no process outlives the run; ranks that never step say so. Then the host-side rules of kits/ranks/ on recorded
+no process outlives the run; ranks that never step say so. Then the host-side rules of reprokit/kits/ranks/ on recorded
 results and stacks: the words, the totals, the earliest failure, who hangs.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.ranks import follow, gather, hang
 from reprokit import cli
 from reprokit.environments.envs import ENVS
 from reprokit.execute import compose
+from reprokit.kits.ranks import follow, gather, hang
 from reprokit.runners.base import RESULT_NAME, spec_call
 from reprokit.runners.local import LocalRunner
 

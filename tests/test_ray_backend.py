@@ -26,9 +26,9 @@ import ray_cluster  # sets Ray's environment before Ray is imported
 pytest.importorskip("ray", reason="Ray is not installed here (pip install '.[ray]'); nox -s tests installs it")
 from checkout import REPO  # noqa: E402
 
-from kits.contract.spec import RunSpec  # noqa: E402
 from reprokit.environments import host_checks  # noqa: E402
 from reprokit.environments.topology import FAKE_SLOTS_ENV  # noqa: E402
+from reprokit.kits.contract.spec import RunSpec  # noqa: E402
 from reprokit.results import results  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]

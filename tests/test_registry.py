@@ -13,8 +13,8 @@ import textwrap
 import plugin_site
 from checkout import REPO
 
-from kits.contract import names
 from reprokit.claims import claims, claims_schema
+from reprokit.kits.contract import names
 
 
 def test_the_schemas_framework_enums_are_the_registrys():
@@ -33,7 +33,7 @@ def _with_stub(code: str) -> subprocess.CompletedProcess:
 
 
 def test_the_hook_registers_an_entry_after_the_built_in_ones():
-    got = _with_stub("from kits.contract import names; from reprokit.results import results; "
+    got = _with_stub("from reprokit.kits.contract import names; from reprokit.results import results; "
                      "print(names.FRAMEWORKS, names.REFERENCE, names.kit_module('stub', 'backend'), "
                      "results._schema()['properties']['framework']['enum'])")
     assert got.returncode == 0, got.stderr

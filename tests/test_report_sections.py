@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kits.contract.pitfalls import PITFALLS
 from reprokit import report
 from reprokit.claims import claims as claims_mod
 from reprokit.claims import verdicts
+from reprokit.kits.contract.pitfalls import PITFALLS
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import certificate_section, decomposition, explanations, plots, sections
 from reprokit.report.markdown import anchor

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.contract.spec import ScriptSpec
 from reprokit.environments import requirement_sets
 from reprokit.errors import UserError
+from reprokit.kits.contract.spec import ScriptSpec
 
 # the installer named by the facts: this interpreter (a run with --python names its own)
 FACTS = {"lock": None, "lock_sha256": None, "interpreter": sys.executable}
@@ -238,7 +238,7 @@ def test_the_probe_reads_no_set_it_was_not_given_nor_one_of_other_lines(mirror, 
     other = requirement_sets.install([wheel(mirror, "rk_gamma")], FACTS, "other.py", lambda text: None)
     for given, where in (((), ""), (("--requirements", str(other)), f" in {other}")):
         out = tmp_path / "out" / "result.json"
-        proc = subprocess.run([str(python), "-m", "kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
+        proc = subprocess.run([str(python), "-m", "reprokit.kits.probe", "--spec", str(tmp_path / "spec.json"), "--out",
                                str(out), "--data-dir", str(tmp_path / "data"), "--script-dir", str(folder), *given],
                               cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
                               timeout=300)
@@ -255,9 +255,9 @@ def test_every_call_of_a_run_gives_the_probe_the_set_and_a_container_mounts_it_r
     requirement_sets.install_all([spec.to_dict()], log=lambda text: None)
     installed = requirement_sets.for_spec(spec.to_dict())
     call = spec_call(spec.to_dict(), tmp_path / "spec.json", tmp_path / "out", tmp_path / "data")
-    assert call.module == "kits.probe" and installed in call.inputs            # as the local runner passes it
+    assert call.module == "reprokit.kits.probe" and installed in call.inputs            # as the local runner passes it
     assert call.args[call.args.index("--requirements") + 1] == installed
-    mounts = container_mounts.call_mounts(call, REPO / "kits", [], tmp_path / "data", None)
+    mounts = container_mounts.call_mounts(call, REPO / "reprokit" / "kits", [], tmp_path / "data", None)
     (target,) = [t for host, t, writable in mounts if host == installed and not writable]
     assert container_mounts.container_path(installed, mounts) == target
     assert target.startswith(container_mounts.INPUTS_TARGET + "/")

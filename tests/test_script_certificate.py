@@ -111,19 +111,19 @@ def test_the_probes_process_never_imports_the_kits_pitfall_module(kit_python, tm
         spec = tmp_path / f"{fw}.json"
         spec.write_text(json.dumps(pair[fw]))
         out = tmp_path / f"{fw}{'-certify' if extra else ''}" / "result.json"
-        proc = subprocess.run([str(kit_python(fw)), "-X", "importtime", "-m", "kits.probe", "--spec", str(spec),
+        proc = subprocess.run([str(kit_python(fw)), "-X", "importtime", "-m", "reprokit.kits.probe", "--spec", str(spec),
                                "--out", str(out), "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS), *extra],
                               cwd=REPO, capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
         assert proc.returncode == 0, proc.stderr[-3000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
-        assert "kits.observation.observe" in imported and "kits.contract.pitfalls" not in imported, (fw, extra)
+        assert "reprokit.kits.observation.observe" in imported and "reprokit.kits.contract.pitfalls" not in imported, (fw, extra)
         if extra:
             assert json.loads((out.parent / "side.json").read_text())["status"] == "ok"
 
 
 def test_the_seed_004_posts_code_is_certified_apart_where_the_posts_differ(kit_python, tmp_path, data_dir):
-    """The seed's own scripts, verbatim with their shims (kits/experiments/seed004): the captured models show
+    """The seed's own scripts, verbatim with their shims (reprokit/kits/experiments/seed004): the captured models show
     what the post's readers found by hand - PyTorch reuses one BatchNorm per width and ends in softmax into
     CrossEntropyLoss, Keras has one BatchNorm per convolution and a Dense more - and nothing that is not there
     (Keras's Sequential.add leaves stale graph nodes that must not read as shared layers)."""

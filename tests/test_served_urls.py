@@ -1,7 +1,7 @@
 """The named datasets served by library wherever the library is, and their published files by URL.
 
-- In each framework's real environment, one process under the probe's data layer (kits/served_data) fetches every
-  listed URL (kits/contract/published_urls.py) with each client it has: urllib everywhere, requests and
+- In each framework's real environment, one process under the probe's data layer (reprokit/kits/served_data) fetches every
+  listed URL (reprokit/kits/contract/published_urls.py) with each client it has: urllib everywhere, requests and
   keras.utils.get_file (with the published file_hash) in TensorFlow's. Each file reads back in its published
   format; a URL in the mirrors' folders the list lacks is refused in its sentence, one elsewhere meets the network
   guard; a script's own md5 of the stand-in is the published one, other bytes hash as ever; a file written outside
@@ -24,11 +24,11 @@ from test_corpus import row
 from test_named_data import loopback, stand_in_data  # noqa: F401 (fixtures)
 from test_tfds_named import _run_script
 
-from kits.contract.published_urls import URLS, in_listed_folder, not_listed, published
-from kits.framework_free.dataset_formats import write_cifar_tarball
-from kits.training_loop.network_guard import NO_NETWORK
 from reprokit import cli
 from reprokit.environments import datasets
+from reprokit.kits.contract.published_urls import URLS, in_listed_folder, not_listed, published
+from reprokit.kits.framework_free.dataset_formats import write_cifar_tarball
+from reprokit.kits.training_loop.network_guard import NO_NETWORK
 from reprokit.plan import script_datasets
 
 CORPUS = REPO / "tests" / "corpus" / "served_data"

@@ -5,7 +5,7 @@ import copy
 import json
 from pathlib import Path
 
-from kits.contract.settings import KEYS
+from reprokit.kits.contract.settings import KEYS
 from reprokit.report import settings_table
 
 ROOT = Path(__file__).resolve().parent.parent

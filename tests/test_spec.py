@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from kits.contract.pitfalls import Pitfall, Pitfalls
-from kits.contract.spec import RunSpec, SpecError
 from reprokit.execute import data_step
+from reprokit.kits.contract.pitfalls import Pitfall, Pitfalls
+from reprokit.kits.contract.spec import RunSpec, SpecError
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.plan.plan import Options, not_run, specs_for
 from reprokit.results.provenance import code

@@ -16,8 +16,8 @@ import plugin_site
 from checkout import REPO
 from conftest import TINY
 
-from kits.contract import files
 from reprokit.certify import certify_runs
+from reprokit.kits.contract import files
 from reprokit.plan.experiments import BUILTIN_DIR, discover
 from reprokit.report import publish
 from reprokit.results.quarantine import QUARANTINE
@@ -29,7 +29,7 @@ REFERENCE = REPO / "reports" / "quick-cpu"
 # lets it finish and prints the events it went through.
 WRITER = textwrap.dedent("""\
     import json, os, signal, sys
-    from kits.contract.files import write_json_atomic
+    from reprokit.kits.contract.files import write_json_atomic
     target, k, payload = sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3]).read())
     seen = []
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import stub_matrix as sm
 
-from kits.framework_free import cpu_peak
+from reprokit.kits.framework_free import cpu_peak
 
 DATASET = "learnable-n256-t64-s0.npz"           # what the tiny experiment's data step prepares
 

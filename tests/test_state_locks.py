@@ -101,7 +101,7 @@ def test_a_certificate_side_waits_for_a_timed_run_on_its_devices_and_stands_in_t
     sm.wait_for(lambda: sm.kit_processes(tmp_path / "a"), timeout=60)      # a is timing its run
     executor = HostExecutor(tmp_path / "b" / "work", tmp_path / "b" / "ledger", device="cpu")
     gated = executor.untimed(LocalRunner(ENVS, tmp_path / "data", "cpu", python=Path(sys.executable)))
-    call = KitCall("pytorch", "kits.run", ("--help",), output=tmp_path / "b" / "out", label="certify-pytorch")
+    call = KitCall("pytorch", "reprokit.kits.run", ("--help",), output=tmp_path / "b" / "out", label="certify-pytorch")
     outcome = gated.run(call, lambda event: None)
     _finish(a, tmp_path / "a.log")
     assert outcome.exit_code == 0, outcome.log_tail

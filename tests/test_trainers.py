@@ -54,7 +54,7 @@ def _bound_runs(tmp: Path, data_dir: Path, python: Path, framework: str, script:
         spec["script"] = spec["script"] | {"args": [str(folder / "records.json")]}
         (folder / "spec.json").write_text(json.dumps(spec))
         started[framework, name] = folder, subprocess.Popen(
-            [str(python), "-m", "kits.probe", "--spec", str(folder / "spec.json"), "--out",
+            [str(python), "-m", "reprokit.kits.probe", "--spec", str(folder / "spec.json"), "--out",
              str(folder / "out" / "result.json"), "--data-dir", str(data_dir), "--script-dir", str(SCRIPTS),
              *(("--requirements", str(installed)) if installed else ())],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

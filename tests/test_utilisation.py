@@ -148,7 +148,7 @@ def test_the_cpu_peak_is_the_best_of_short_windows():
     """A moment of load elsewhere slows one window of the matmul, not the peak a run's MFU is held against."""
     import time
 
-    from kits.framework_free import cpu_peak
+    from reprokit.kits.framework_free import cpu_peak
     calls = []
 
     def step():

@@ -1,4 +1,4 @@
-"""A run copies the script's code, not the world (kits/contract/work_folder.py), and keeps the plots it saves.
+"""A run copies the script's code, not the world (reprokit/kits/contract/work_folder.py), and keeps the plots it saves.
 
 A user runs from the script's own folder with `--state-dir ./state` and their own data (`--data`): the
 state folder, a virtualenv and
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from checkout import REPO
 
-from kits.contract import work_folder
 from reprokit.errors import UserError
+from reprokit.kits.contract import work_folder
 from reprokit.plan import data_mounts
 
 SCRIPT = '''

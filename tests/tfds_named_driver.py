@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from kits import served_data
-from kits.contract.spec import ScriptData
-from kits.served_data import tfds_datasets
-from kits.training_loop.network_guard import block_network
-from kits.training_loop.staged_data import StagedData
+from reprokit.kits import served_data
+from reprokit.kits.contract.spec import ScriptData
+from reprokit.kits.served_data import tfds_datasets
+from reprokit.kits.training_loop.network_guard import block_network
+from reprokit.kits.training_loop.staged_data import StagedData
 
 stand_in_dir, stand_in_spec, posted_dir, posted_spec = sys.argv[1:5]
 # CIFAR-10's verified data: written here from the python batches, and TFDS's own build from the binary archive

@@ -2,9 +2,9 @@
 
     python tests/wheel_contents.py DIST/reprokit-*.whl      (CI: .ci/run; exit 1 naming each missing file)
 
-The list: every file the clone keeps of the two packages (reprokit/ and kits/: their Python files and their data,
-the schemas, the peak FLOPs, the seed experiments and their posts, the ranks' site folder), and locks/, docker/ and
-claims/ under reprokit/_resources/, where setup.py puts them and reprokit/resources.py finds them. A file the
+The list: every file the clone keeps of its one package (reprokit/, the kits' reprokit/kits/ within it: their Python
+files and their data, the schemas, the peak FLOPs, the seed experiments and their posts, the ranks' site folder), and
+locks/, docker/ and claims/ under reprokit/_resources/, where setup.py puts them and reprokit/resources.py finds them. A file the
 wheel lacks fails here, at build time, not at a user's first run.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from checkout import REPO
 
-PACKAGES = ("reprokit", "kits")
+PACKAGES = ("reprokit",)
 RESOURCES = ("locks", "docker", "claims")          # reprokit/resources.py FOLDERS
 PACKAGED = "reprokit/_resources"                    # reprokit/resources.py PACKAGED
 

@@ -12,13 +12,13 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kits.contract.spec import Spec
 from reprokit.bisect import settings as cfg
 from reprokit.bisect.ddmin import Found, Outcome, OutOfBudget, ddmin, worst_case_tests
 from reprokit.bisect.target import Target
 from reprokit.console import RunProgress
 from reprokit.errors import UserError
 from reprokit.execute import compose, loop, policies, stopping
+from reprokit.kits.contract.spec import Spec
 from reprokit.plan import matrix
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.request import Request

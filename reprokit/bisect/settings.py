@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import label
-from kits.contract.pitfalls import PITFALLS, for_framework
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import label
+from reprokit.kits.contract.pitfalls import PITFALLS, for_framework
 from reprokit.plan.experiments import Experiment
 from reprokit.report import compare
 

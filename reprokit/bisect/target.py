@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kits.contract.names import FRAMEWORKS, label
 from reprokit.claims.claims import Claim, reference
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import FRAMEWORKS, label
 from reprokit.plan.experiments import Experiment
 from reprokit.results.metrics import QUANTITIES
 

@@ -1,16 +1,16 @@
 """The equivalence certificate of an experiment, checked before any timing.
 
 ``certify_many`` (one experiment or several, for the price of one) runs
-``python -m kits.certify`` once in each framework's environment: the reference (the registry's first,
+``python -m reprokit.kits.certify`` once in each framework's environment: the reference (the registry's first,
 PyTorch) first, exporting each model's freshly initialised weights in a framework-neutral canonical
 form, then the other framework of the pair (TensorFlow), loading them. It then compares what the two
-wrote (kits/framework_free/certificate.py holds the comparisons):
+wrote (reprokit/kits/framework_free/certificate.py holds the comparisons):
 
 - ``optimizer``: the optimizer each kit built, read back from the object, against its spec;
 - ``layers``: per-layer canonical parameter shapes and counts (NCHW/OIHW mapped to NHWC/HWIO,
   a dense layer's rows to NHWC flatten order however the model flattens);
 - ``flops``: the models' arithmetic, every convolution and matrix product at its shape, forward
-  and backward (kits/framework_free/arithmetic.py); the first product that differs is named;
+  and backward (reprokit/kits/framework_free/arithmetic.py); the first product that differs is named;
 - ``layers_without_parameters``: activations, pooling, the padding each convolution applied,
   normalisation axes, dropout rates and masks, as each framework's trace shows them;
 - ``outputs``: each model returns (batch, classes) logits where its kit's loss takes logits;
@@ -19,7 +19,7 @@ wrote (kits/framework_free/certificate.py holds the comparisons):
   |logit| within ``logits_rtol``;
 - ``dropout``: training-mode outputs of the same weights over many passes, each framework with
   its own dropout masks, compared by a permutation test at a false-alarm rate of 1e-3
-  (kits/framework_free/stochastic.py): a dropout layer present, of another rate, kind or place fails it;
+  (reprokit/kits/framework_free/stochastic.py): a dropout layer present, of another rate, kind or place fails it;
 - ``loss_trajectory``: ten optimizer steps (a matrix's on a CPU: five, certify_plan.matrix_steps) on the
   kit's first training batches, dropout off, the models, losses and optimizers rebuilt in float64 so
   that rounding neither hides nor fakes a difference; max relative difference within ``loss_rtol``,
@@ -33,11 +33,11 @@ wrote (kits/framework_free/certificate.py holds the comparisons):
   (the same steps with the inputs one float32 ulp up, and the framework's own fp32 rounding
   against fp64), step by step;
 - informational: how far the weights drifted apart over the fp64 steps;
-- where they part, when the logits or a trajectory differ (kits/framework_free/parting.py): ``first_parting_layer``
-  names the first layer whose fp64 output (evaluation mode, dropout off, the same weights, the first
-  samples of the fixed batch) differs beyond ``layer_rtol`` of its scale, with both frameworks' settings of
-  it and those that differ; ``first_parting_gradient`` the first step at which the fp64 losses part, and the
-  first step and tensor, in backward order, whose gradient parts.
+- where they part, when the logits or a trajectory differ (reprokit/kits/framework_free/parting.py):
+  ``first_parting_layer`` names the first layer whose fp64 output (evaluation mode, dropout off, the same
+  weights, the first samples of the fixed batch) differs beyond ``layer_rtol`` of its scale, with both
+  frameworks' settings of it and those that differ; ``first_parting_gradient`` the first step at which the
+  fp64 losses part, and the first step and tensor, in backward order, whose gradient parts.
 
 Declared optimizer differences that can be removed exactly (Adam's epsilon placement) are removed
 from the trajectories and named. Known semantic differences are listed in ``declared_differences``
@@ -61,16 +61,16 @@ from typing import Any
 
 import numpy as np
 
-from kits.contract.files import write_json_atomic
-from kits.contract.names import REFERENCE, label
-from kits.contract.spec import RunSpec
-from kits.framework_free import certificate as cert
-from kits.framework_free import custom, model_checks, numeric_checks, parting
 from reprokit.certify import certify_plan
 from reprokit.certify.certify_sides import Job, run_jobs
 from reprokit.certify.certify_sides import pair_of as _pair
 from reprokit.certify.differences import KNOWN_PAIR, declared_differences, spec_differences
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import write_json_atomic
+from reprokit.kits.contract.names import REFERENCE, label
+from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.framework_free import certificate as cert
+from reprokit.kits.framework_free import custom, model_checks, numeric_checks, parting
 from reprokit.runners.base import Runner
 
 SCHEMA = "reprokit.certificate/1"
@@ -347,7 +347,8 @@ TRAJECTORIES = ("loss_trajectory", "loss_trajectory_fp32")
 def where_they_part(sides: dict[str, dict[str, Any]], folders: dict[str, Path], checks: list[dict[str, Any]],
                     tol: dict[str, Any]) -> list[dict[str, Any]]:
     """Where the logits or trajectories that differ part, from the outputs and gradients each side recorded
-    beside its side.json (kits/framework_free/parting.py): informational checks, only where one of those failed."""
+    beside its side.json (reprokit/kits/framework_free/parting.py): informational checks, only where one of those
+    failed."""
     failed = {c["name"] for c in checks if c["passed"] is False}
     if not failed & {"logits", *TRAJECTORIES}:
         return []

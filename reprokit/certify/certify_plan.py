@@ -25,9 +25,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import FRAMEWORKS, REFERENCE, REGISTRY, label, others
-from kits.contract.pitfalls import certified
-from kits.framework_free import certificate as cert
+from reprokit.kits.contract.names import FRAMEWORKS, REFERENCE, REGISTRY, label, others
+from reprokit.kits.contract.pitfalls import certified
+from reprokit.kits.framework_free import certificate as cert
 from reprokit.plan import model_cost
 from reprokit.results import runs, utilisation
 from reprokit.results.provenance import sha256_file, tree_sha256
@@ -173,7 +173,7 @@ def by_key(pairs: list[dict[str, Any]], budget: float) -> dict[str, list[int]]:
 # fraction of the peak: the trajectories take some multiple of 6 s.
 CPU_BUDGET_FLOPS = 1e12
 GPU_BUDGET_S = 6.0
-STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # kits/framework_free/certificate.py's defaults
+STEPS, DROPOUT_PASSES, DROPOUT_SAMPLES = 10, 128, 8      # reprokit/kits/framework_free/certificate.py's defaults
 # fp32, fp32 perturbed, fp32 reference, fp64, and fp64 from weights one ulp apart (cert.ULP_BASELINES draws)
 TRAJECTORIES = 4 + cert.ULP_BASELINES
 # A matrix's certificates on a CPU run CPU_STEPS steps in each trajectory, not the kit's ten (the suite's

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import clean_stale, write_json_atomic
-from kits.framework_free import rank_checks
 from reprokit.certify import certify_plan
 from reprokit.certify.certificate import certify_many
 from reprokit.certify.script_certificate import certify_scripts
 from reprokit.environments import cache as user_cache
+from reprokit.kits.contract.files import clean_stale, write_json_atomic
+from reprokit.kits.framework_free import rank_checks
 from reprokit.results import quarantine
 from reprokit.runners.base import Runner
 

@@ -1,5 +1,5 @@
 """The certificate's framework processes ("sides"): one per framework and thread setting, each certifying the
-jobs listed for it (``python -m kits.certify --jobs``), the reference first, and saying as it goes which job
+jobs listed for it (``python -m reprokit.kits.certify --jobs``), the reference first, and saying as it goes which job
 ended, in how many seconds, and how many are left."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import REFERENCE, label
-from kits.framework_free import certificate as cert
+from reprokit.kits.contract.names import REFERENCE, label
+from reprokit.kits.framework_free import certificate as cert
 from reprokit.runners.base import KitCall, Runner
 
 
@@ -77,7 +77,8 @@ def run_jobs(jobs: list[Job], runner: Runner, works: list[Path], timeout_s: floa
 
 
 def _job_ended(side: str, by_name: dict[str, Job], log: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
-    """The progress line of each job the kit reports as ended (kits/certify.py: job, done, of, seconds, status)."""
+    """The progress line of each job the kit reports as ended (reprokit/kits/certify.py: job, done, of, seconds,
+    status)."""
     def on_progress(event: dict[str, Any]) -> None:
         job = by_name.get(str(event.get("job")))
         if event.get("phase") != "certificate" or job is None or "seconds" not in event:
@@ -93,7 +94,7 @@ def run_side(fw: str, runner: Runner, jobs_dir: Path, out: Path, timeout_s: floa
     """One framework process for the jobs listed in ``jobs_dir/jobs.json``, through the runner: its exit
     status (None: it timed out), its log's tail and the launcher's facts. Job i writes ``out/i/``."""
     extra = ("--weights-from", weights_from) if weights_from else ()
-    call = KitCall(fw, "kits.certify", ("--jobs", jobs_dir / "jobs.json", "--out-dir", out,
+    call = KitCall(fw, "reprokit.kits.certify", ("--jobs", jobs_dir / "jobs.json", "--out-dir", out,
                                         "--data-dir", runner.data_dir, *extra),
                    output=out, inputs=(jobs_dir, *((weights_from,) if weights_from else ())), timeout_s=timeout_s,
                    label=f"certify-{fw}")

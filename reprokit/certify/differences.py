@@ -3,15 +3,15 @@ semantic differences between the two frameworks (``declared_differences``), the 
 the pair's known ones, each with how the certificate handles it.
 
 The known ones are a hand-written table for the PyTorch/TensorFlow pair of kits; another pair's are what its
-sides declare of their own kits' conventions (kits/<name>_kit/conventions.py), known once the sides have run.
+sides declare of their own kits' conventions (reprokit/kits/<name>_kit/conventions.py), known once the sides have run.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from kits.contract.names import REFERENCE, label
 from reprokit.certify.certify_sides import pair_of as _pair
+from reprokit.kits.contract.names import REFERENCE, label
 
 
 def spec_differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "",
@@ -136,7 +136,7 @@ SETTING_HANDLED = ("a run-time setting: each run reads it back and the report's 
 
 
 def _conventions(side: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """What a side declares of its own kit's conventions (kits/<name>_kit/conventions.py), if anything."""
+    """What a side declares of its own kit's conventions (reprokit/kits/<name>_kit/conventions.py), if anything."""
     return list(((side or {}).get("environment") or {}).get("conventions") or [])
 
 

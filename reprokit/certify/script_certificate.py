@@ -2,7 +2,7 @@
 
 Each script runs under the probe with ``--certify``, through the runner the timed runs use,
 PyTorch's first. At the script's first optimizer step, before the update, the probe puts the model
-that the optimizer steps into the certificate's canonical form (kits/framework_free/certificate.py), from
+that the optimizer steps into the certificate's canonical form (reprokit/kits/framework_free/certificate.py), from
 the object itself as the script built and changed it, and stops the script. The PyTorch side also
 writes its initial weights and the batch its model received; the TensorFlow script then runs to its
 own first step, and its model starts from those weights on that batch. Compared:
@@ -32,11 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import write_json_atomic
-from kits.contract.names import REFERENCE, label
-from kits.framework_free import arithmetic, model_checks, numeric_checks, rank_checks
-from kits.framework_free import certificate as cert
 from reprokit.certify.certificate import SCHEMA, TOLERANCE_MEANING, skipped, validate_tolerances, where_they_part
+from reprokit.kits.contract.files import write_json_atomic
+from reprokit.kits.contract.names import REFERENCE, label
+from reprokit.kits.framework_free import arithmetic, model_checks, numeric_checks, rank_checks
+from reprokit.kits.framework_free import certificate as cert
 from reprokit.runners.base import RESULT_NAME, Outcome, Runner, spec_call
 
 NOT_REPLAYED = ("not checked for scripts: the trajectory replays each script's own loss and optimizer in fp64 from "
@@ -170,8 +170,8 @@ def _compare(result: dict[str, Any], sides: dict[str, dict[str, Any]], folders: 
 
 
 def _at_n(result: dict[str, Any], folders: dict[str, Path]) -> list[dict[str, Any]]:
-    """The checks at N devices (kits/framework_free/rank_checks.py), where a side ran on more than one: from the
-    evidence each process left at its first step (kits/ranks/certified.py)."""
+    """The checks at N devices (reprokit/kits/framework_free/rank_checks.py), where a side ran on more than one: from
+    the evidence each process left at its first step (reprokit/kits/ranks/certified.py)."""
     devices = result.get("devices") or {}
     evidence = {fw: [json.loads(p.read_text()) for p in sorted((folder / cert.EVIDENCE_FOLDER).glob("*.json"))]
                 if (folder / cert.EVIDENCE_FOLDER).is_dir() else [] for fw, folder in folders.items()}

@@ -30,17 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kits.contract.pitfalls import PITFALLS
 from reprokit.claims.claims_schema import FRAMEWORK_SCHEMAS, SCHEMA, framework_schema_text, schema_text, validated
 from reprokit.errors import UserError
+from reprokit.kits.contract.pitfalls import PITFALLS
 from reprokit.results import metrics
 from reprokit.results.runs import TUNED, TUNED_ALONE, TUNED_SETTINGS
 from reprokit.results.units import NON_NEGATIVE, UNITS
 
 SCHEMA_ID = "reprokit.claims/1"
 # The claims schema's quantity enum is written from metrics, and every schema's framework enum from
-# kits/contract/names.py BUILTIN, by this command (tests/test_quantities.py and tests/test_registry.py fail until it
-# is run).
+# reprokit/kits/contract/names.py BUILTIN, by this command (tests/test_quantities.py and tests/test_registry.py fail
+# until it is run).
 REGENERATE = 'python -c "from reprokit.claims import claims; claims.write_schema()"'
 
 # quantity -> (dimension, what it is): every quantity metrics reads

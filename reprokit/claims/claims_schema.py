@@ -15,10 +15,10 @@ from typing import Any
 
 import jsonschema
 
-from kits.contract.names import BUILTIN, FRAMEWORK_ENUM, fill_frameworks, schema_with_registry
 from reprokit import resources
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import BUILTIN, FRAMEWORK_ENUM, fill_frameworks, schema_with_registry
 from reprokit.results import metrics
 from reprokit.results.schema_messages import describe
 from reprokit.results.units import UNITS
@@ -43,7 +43,7 @@ def schema_text(text: str) -> str:
     from the registry's built-in entries, the rest as it is.
 
     The file stays whole (editors and readers see every quantity) and validation reads it as committed, with the
-    frameworks registered through kits/contract/names.py's hook added (names.schema_with_registry)."""
+    frameworks registered through reprokit/kits/contract/names.py's hook added (names.schema_with_registry)."""
     names = textwrap.fill(", ".join(f'"{name}"' for name in metrics.QUANTITIES), 116, initial_indent=" " * 8,
                           subsequent_indent=" " * 8, break_long_words=False, break_on_hyphens=False)
     out, found = _QUANTITY_ENUM.subn(lambda m: f"{m[1]}\n{names}\n      {m[2]}", text, count=1)

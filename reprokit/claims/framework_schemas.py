@@ -9,7 +9,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from kits.contract.names import schema_objects
+from reprokit.kits.contract.names import schema_objects
 
 PER_FRAMEWORK = "x-per-framework"
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kits.contract.names import LABELS
 from reprokit.claims.claims import MEMORY_PEAKS, QUANTITIES, Claim, Operand, reference
+from reprokit.kits.contract.names import LABELS
 from reprokit.results import metrics, shares, stats
 from reprokit.results import runs as run_groups
 from reprokit.results.metrics import NotMeasured

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import FRAMEWORKS
 from reprokit import resources
 from reprokit.environments.docker_client import client_or_error, short_reason
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import FRAMEWORKS
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

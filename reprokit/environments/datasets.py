@@ -1,7 +1,7 @@
 """Prepare datasets on the host as one framework-neutral, checksummed .npz each.
 
 Kits never download or decode anything: they read the .npz that ``prepare``
-wrote (``kits/framework_free/data.py``) and check its sha256 against the spec, so both
+wrote (``reprokit/kits/framework_free/data.py``) and check its sha256 against the spec, so both
 frameworks train on the same bytes and a run needs no network.
 
 The as-posted readers of seed 000 read CIFAR-10 as the posts did, from files prepared
@@ -12,7 +12,8 @@ the network) builds in the TensorFlow environment.
 
 MNIST, Fashion-MNIST and CIFAR-100, which a script loads by name, come the same way from their published
 files (``reprokit/environments/published_files.py``; ``published_datasets.py`` stages one whole), and each
-has its generated stand-in (``learnable-mnist`` ..., kits/framework_free/stand_ins.py) as CIFAR-10 has ``learnable``.
+has its generated stand-in (``learnable-mnist`` ..., reprokit/kits/framework_free/stand_ins.py) as CIFAR-10 has
+``learnable``.
 """
 from __future__ import annotations
 
@@ -27,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from kits.contract.files import atomic_file
-from kits.contract.named_datasets import KNOWN, Named, of_dataset
-from kits.framework_free import data as kitdata
-from kits.framework_free import stand_ins
 from reprokit.environments import downloads, published_files
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import atomic_file
+from reprokit.kits.contract.named_datasets import KNOWN, Named, of_dataset
+from reprokit.kits.framework_free import data as kitdata
+from reprokit.kits.framework_free import stand_ins
 from reprokit.results.quarantine import set_aside
 
 DATASETS = ("cifar10", "synthetic", "learnable")
@@ -270,8 +271,8 @@ def _to_nhwc(batch: dict[bytes, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _generate(name: str, n_train: int, n_test: int, seed: int, size: int,
               classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """synthetic's noise, or a named dataset's learnable stand-in (kits/framework_free/stand_ins.py, which a probed
-    script's run also generates from). One stream each, train drawn first: the test set is independent of the
+    """synthetic's noise, or a named dataset's learnable stand-in (reprokit/kits/framework_free/stand_ins.py, which a
+    probed script's run also generates from). One stream each, train drawn first: the test set is independent of the
     train set yet fixed by (n_train, n_test, seed) and synthetic's shape, which the file name records."""
     if name != "synthetic":
         return stand_ins.generate(_named(name).name, n_train, n_test, seed)

@@ -9,9 +9,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from kits.contract.files import atomic_file
 from reprokit.console import duration
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import atomic_file
 
 DOWNLOAD_TIMEOUT_S = 60
 _CHUNK = 1 << 20

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import write_text_atomic
 from reprokit import resources
 from reprokit.environments import base_images, cache
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import write_text_atomic
 from reprokit.locking import Lock
 from reprokit.results import quarantine
 from reprokit.results.provenance import sha256_file

@@ -2,7 +2,7 @@
 
 Used by every runner and by ``gpu_state``. What each framework's CUDA build needs (driver,
 kernels per compute capability) is data in ``docker/bases.toml``; the host's GPUs come from
-``nvidia-smi`` through ``kits.framework_free.nvidia_smi``, the one module that parses it.
+``nvidia-smi`` through ``reprokit.kits.framework_free.nvidia_smi``, the one module that parses it.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.framework_free import nvidia_smi
 from reprokit.environments import base_images, docker_client
 from reprokit.errors import UserError
+from reprokit.kits.framework_free import nvidia_smi
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

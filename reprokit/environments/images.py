@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import CONTAINER_LABEL
-from kits.contract.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
 from reprokit.environments import cache
 from reprokit.environments.base_images import (
     BASES_FILE,
@@ -49,6 +47,8 @@ from reprokit.environments.base_images import (
 )
 from reprokit.environments.docker_client import client_or_error, short_reason
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import CONTAINER_LABEL
+from reprokit.kits.contract.names import FRAMEWORKS as FRAMEWORKS  # re-exported: reprokit.runners.choose reads it here
 
 if TYPE_CHECKING:
     from docker.client import DockerClient

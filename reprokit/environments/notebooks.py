@@ -15,7 +15,7 @@ requirements (--require, or a requirements.txt beside the notebook) or its frame
 it names, and refused, naming its cell, where not; any other magic or shell line is refused, naming its cell
 and line. A cell whose saved output is an error, or that is tagged ``raises-exception`` (the tag nbval and
 nbclient read), is expected to raise it: the spec lists each code cell with its lines in the converted text and
-the error it expects, and the probe runs the cells one at a time (kits/training_loop/notebook_script.py). The
+the error it expects, and the probe runs the cells one at a time (reprokit/kits/training_loop/notebook_script.py). The
 user's file is never edited: the converted text goes into the spec with its sha256 and the notebook's (both in
 the run id), and the probe runs it in a copy of the notebook's folder.
 """

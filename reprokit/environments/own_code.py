@@ -16,8 +16,8 @@ import ast
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kits.contract import work_folder
 from reprokit.environments import notebooks
+from reprokit.kits.contract import work_folder
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py")
 # how far up the scan looks for a package a script outside any package imports from a folder beside its own

@@ -1,6 +1,6 @@
 """MNIST, Fashion-MNIST and CIFAR-100 on the host: their published files fetched, checked and converted.
 
-The host fetches each dataset's published files (kits/contract/named_datasets.py: the URLs and md5s torchvision
+The host fetches each dataset's published files (reprokit/kits/contract/named_datasets.py: the URLs and md5s torchvision
 lists), or takes them where a person placed them, checks their md5, and converts them to the kit's .npz
 (reprokit/environments/datasets.py). The files stay where torchvision's own download puts them: MNIST's
 ``MNIST/raw/*.gz``, CIFAR-100's archive with its ``cifar-100-python/`` extracted, which a run links for
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kits.contract.named_datasets import CIFAR_FOLDERS, KNOWN, SERVED, by_user_name
 from reprokit.environments import datasets, published_files
 from reprokit.errors import UserError
+from reprokit.kits.contract.named_datasets import CIFAR_FOLDERS, KNOWN, SERVED, by_user_name
 
 
 def readers_files(name: str, cache_dir: Path, allow_download: bool) -> str | None:

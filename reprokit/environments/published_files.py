@@ -1,5 +1,5 @@
 """MNIST's, Fashion-MNIST's and CIFAR-100's published files on the host: fetched (or taken where a person placed
-them), their md5 checked against torchvision's list (kits/contract/named_datasets.py), and read into arrays.
+them), their md5 checked against torchvision's list (reprokit/kits/contract/named_datasets.py), and read into arrays.
 datasets.py converts the arrays to the kit's .npz; published_datasets.py stages a whole dataset."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kits.contract.named_datasets import CIFAR_FOLDERS, IDX_FILES, KNOWN, Named
-from kits.framework_free.dataset_formats import read_cifar100, read_idx
 from reprokit.environments import downloads
 from reprokit.errors import UserError
+from reprokit.kits.contract.named_datasets import CIFAR_FOLDERS, IDX_FILES, KNOWN, Named
+from reprokit.kits.framework_free.dataset_formats import read_cifar100, read_idx
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 

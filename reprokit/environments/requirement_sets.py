@@ -36,11 +36,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from kits.contract.files import write_text_atomic
-from kits.framework_free.data import REQUIREMENTS_INSTALLED
 from reprokit.environments import cache, envs, source_wheels
 from reprokit.environments.script_packages import PYTHON_VERSION, TARGET
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import write_text_atomic
+from reprokit.kits.framework_free.data import REQUIREMENTS_INSTALLED
 from reprokit.locking import Lock
 
 WHEELS = "wheels"                  # the cache's folder of wheels: <wheel file name>

@@ -25,9 +25,9 @@ from urllib.parse import unquote, urlparse
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kits.contract.files import write_text_atomic
 from reprokit.environments import cache, source_wheels
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import write_text_atomic
 
 PYTHON_VERSION = "3.11"            # the images' Python (docker/*.Dockerfile) and the locks'
 # every manylinux tag the images' glibc 2.28 runs: given --platform, pip takes only the tags named (torch's own

@@ -137,7 +137,7 @@ def _sysfs_affinity(bus_id: str) -> tuple[set[int] | None, str | None]:
 
 def gpu_affinity(gpus: list[dict[str, Any]]) -> dict[str, tuple[set[int] | None, str | None]]:
     """GPU index -> (CPUs near it, its memory node), from `nvidia-smi topo -m`, else sysfs by the PCI bus id."""
-    from kits.framework_free.nvidia_smi import topology
+    from reprokit.kits.framework_free.nvidia_smi import topology
     topo = parse_topo(topology() or "")
     out = {}
     for g in gpus:

@@ -39,13 +39,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.contract.spec import RunSpec, Spec, Threads
 from reprokit.console import RunProgress
 from reprokit.environments.topology import FAKE_SLOTS_ENV
 from reprokit.errors import UserError
 from reprokit.execute.device_placement import held
 from reprokit.execute.node_staging import CHUNK
 from reprokit.execute.node_tasks import Job, _node_facts, _node_run
+from reprokit.kits.contract.spec import RunSpec, Spec, Threads
 from reprokit.results import results
 from reprokit.runners.base import Runner
 

@@ -8,7 +8,6 @@ import dataclasses
 from pathlib import Path
 from typing import cast
 
-from kits.contract.spec import RunSpec, Spec
 from reprokit import resources
 from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
@@ -17,6 +16,7 @@ from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
 from reprokit.execute import data_step, device_placement, from_report
 from reprokit.execute.executors import Executor, HostExecutor, RayExecutor
+from reprokit.kits.contract.spec import RunSpec, Spec
 from reprokit.plan import claimed, device_counts, frameworks, matrix, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import Experiment

@@ -9,13 +9,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kits.contract.named_datasets import KNOWN
-from kits.contract.names import REGISTRY, TFDS_DATA, kit_module
-from kits.framework_free import data as kitdata
 from reprokit.environments import datasets, published_datasets, script_requirements
 from reprokit.environments.datasets import tfds_prepared
 from reprokit.environments.script_requirements import Source
 from reprokit.errors import UserError
+from reprokit.kits.contract.named_datasets import KNOWN
+from reprokit.kits.contract.names import REGISTRY, TFDS_DATA, kit_module
+from reprokit.kits.framework_free import data as kitdata
 from reprokit.plan.inputs import DataStep
 from reprokit.runners.base import KitCall, Runner
 

@@ -15,7 +15,7 @@ runs would go first and the 1-GPU runs last, and the host's drift would read as 
 in eight (one script's 1, 2, 4 and 8 on 8 GPUs: 2 rounds a repeat against R + ceil(7R/8) for R repeats packed
 together, the same up to 7 repeats).
 
-On a CPU host a run's N devices are stand-ins the kit makes inside its process (kits/devices/stand_ins.py), at
+On a CPU host a run's N devices are stand-ins the kit makes inside its process (reprokit/kits/devices/stand_ins.py), at
 most the CPUs this process may use. Everything here is a pure function of the host's description (the slots),
 so placement is tested on described hosts; it is untested on real GPUs.
 """
@@ -25,9 +25,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from kits.contract.spec import Spec
 from reprokit.environments.topology import Placement, joined
 from reprokit.errors import UserError
+from reprokit.kits.contract.spec import Spec
 from reprokit.plan import device_counts
 
 # What each result of a sweep on mixed GPUs declares (environment.mixed_gpus), and the report reads.

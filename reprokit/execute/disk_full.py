@@ -1,6 +1,6 @@
 """A full state or report folder: the run that could not be written is lost, the command stops in one sentence.
 
-Every result is written whole or not at all (kits/contract/files.py), so a full disk damages no
+Every result is written whole or not at all (reprokit/kits/contract/files.py), so a full disk damages no
 finished result; what it costs is the run in hand. Going on would only lose the next one too.
 """
 from __future__ import annotations

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kits.contract.spec import Spec
 from reprokit.console import RunProgress
 from reprokit.environments.topology import Placement
+from reprokit.kits.contract.spec import Spec
 from reprokit.results.store import Store
 from reprokit.runners import container_limits
 from reprokit.runners.base import Runner

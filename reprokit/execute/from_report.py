@@ -7,9 +7,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from kits.contract.spec import RunSpec, ScriptSpec, Spec, SpecError, typed
 from reprokit.environments import datasets
 from reprokit.errors import UserError
+from reprokit.kits.contract.spec import RunSpec, ScriptSpec, Spec, SpecError, typed
 from reprokit.plan import plan as planning
 from reprokit.results import safe_names
 from reprokit.results.store import Store, none_read

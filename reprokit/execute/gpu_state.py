@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.framework_free import nvidia_smi
-from kits.framework_free.nvml import POWER_MANAGEMENT, SLOWDOWNS
+from reprokit.kits.framework_free import nvidia_smi
+from reprokit.kits.framework_free.nvml import POWER_MANAGEMENT, SLOWDOWNS
 
 # each group of clock-event reasons: its bits, its key in the sampler's clock_events, its finding, and a note
 GROUPS = ((SLOWDOWNS, "slowdown_samples", "gpu-throttled", "warning", ""),

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kits.contract.spec import Spec
 from reprokit.execute.executors import Executor, ProgressFor
+from reprokit.kits.contract.spec import Spec
 from reprokit.results.store import Store
 from reprokit.runners.base import Runner
 

@@ -16,10 +16,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.files import atomic_file, clean_stale, write_text_atomic
-from kits.contract.spec import ScriptSpec, Spec
 from reprokit.environments import requirement_sets
 from reprokit.errors import UserError
+from reprokit.kits.contract.files import atomic_file, clean_stale, write_text_atomic
+from reprokit.kits.contract.spec import ScriptSpec, Spec
 from reprokit.results import quarantine
 
 if TYPE_CHECKING:

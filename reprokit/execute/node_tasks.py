@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.contract.spec import ScriptSpec, Spec
 from reprokit.environments import cache
 from reprokit.environments.topology import FAKE_SLOTS_ENV, Placement, fake_slots, gpu_slots, joined
 from reprokit.errors import UserError
 from reprokit.execute.device_placement import held
 from reprokit.execute.node_staging import stage_data, stage_image, stage_script
 from reprokit.execute.schedule import Ledger, run_placed
+from reprokit.kits.contract.spec import ScriptSpec, Spec
 from reprokit.results import provenance, results
 from reprokit.runners.base import Runner
 from reprokit.runners.make import make

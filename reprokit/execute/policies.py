@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from kits.contract.spec import Spec
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.console import RunProgress
 from reprokit.execute.executors import ProgressFor
 from reprokit.execute.loop import Batch, unfinished
+from reprokit.kits.contract.spec import Spec
 from reprokit.plan import plan as planning
 from reprokit.plan import tuning
 from reprokit.plan.repeats import configuration

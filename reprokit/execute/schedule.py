@@ -29,15 +29,15 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kits.contract.files import write_json_atomic
-from kits.contract.spec import Spec
-from kits.framework_free import parent_death
 from reprokit.console import RunProgress
 from reprokit.environments import host_checks
 from reprokit.environments.topology import Placement, parse_cpulist, usable_cpus
 from reprokit.errors import UserError
 from reprokit.execute import disk_full, gpu_state, locks, stopping
 from reprokit.execute.device_placement import Pool, declare_models, held, start_order
+from reprokit.kits.contract.files import write_json_atomic
+from reprokit.kits.contract.spec import Spec
+from reprokit.kits.framework_free import parent_death
 from reprokit.results import quarantine
 from reprokit.runners import live
 from reprokit.runners.base import Runner, run_spec
@@ -315,7 +315,7 @@ class _Tally:
 
 
 def _keep_figures(run_dir: Path, kept: Path) -> None:
-    """A probed script's saved plots (kits/probe.py lists them in its result), beside the results."""
+    """A probed script's saved plots (reprokit/kits/probe.py lists them in its result), beside the results."""
     figures = run_dir / "out" / "figures"
     if figures.is_dir():
         shutil.rmtree(kept, ignore_errors=True)

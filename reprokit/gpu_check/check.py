@@ -57,7 +57,7 @@ def evidence(args: Options, report_dir: Path, paths: list[Path], results: list[d
     for line in certificate_half(args.python, results, data_dir, args.state_dir.resolve() / "certificate-half",
                                  args.timeout):
         say(line)
-    say("\n== the kit against its bare loop on this device (one fixed spec per experiment; kits.bench, as in "
+    say("\n== the kit against its bare loop on this device (one fixed spec per experiment; reprokit.kits.bench, as in "
         "`nox -s bench`; not part of the time target)")
     t_cost = time.monotonic()
     missed = kit_cost(args.python, results, data_dir, args.state_dir.resolve() / "kit-cost", args.timeout)

@@ -13,7 +13,7 @@ from reprokit.gpu_check import Options, clone, folders, reports_dir, say
 from reprokit.report.gpu_check_lines import identity_ok, key_figures
 
 SCRIPT = resources.experiments() / "seed000" / "train_torch.py"    # seed 000's posted PyTorch script
-SHOWN = SCRIPT.relative_to(resources.kit_import_root())             # kits/experiments/seed000/train_torch.py
+SHOWN = SCRIPT.relative_to(resources.kit_import_root())             # reprokit/kits/experiments/seed000/train_torch.py
 POSTED = "vgg16_cifar10_speed"                                            # the experiment it is a variant of
 
 

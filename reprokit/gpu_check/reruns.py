@@ -11,11 +11,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kits.contract.spec import RunSpec
 from reprokit.certify import certify_plan
 from reprokit.environments import datasets
 from reprokit.gpu_check import say
 from reprokit.gpu_check.plan import BENCH, TWIN
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan import plan
 from reprokit.report.gpu_check_lines import figure, mib
 from reprokit.results import utilisation
@@ -27,8 +27,8 @@ from reprokit.runners.make import make
 def warmup_twin(python: str, results: list[dict[str, Any]], data_dir: Path, work: Path,
                 timeout_s: float) -> list[str]:
     """The memory case's fixed run again with a full last evaluation batch: with every evaluation shape warmed
-    up (kits/training_loop/training.warm_shapes), cuDNN's autotuning of the partial batch stays out of the evaluation
-    phase, so both evaluation peaks are the same. Returns what it missed."""
+    up (reprokit/kits/training_loop/training.warm_shapes), cuDNN's autotuning of the partial batch stays out of the
+    evaluation phase, so both evaluation peaks are the same. Returns what it missed."""
     run = next((r for r in results if r["status"] == "ok" and r["experiment"] == TWIN and r["variant"] == "fixed"),
                None)
     if run is None:
@@ -77,7 +77,7 @@ def certificate_half(python: str, results: list[dict[str, Any]], data_dir: Path,
     (jobs / "jobs.json").write_text(json.dumps([{"name": "0", "spec": "spec-0.json", "parts": "structure"}]))
     runner = make("local", data_dir=data_dir, device=spec.device, python=Path(python))
     out = work / "out"
-    outcome = runner.run(KitCall("pytorch", "kits.certify", ("--jobs", jobs / "jobs.json", "--out-dir", out,
+    outcome = runner.run(KitCall("pytorch", "reprokit.kits.certify", ("--jobs", jobs / "jobs.json", "--out-dir", out,
                                                             "--data-dir", data_dir),
                                  output=out, inputs=(jobs,), timeout_s=timeout_s, label="certify-pytorch"),
                          lambda event: None)
@@ -114,7 +114,7 @@ def certificate_half(python: str, results: list[dict[str, Any]], data_dir: Path,
 def kit_cost(python: str, results: list[dict[str, Any]], data_dir: Path, work: Path,
              timeout_s: float) -> list[str]:
     """The kit against its bare loop on this device, for each fixed run's own spec: `nox -s bench`'s
-    throughput part (kits.bench through the same runner), 6 rounds from two processes; its lines are printed
+    throughput part (reprokit.kits.bench through the same runner), 6 rounds from two processes; its lines are printed
     as they come, and the gates it missed are returned."""
     # one spec per experiment: the fixed run's (the bench measures the kit, not the spread of repeats)
     specs = [RunSpec.from_dict(s) for s in {r["experiment"]: r["spec"] for r in results
@@ -129,6 +129,6 @@ def kit_cost(python: str, results: list[dict[str, Any]], data_dir: Path, work: P
     try:
         measured = kit_bench.throughput("pytorch", runner, specs, work, rounds)
     except RuntimeError as exc:
-        return [f"kits.bench failed: {exc}"]
+        return [f"reprokit.kits.bench failed: {exc}"]
     say("  summary:")
     return [miss for m in measured for miss in kit_bench.pair_summary(m)]

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kits.contract.spec import Spec
 from reprokit.claims import sequential
 from reprokit.errors import UserError
+from reprokit.kits.contract.spec import Spec
 from reprokit.plan import device_counts, estimate, matrix, repeats
 from reprokit.plan.inputs import DataStep
 from reprokit.plan.request import Request

@@ -13,8 +13,8 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kits.contract.names import FRAMEWORKS
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import FRAMEWORKS
 
 FORM = "--data [FRAMEWORK:]WHERE=FOLDER, e.g. --data pytorch:./data=/datasets/mine"
 

@@ -4,7 +4,7 @@ Each count is a run of its own, in one matrix: the count is in the ScriptSpec (`
 an interrupted sweep resumes as any matrix does. The counts are checked here, before the host is looked at; how
 many devices the host has is checked where the runs are placed (reprokit/execute/device_placement.py).
 
-A run's devices reach a probed script: its GPUs, or stand-in devices on a CPU (kits/devices/). The kit's own
+A run's devices reach a probed script: its GPUs, or stand-in devices on a CPU (reprokit/kits/devices/). The kit's own
 experiments train on one device, so a count above one is for script experiments (--script, or an experiment
 file's [scripts]) only.
 """

@@ -11,7 +11,7 @@ import dataclasses
 import statistics
 from typing import Any
 
-from kits.contract.spec import RunSpec, ScriptSpec, Spec
+from reprokit.kits.contract.spec import RunSpec, ScriptSpec, Spec
 from reprokit.plan import model_cost
 from reprokit.results import utilisation
 

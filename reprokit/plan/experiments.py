@@ -12,11 +12,11 @@ from typing import Any
 
 import jsonschema
 
-from kits.contract.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
-from kits.contract.pitfalls import PITFALLS
 from reprokit import resources
 from reprokit.claims.framework_schemas import fill_per_framework
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import FRAMEWORKS, REGISTRY, label, schema_with_registry
+from reprokit.kits.contract.pitfalls import PITFALLS
 from reprokit.plan.request import ScriptCommand
 from reprokit.plan.script_entries import command_entry, script_entry
 from reprokit.results import safe_names

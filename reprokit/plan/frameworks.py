@@ -4,7 +4,7 @@ An experiment's own ``frameworks`` is its default; ``--frameworks`` may name any
 can run it: every kit builds the built-in models, a custom model only where the spec gives that framework a
 builder. A kit may also declare the spec options it cannot honour, as data: a ``limits`` module in its package,
 standard library only, whose ``refusals(spec_json) -> list[str]`` gives one sentence per limit a planned RunSpec
-runs into; the host reads it without the framework (kits/jax_kit/limits.py).
+runs into; the host reads it without the framework (reprokit/kits/jax_kit/limits.py).
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from kits.contract.names import FRAMEWORKS, REGISTRY, kit_module, label
-from kits.contract.spec import RunSpec
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import FRAMEWORKS, REGISTRY, kit_module, label
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan.experiments import Experiment
 
 LIMITS_PART = "limits"

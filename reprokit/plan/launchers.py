@@ -1,7 +1,7 @@
 """A script's launcher, as the user typed it, read before any run: its words, the processes it starts, its rendezvous.
 
 ``--script "FRAMEWORK=[LAUNCHER] (PATH | -m MODULE) [ARGS]"``, or ``launcher = "torchrun --nproc-per-node 2"`` in an
-experiment file's script entry, names one of the launchers of kits/contract/launchers.py before the script. Its
+experiment file's script entry, names one of the launchers of reprokit/kits/contract/launchers.py before the script. Its
 options end at the first ``.py`` or ``.ipynb`` word, or at ``-m``. The plan reads from them how many processes it
 starts on this machine (torchrun's ``--nproc-per-node``, accelerate's ``--num_processes`` with ``--multi_gpu``,
 fabric's ``--devices``), with ``{devices}`` read as the run's device count, and refuses, in one sentence each: a
@@ -18,11 +18,22 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from kits.contract import launchers as contract
-from kits.contract.launchers import DEVICES, KINDS, LOOPBACK, NAMES, SPAWNS, TRAINERS, Kind, given, value, with_value
-from kits.contract.names import label
 from reprokit.environments import import_scan, notebooks, script_requirements
 from reprokit.errors import UserError
+from reprokit.kits.contract import launchers as contract
+from reprokit.kits.contract.launchers import (
+    DEVICES,
+    KINDS,
+    LOOPBACK,
+    NAMES,
+    SPAWNS,
+    TRAINERS,
+    Kind,
+    given,
+    value,
+    with_value,
+)
+from reprokit.kits.contract.names import label
 
 SCRIPT_SUFFIXES = (".py", ".ipynb")
 _NAMED = ", ".join(NAMES[:-1]) + f" or {NAMES[-1]}"
@@ -176,8 +187,8 @@ def _count(kind: Kind, options: list[str], device: str, devices: int, shown: str
 
 
 def planned(name: str, options: list[str], device: str, devices: int, shown: str) -> dict[str, Any]:
-    """The spec's launcher (kits/contract/spec.py Launcher, as JSON): ``{devices}`` replaced by the run's count, the
-    rendezvous address made explicit on loopback, the processes it starts; refused where those are not the
+    """The spec's launcher (reprokit/kits/contract/spec.py Launcher, as JSON): ``{devices}`` replaced by the run's
+    count, the rendezvous address made explicit on loopback, the processes it starts; refused where those are not the
     devices the run holds (``devices``, --devices N)."""
     kind, declared = contract.kind(name), []
     if any(DEVICES in word for word in options):

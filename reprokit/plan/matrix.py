@@ -9,10 +9,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kits.contract.spec import Spec
 from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
 from reprokit.errors import UserError
+from reprokit.kits.contract.spec import Spec
 from reprokit.plan import claimed, device_counts, frameworks, script_plan, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.contract.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
-from kits.framework_free import resnet
+from reprokit.kits.contract.names import SIMPLECNN_BLOCKS, VGG16_BLOCKS, scaled_width
+from reprokit.kits.framework_free import resnet
 
 
 def _architecture(model: dict[str, Any], input_size: int) -> tuple[list[tuple[int, int, int]], list[int]]:

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kits.contract.names import REGISTRY, label
-from kits.contract.pitfalls import PITFALLS, Pitfall, for_framework
-from kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
 from reprokit.environments import datasets
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import REGISTRY, label
+from reprokit.kits.contract.pitfalls import PITFALLS, Pitfall, for_framework
+from reprokit.kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
 from reprokit.plan import frameworks
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.inputs import DataStep

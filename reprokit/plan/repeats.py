@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from kits.contract.spec import Spec
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
+from reprokit.kits.contract.spec import Spec
 from reprokit.plan import plan as planning
 
 

@@ -10,10 +10,10 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kits.contract.names import FRAMEWORKS
 from reprokit.claims import sequential
 from reprokit.environments import module_names
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import FRAMEWORKS
 from reprokit.plan import data_mounts, device_counts, launchers
 from reprokit.results import safe_names
 

@@ -5,23 +5,23 @@ names: ``datasets.MNIST(...)`` and ``from torchvision.datasets import FashionMNI
 ``tf.keras.datasets.cifar100``, ``from tensorflow.keras.datasets import fashion_mnist``, TFDS's
 ``tfds.load('mnist', ...)`` or ``tfds.builder('cifar100')`` (a literal name; names in comments and in other
 strings are not code, and do not count), and the URLs of the datasets' published files a script fetches itself
-(kits/contract/published_urls.py): a listed URL, or a mirror's folder, as JAX's examples join
+(reprokit/kits/contract/published_urls.py): a listed URL, or a mirror's folder, as JAX's examples join
 ``"https://storage.googleapis.com/cvdf-datasets/mnist/"`` to each file's name (a folder of two datasets' files
 counts where the module names one of its files; a docstring's URL is prose). Read at plan time, the first one
 found becomes the spec's data: the host prepares it (the published dataset, or its stand-in on quick) and
 checksums it, so the report names the data the script trained on and the run id covers it; the plan refuses,
 before any run, a standard run whose dataset is not there and cannot be downloaded. A script that loads another
-of them as well (chosen by its arguments) still gets it in the run (kits/training_loop/staged_data.py): the plan
-prepares those too.
+of them as well (chosen by its arguments) still gets it in the run (reprokit/kits/training_loop/staged_data.py): the
+plan prepares those too.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from kits.contract import published_urls, work_folder
-from kits.contract.named_datasets import KNOWN
 from reprokit.environments import notebooks
+from reprokit.kits.contract import published_urls, work_folder
+from reprokit.kits.contract.named_datasets import KNOWN
 
 _TORCHVISION = {n.torchvision: n.name for n in KNOWN.values()}
 _KERAS = {n.keras: n.name for n in KNOWN.values()}

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.contract import work_folder
-from kits.contract.launchers import FRAMEWORK as LAUNCHED
-from kits.contract.names import label
 from reprokit.environments import module_names, notebooks, own_code, script_requirements
 from reprokit.errors import UserError
+from reprokit.kits.contract import work_folder
+from reprokit.kits.contract.launchers import FRAMEWORK as LAUNCHED
+from reprokit.kits.contract.names import label
 from reprokit.plan import launchers
 from reprokit.plan.request import ScriptCommand
 

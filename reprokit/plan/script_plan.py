@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kits.contract import work_folder
-from kits.contract.spec import ScriptSpec
 from reprokit.environments import datasets, notebooks, script_requirements
 from reprokit.errors import UserError
+from reprokit.kits.contract import work_folder
+from reprokit.kits.contract.spec import ScriptSpec
 from reprokit.plan import data_mounts, launchers, script_datasets
 from reprokit.plan.plan import TIMEOUT_S, Options, identified
 from reprokit.results import provenance
@@ -35,8 +35,8 @@ STAND_IN = "learnable"
 
 
 def _files(folder: Path, left_out: list[str]) -> dict[str, str]:
-    """Every .py file of the script's folder that a run copies (kits/contract/work_folder.py), by relative name,
-    with its sha256 (the script imports them); a folder that would copy more than the limit is refused."""
+    """Every .py file of the script's folder that a run copies (reprokit/kits/contract/work_folder.py), by relative
+    name, with its sha256 (the script imports them); a folder that would copy more than the limit is refused."""
     copied = work_folder.copied_bytes(folder, left_out)
     if copied > work_folder.COPY_LIMIT_BYTES:
         raise UserError(f"{folder} would copy {copied >> 20} MiB into every run's work folder, more than the "

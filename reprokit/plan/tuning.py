@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from kits.contract.names import label
-from kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
+from reprokit.kits.contract.names import label
+from reprokit.kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
 from reprokit.plan import plan as planning
 from reprokit.results import metrics
 from reprokit.results.runs import FIXED, TUNED_ALONE

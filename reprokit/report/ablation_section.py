@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kits.contract.names import FRAMEWORKS, LABELS, joined
-from kits.contract.result_header import KIT_INPUT
+from reprokit.kits.contract.names import FRAMEWORKS, LABELS, joined
+from reprokit.kits.contract.result_header import KIT_INPUT
 from reprokit.report import explanations
 from reprokit.report.markdown import md, short, table
 from reprokit.results import metrics, runs, units

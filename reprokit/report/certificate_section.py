@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kits.contract.names import compared, label
 from reprokit.certify import certify_plan
+from reprokit.kits.contract.names import compared, label
 from reprokit.report.markdown import md, short, table
 from reprokit.results.runs import FIXED
 

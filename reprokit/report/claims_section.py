@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kits.contract.names import LABELS
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim, Operand
 from reprokit.claims.verdicts import STATUSES, Verdict, fmt_figure, posted_text
+from reprokit.kits.contract.names import LABELS
 from reprokit.report.markdown import anchor, md, short, table
 from reprokit.results.metrics import QUANTITIES
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import LABELS
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import LABELS
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics, stats
 from reprokit.results.store import Store, none_read

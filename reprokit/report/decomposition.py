@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import LABELS, REFERENCE, others
-from kits.contract.pitfalls import PITFALLS
 from reprokit.claims.verdicts import Verdict, posted_gap
+from reprokit.kits.contract.names import LABELS, REFERENCE, others
+from reprokit.kits.contract.pitfalls import PITFALLS
 from reprokit.report import plots
 from reprokit.report.first_screen import DEFAULT_HEADLINES
 from reprokit.report.markdown import anchor, md, short, table

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import write_text_atomic
-from kits.contract.names import LABELS, compared, joined, ratios
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
 from reprokit.claims.verdicts import Verdict, evaluate
+from reprokit.kits.contract.files import write_text_atomic
+from reprokit.kits.contract.names import LABELS, compared, joined, ratios
 from reprokit.plan.experiments import Experiment
 from reprokit.report import (
     ablation_section,

@@ -29,7 +29,7 @@ TEXT = {
     DETECTORS: "Detectors judge from what each run showed, never from its variant or pitfall switches: the "
                "tensors' shapes at every step, the modes of every forward pass, memory over steps and by phase, "
                "the rows the loss received, and the reported metrics against the kit's own count of the outputs "
-               "(`kits/observation/detectors.py`; pairs: `reprokit/report/pair_findings.py`).\n\n"
+               "(`reprokit/kits/observation/detectors.py`; pairs: `reprokit/report/pair_findings.py`).\n\n"
                "A *declared reproduction* is a finding no user code can cause through a hook: only the kit's own "
                "reproduction of a post's code shows it.",
     PLOTS: "Bars are medians over repeats; whiskers are the report's bracket (the range of the repeats below 6, "

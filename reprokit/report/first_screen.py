@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import FRAMEWORKS, LABELS, REFERENCE
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
+from reprokit.kits.contract.names import FRAMEWORKS, LABELS, REFERENCE
 from reprokit.plan import tuning
 from reprokit.report import reconstruction
 from reprokit.report.markdown import device_label, md
@@ -205,7 +205,8 @@ def answers(exp_name: str, exp: Experiment | None, by_variant: dict[str, dict[st
     return "\n".join(lines)
 
 
-# the findings of many devices (kits/observation/rank_detectors.py), named on the first screen where a run shows one
+# the findings of many devices (reprokit/kits/observation/rank_detectors.py), named on the first screen where a run
+# shows one
 MANY_DEVICES = ("ranks-same-samples", "same-order-every-epoch", "loss-scaled-per-replica", "loss-scale",
                 "collectives-on-gloo", "evaluation-on-one-rank", "straggler")
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import label
+from reprokit.kits.contract.names import label
 from reprokit.results import utilisation
 
 

@@ -60,5 +60,5 @@ def device_label(results: list[dict[str, Any]]) -> str:
 
 
 def on_cpu_instead(r: dict[str, Any]) -> bool:
-    """A GPU run whose script kept its model on the CPU, measured there (kits/probe.py)."""
+    """A GPU run whose script kept its model on the CPU, measured there (reprokit/kits/probe.py)."""
     return any(f.get("code") == "model-not-on-gpu" for f in r.get("findings") or [])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.contract.names import label
+from reprokit.kits.contract.names import label
 from reprokit.report import settings_table
 
 

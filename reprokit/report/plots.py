@@ -27,8 +27,8 @@ from statistics import median
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.files import atomic_file
-from kits.contract.names import LABELS, REGISTRY, compared
+from reprokit.kits.contract.files import atomic_file
+from reprokit.kits.contract.names import LABELS, REGISTRY, compared
 from reprokit.report import scaling_section
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured

@@ -1,6 +1,6 @@
 """The processes of each script that ran as several: each rank's, worker's or replica's figures, and in all.
 
-Its own module because it reads one part of a result, ``processes`` (kits/ranks/gather.py): the run's other
+Its own module because it reads one part of a result, ``processes`` (reprokit/kits/ranks/gather.py): the run's other
 figures are its first process's, and this says so, with every process's steps, batches, samples and peak memory
 beside them, and how memory adds up: per process, per device, and on the host.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.contract.names import LABELS
+from reprokit.kits.contract.names import LABELS
 from reprokit.report.markdown import md, table
 from reprokit.results import runs
 from reprokit.results.units import memory, sig

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import alive, fsync_dir, write_json_atomic
 from reprokit import report
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
+from reprokit.kits.contract.files import alive, fsync_dir, write_json_atomic
 from reprokit.report import first_screen
 from reprokit.results.store import Store
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import LABELS, REFERENCE, compared, ratios
+from reprokit.kits.contract.names import LABELS, REFERENCE, compared, ratios
 from reprokit.report.markdown import anchor, md, table
 from reprokit.results import metrics, units
 from reprokit.results.runs import POSTED, VERBATIM

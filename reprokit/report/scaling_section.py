@@ -14,7 +14,7 @@ from collections import defaultdict
 from statistics import median
 from typing import Any
 
-from kits.contract.names import FRAMEWORKS, LABELS, REFERENCE, label
+from reprokit.kits.contract.names import FRAMEWORKS, LABELS, REFERENCE, label
 from reprokit.report import gpu_models
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics, runs, stats

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kits.contract.names import FRAMEWORKS, LABELS, REFERENCE, compared, joined, label
-from kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
+from reprokit.kits.contract.names import FRAMEWORKS, LABELS, REFERENCE, compared, joined, label
+from reprokit.kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT
 from reprokit.plan.experiments import Experiment
 from reprokit.report import explanations, pair_findings, parameter_counts
 from reprokit.report.markdown import fenced, md, short, table

@@ -1,6 +1,6 @@
 """Every setting side by side: what each framework reported at run time, framework against framework.
 
-A run's ``environment.settings`` (kits/contract/settings.py, docs/settings.md) holds each setting as the
+A run's ``environment.settings`` (reprokit/kits/contract/settings.py, docs/settings.md) holds each setting as the
 framework reported it. Each framework is held against the reference, setting by setting; a difference is
 declared where a ``[[differences]]`` entry's ``key`` names the setting (or a group of settings: "tf32"),
 or where a pitfall the run reproduces changes it, and **undeclared** otherwise. An entry without a key is
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kits.contract.names import REFERENCE, compared, label
-from kits.contract.settings import KEYS, PITFALL_SETTINGS, declares
+from reprokit.kits.contract.names import REFERENCE, compared, label
+from reprokit.kits.contract.settings import KEYS, PITFALL_SETTINGS, declares
 from reprokit.report.markdown import md, short, table
 from reprokit.results import runs
 

@@ -9,7 +9,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import atomic_file
+from reprokit.kits.contract.files import atomic_file
 from reprokit.results import metrics
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import order

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kits.contract.names import LABELS, compared
+from reprokit.kits.contract.names import LABELS, compared
 from reprokit.plan import tuning
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics

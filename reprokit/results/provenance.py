@@ -13,7 +13,7 @@ import reprokit
 from reprokit import resources
 
 # What makes a result, in a clone: a change there, not yet committed, makes the tree dirty (a fresh report is not).
-CODE_PATHS = ("kits", "reprokit", "locks", "docker", "claims", "noxfile.py", "pyproject.toml")
+CODE_PATHS = ("reprokit", "locks", "docker", "claims", "noxfile.py", "pyproject.toml")
 NO_COMMIT = "unknown (not a git checkout)"
 
 
@@ -32,11 +32,13 @@ def tree_sha256(root: Path, pattern: str = "*.py") -> str:
 
 
 def kit_code_sha256() -> str:
-    """sha256 over the Python files of the installed kit packages (resources.KIT_PACKAGES), by their names in the
-    package: the same from a clone and from the wheel built from it, wherever either is installed."""
+    """sha256 over the Python files a kit process imports (resources.kit_code: reprokit/__init__.py and
+    reprokit/kits/), by their names in the package: the same from a clone and from the wheel built from it, wherever
+    either is installed."""
     digest = hashlib.sha256()
-    for folder in resources.kit_dirs():
-        digest.update(f"{folder.name}\0{tree_sha256(folder)}\0".encode())
+    for path in resources.kit_code():
+        name = path.relative_to(resources.kit_import_root()).as_posix()
+        digest.update(f"{name}\0{tree_sha256(path) if path.is_dir() else sha256_file(path)}\0".encode())
     return digest.hexdigest()
 
 
@@ -94,7 +96,7 @@ def scripts_git(folder: Path, files: list[str]) -> dict[str, Any]:
     """Where a user's script folder sits in a git repository: its commit (``script_commit``) and whether any of
     ``files`` (the run's copy, relative to the folder) differs from it or is not in it (``script_dirty``); {} where
     it sits in none, or in the kit's own clone (whose commit the result records already)."""
-    if any(folder.resolve().is_relative_to(d) for d in resources.kit_dirs()):
+    if folder.resolve().is_relative_to(resources.kits()):
         return {}                   # the seeds' posted scripts: the kit's own code, wherever it is installed
     top = git(folder, "rev-parse", "--show-toplevel")
     kit = resources.checkout()

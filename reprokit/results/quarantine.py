@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from kits.contract.files import fsync_dir
+from reprokit.kits.contract.files import fsync_dir
 
 QUARANTINE = "quarantine"
 

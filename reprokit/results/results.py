@@ -10,9 +10,9 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 
-from kits.contract.names import schema_with_registry
-from kits.contract.result_header import header
 from reprokit import resources
+from reprokit.kits.contract.names import schema_with_registry
+from reprokit.kits.contract.result_header import header
 
 
 @lru_cache(maxsize=1)

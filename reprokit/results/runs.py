@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from kits.contract.pitfalls import PITFALLS
+from reprokit.kits.contract.pitfalls import PITFALLS
 
 FIXED, POSTED = "fixed", "as_posted"
 SCRIPT, VERBATIM = "script", "verbatim"      # a script experiment's runs; a seed's posted code itself
@@ -117,7 +117,7 @@ def first(variants: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
 
 
 def is_script(spec: dict[str, Any]) -> bool:
-    """A probed script's run (kits/probe.py), whose spec names the script instead of a model and a loop."""
+    """A probed script's run (reprokit/kits/probe.py), whose spec names the script instead of a model and a loop."""
     return spec.get("source") == "script"
 
 

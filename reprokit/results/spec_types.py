@@ -1,6 +1,6 @@
 """A result's spec and the other fields the report reads, checked against their types (the Store's reader asks).
 
-The result schema checks a result's shape and the figures it is judged by; kits/contract/spec.parse checks a
+The result schema checks a result's shape and the figures it is judged by; reprokit/kits/contract/spec.parse checks a
 spec's objects and their missing and unknown fields. Neither types every value the report and --from read
 (a spec's text and numbers, the environment's names): a result the kit wrote has them right, one from a
 report folder someone sent may not, and would then end in a traceback deep in the report.
@@ -15,8 +15,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from kits.contract.pitfalls import Pitfalls
-from kits.contract.spec import Numerics, RunSpec, Script, ScriptSpec, read_older
+from reprokit.kits.contract.pitfalls import Pitfalls
+from reprokit.kits.contract.spec import Numerics, RunSpec, Script, ScriptSpec, read_older
 
 # dotted field -> its types, where the result has the field (the schema says which it must have)
 READ: dict[str, tuple[type, ...]] = {

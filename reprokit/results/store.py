@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kits.contract.files import clean_stale, write_json_atomic
-from kits.contract.result_header import READS, SCHEMA
+from reprokit.kits.contract.files import clean_stale, write_json_atomic
+from reprokit.kits.contract.result_header import READS, SCHEMA
 from reprokit.results import quarantine, results, safe_names, spec_types
 
 RERUN = "it will run again"

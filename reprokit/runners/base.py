@@ -1,15 +1,15 @@
 """The seam between the host and the kits: what a runner is given, what it returns.
 
-A runner starts one kit process, ``python -m kits.<module> ARGS`` (a
+A runner starts one kit process, ``python -m reprokit.kits.<module> ARGS`` (a
 ``KitCall``), somewhere: a local virtualenv, a given interpreter, a container.
 Every runner gives the process the same things: the kit code and the data
 read-only, the call's own input files read-only, and exactly one writable
 folder, fresh and empty. It reports how the process ended as an ``Outcome``.
 
-``run_spec`` is the training run (``kits.run``) on top of that, and ``collect``
+``run_spec`` is the training run (``reprokit.kits.run``) on top of that, and ``collect``
 turns its outcome plus whatever the kit wrote into exactly one result dict, so
 a failed run is recorded the same way whichever runner started it. The
-certificate (``kits.certify``), the benchmarks and the GPU check start their
+certificate (``reprokit.kits.certify``), the benchmarks and the GPU check start their
 processes through the same ``Runner.run``.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kits.contract.names import PROGRESS_MARKER
-from kits.contract.spec import Spec
-from kits.framework_free import cpu_peak
 from reprokit.environments import module_names, requirement_sets
 from reprokit.environments.topology import Placement
+from reprokit.kits.contract.names import PROGRESS_MARKER
+from reprokit.kits.contract.spec import Spec
+from reprokit.kits.framework_free import cpu_peak
 from reprokit.results import results
 
 LOG_TAIL_LINES = 40
@@ -44,7 +44,7 @@ class KitCall:
     """
 
     framework: str
-    module: str                          # "kits.run", "kits.certify", "kits.bench"
+    module: str                          # "reprokit.kits.run", "reprokit.kits.certify", "reprokit.kits.bench"
     args: tuple[str | Path, ...]
     output: Path                         # the one writable folder; the runner makes it fresh and empty
     inputs: tuple[Path, ...] = ()        # files or folders the process reads, besides the kit code and data
@@ -95,17 +95,17 @@ def fresh_folder(path: Path) -> Path:
 
 def spec_call(spec: dict[str, Any], spec_path: Path, output: Path, data_dir: Path,
               placement: Placement | None = None) -> KitCall:
-    """The training run of one spec, its result file in the call's output folder: ``kits.run`` for a RunSpec,
-    ``kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input). ``spec``
+    """The training run of one spec, its result file in the call's output folder: ``reprokit.kits.run`` for a RunSpec,
+    ``reprokit.kits.probe`` for a ScriptSpec, which also reads the script's folder (read-only, as every input). ``spec``
     is the spec as written at spec_path, the JSON the kit process reads (run_spec writes it; a certificate its own).
     A script's extra requirements are the set the host installed once in the per-user cache, read-only as every
     input (reprokit/environments/requirement_sets.py)."""
     args: tuple[str | Path, ...] = ("--spec", spec_path, "--out", output / RESULT_NAME, "--data-dir", data_dir)
     inputs: tuple[Path, ...] = (spec_path,)
-    module = "kits.run"
+    module = "reprokit.kits.run"
     if spec.get("source") == "script":
         folder = Path(spec["script"]["folder"])
-        module, args, inputs = "kits.probe", (*args, "--script-dir", folder), (spec_path, folder)
+        module, args, inputs = "reprokit.kits.probe", (*args, "--script-dir", folder), (spec_path, folder)
         for mount in spec["script"].get("mounts", ()):      # the user's own data (--data), read-only as inputs are
             args, inputs = (*args, "--mount", mount["at"], Path(mount["folder"])), (*inputs, Path(mount["folder"]))
         if installed := requirement_sets.for_spec(spec):

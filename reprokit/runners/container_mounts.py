@@ -19,14 +19,18 @@ from reprokit.environments.host_checks import JitCache
 from reprokit.errors import UserError
 from reprokit.runners.base import KitCall, fresh_folder
 
-KITS_TARGET = "/opt/reprokit/kits"
+# The kits' folder mounted where `python -m reprokit.kits.run` finds it on the image's PYTHONPATH, /opt/reprokit:
+# the folder /opt/reprokit/reprokit, without an __init__.py, is then a namespace package (no image installs
+# reprokit). Simpler than mounting the wheel's kit-code copy, which a clone does not have.
+PACKAGE_TARGET = "/opt/reprokit/reprokit"
+KITS_TARGET = f"{PACKAGE_TARGET}/kits"
 INPUTS_TARGET = "/opt/reprokit/in"
 DATA_TARGET = "/data"
 RESULTS_TARGET = "/results"
 # The image's own user (see docker/*.Dockerfile). A host user that is not root
 # runs the container under its own uid:gid instead, so it owns what the kit writes.
 IMAGE_USER = (10001, 10001)
-RESERVED_TARGETS = (KITS_TARGET, INPUTS_TARGET, DATA_TARGET, RESULTS_TARGET, "/tmp", "/opt/venv")
+RESERVED_TARGETS = (PACKAGE_TARGET, INPUTS_TARGET, DATA_TARGET, RESULTS_TARGET, "/tmp", "/opt/venv")
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 

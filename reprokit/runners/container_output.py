@@ -11,7 +11,7 @@ import codecs
 import re
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import PROGRESS_MARKER
+from reprokit.kits.contract.names import PROGRESS_MARKER
 from reprokit.runners.base import ProgressFn, split_line
 
 if TYPE_CHECKING:

@@ -42,7 +42,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kits.contract.names import CONTAINER_LABEL, PLUGINS, plugin_environment
 from reprokit import resources
 from reprokit.environments import docker_client, host_checks, images
 from reprokit.environments.host_checks import (
@@ -54,6 +53,7 @@ from reprokit.environments.host_checks import (
     parse_gpus,
 )
 from reprokit.errors import UserError
+from reprokit.kits.contract.names import CONTAINER_LABEL, PLUGINS, plugin_environment
 from reprokit.runners import (
     container_devices,
     container_limits,
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from docker.models.images import Image
 
 PYTHONPATH_ROOT = "/opt/reprokit"
-PLUGINS_ROOT = "/opt/reprokit/plugins"     # each framework plugin's package, read-only (kits/contract/plugins.py)
+PLUGINS_ROOT = "/opt/reprokit/plugins"     # each plugin's package, read-only (reprokit/kits/contract/plugins.py)
 
 SHM_SIZE = "1g"                     # NVIDIA: --shm-size=1g, per device of the run (container_devices.py)
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))  # NVIDIA: memlock=-1, stack=64 MiB
@@ -83,7 +83,7 @@ ENGINE_WAIT_S = 60.0        # how long a run waits for an engine that stopped an
 # second later: a run killed so is told from one a person or the kernel killed by the engine going away.
 KILLED_EXITS = (128 + 9, 128 + 15)
 # base.spec_call's modules: each such call that ends is a result the executor stores at once
-TRAINING_MODULES = ("kits.run", "kits.probe")
+TRAINING_MODULES = ("reprokit.kits.run", "reprokit.kits.probe")
 ENGINE_START = "`sudo systemctl start docker`, or scripts/start-dockerd"
 
 Log = Callable[[str], None]
@@ -106,7 +106,7 @@ class DockerRunner:
                  client: DockerClient | None = None, log: Log = print,
                  pinned_images: dict[str, str] | None = None, engine_wait_s: float = ENGINE_WAIT_S) -> None:
         self.repo_root = Path(repo_root).resolve()
-        self.kits_dir = Path(kits_dir).resolve() if kits_dir else resources.kit_dirs()[0]   # the installed kits
+        self.kits_dir = Path(kits_dir).resolve() if kits_dir else resources.kits()   # the installed kits
         self.data_dir = Path(data_dir).resolve()
         self.gpus = parse_gpus(gpus)
         self.extra_mounts = [(Path(h).resolve(), str(c)) for h, c in extra_mounts]

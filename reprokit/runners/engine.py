@@ -11,7 +11,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from kits.contract.names import CONTAINER_LABEL
+from reprokit.kits.contract.names import CONTAINER_LABEL
 from reprokit.runners import owners
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
-"""The kit against its bare loop, through a runner: kits.bench in the framework's environment, in fresh processes
-of a few rounds each, pooled until both median ratios' intervals are settled, and the gates of one (experiment,
-framework) pair. `nox -s bench` (benchmarks/bench_kit_overhead.py) and scripts/gpu_check's cost of the kit
+"""The kit against its bare loop, through a runner: reprokit.kits.bench in the framework's environment, in fresh
+processes of a few rounds each, pooled until both median ratios' intervals are settled, and the gates of one
+(experiment, framework) pair. `nox -s bench` (benchmarks/bench_kit_overhead.py) and scripts/gpu_check's cost of the kit
 (reprokit/gpu_check/reruns.py) both measure with it.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from kits.contract.spec import RunSpec
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.results import stats
 from reprokit.runners.base import KitCall
 from reprokit.runners.local import LocalRunner
@@ -26,7 +26,7 @@ def log(line: str = "") -> None:
 
 def throughput(framework: str, runner: LocalRunner, specs: list[RunSpec], work: Path,
                args: Any) -> list[dict[str, Any]]:
-    """kits.bench in the framework's environment, through the runner, in fresh processes of
+    """reprokit.kits.bench in the framework's environment, through the runner, in fresh processes of
     ``args.per_process`` rounds each, until every model's pooled rounds are settled; each model's summary.
 
     One process keeps what it gave a side (memory layout, thread placement) for all its rounds: the
@@ -55,11 +55,11 @@ def throughput(framework: str, runner: LocalRunner, specs: list[RunSpec], work: 
 
 def _bench_process(framework: str, runner: LocalRunner, specs: list[RunSpec], work: Path, rounds: int,
                    args: Any) -> list[dict[str, Any]]:
-    """One kits.bench process; its per-round lines are shown as they come."""
+    """One reprokit.kits.bench process; its per-round lines are shown as they come."""
     work.mkdir(parents=True)
     spec_path, out = work / "specs.json", work / "out"
     spec_path.write_text(json.dumps([s.to_dict() for s in specs]))
-    call = KitCall(framework, "kits.bench", ("--specs", spec_path, "--data-dir", runner.data_dir,
+    call = KitCall(framework, "reprokit.kits.bench", ("--specs", spec_path, "--data-dir", runner.data_dir,
                                              "--rounds", str(rounds), "--warmup", str(args.warmup),
                                              "--steps", str(args.steps), "--out", out / "throughput.json"),
                    output=out, inputs=(spec_path,), timeout_s=3600, label=f"bench-{framework}")
@@ -69,7 +69,8 @@ def _bench_process(framework: str, runner: LocalRunner, specs: list[RunSpec], wo
 
     outcome = runner.run(call, shown)
     if outcome.exit_code != 0:
-        raise RuntimeError(f"{framework}: kits.bench ended with {outcome.exit_code}:\n" + "\n".join(outcome.log_tail))
+        raise RuntimeError(f"{framework}: reprokit.kits.bench ended with {outcome.exit_code}:\n"
+                           + "\n".join(outcome.log_tail))
     measured: list[dict[str, Any]] = json.loads((out / "throughput.json").read_text())
     return measured
 

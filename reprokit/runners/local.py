@@ -12,10 +12,10 @@ process of a user's script would not. Its temporary files (TensorFlow's
 autograph modules, multiprocessing's folders) go to a folder of its own beside
 its output folder, removed once it has ended, never to /tmp.
 
-A kit process imports the kits from, and starts in, the folder ``kit_path()`` gives: in a clone its top, as
-always; from an installed wheel a copy of the kit packages alone, since the folder that holds them there is the
-host's site-packages, whose numpy and the rest would shadow the locked environment's. The frameworks plugins add
-reach it in its environment (kits/contract/plugins.py).
+A kit process imports the kits (``reprokit.kits``) from, and starts in, the folder ``kit_path()`` gives: in a
+clone its top, as always; from an installed wheel a copy of reprokit/__init__.py and reprokit/kits/ alone, since the
+folder that holds them there is the host's site-packages, whose numpy and the rest would shadow the locked
+environment's. The frameworks that plugins add reach it in its environment (reprokit/kits/contract/plugins.py).
 """
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kits.contract.names import plugin_environment
 from reprokit import resources
 from reprokit.environments import cache, envs
 from reprokit.environments.host_checks import Flavor, build_facts
 from reprokit.environments.topology import parse_cpulist
+from reprokit.kits.contract.names import plugin_environment
 from reprokit.results.provenance import kit_code_sha256, sha256_file
 from reprokit.runners import live
 from reprokit.runners.base import KitCall, Outcome, ProgressFn, fresh_folder, split_line
@@ -105,9 +105,9 @@ class LocalRunner:
             if call.placement.device_id is not None:
                 env["CUDA_VISIBLE_DEVICES"] = call.placement.device_id
             cpus = ",".join(map(str, sorted(parse_cpulist(call.placement.cpus))))
-        # kits/launch.py takes the CPU set and arms the kit's death with this process, then runs the kit: set-up a
-        # preexec_fn would do, which would make subprocess fork this whole process where it now uses vfork.
-        cmd = [str(self._pythons[call.framework]), "-m", "kits.launch", str(os.getpid()), cpus, call.module,
+        # reprokit/kits/launch.py takes the CPU set and arms the kit's death with this process, then runs the kit:
+        # set-up a preexec_fn would do, which would make subprocess fork this whole process where it now uses vfork.
+        cmd = [str(self._pythons[call.framework]), "-m", "reprokit.kits.launch", str(os.getpid()), cpus, call.module,
                *map(str, call.args)]
         tail: list[str] = []
         t0 = time.perf_counter()
@@ -155,8 +155,9 @@ class LocalRunner:
 
 @lru_cache(maxsize=1)
 def kit_path() -> Path:
-    """The folder a kit process imports the kit packages from: the clone's top, or from a wheel their copy in the
-    per-user cache, one per content of the kits' code (made once, whole or not at all)."""
+    """The folder a kit process imports ``reprokit.kits`` from: the clone's top, or from a wheel a copy of what a kit
+    process imports (resources.kit_code) in the per-user cache, one per content of that code (made once, whole or not
+    at all)."""
     top = resources.checkout()
     if top is not None:
         return top
@@ -164,8 +165,13 @@ def kit_path() -> Path:
     if not folder.is_dir():
         folder.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
-        for package in resources.kit_dirs():
-            shutil.copytree(package, partial / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+        for path in resources.kit_code():                     # reprokit/__init__.py and reprokit/kits/
+            copy = partial / path.relative_to(resources.kit_import_root())
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                shutil.copytree(path, copy, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copyfile(path, copy)
         try:
             partial.rename(folder)
         except OSError:             # another command made it meanwhile: the same content

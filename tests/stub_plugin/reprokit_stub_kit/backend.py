@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from kits.contract.spec import RunSpec
-from kits.framework_free import arithmetic
-from kits.framework_free import data as datalib
-from kits.framework_free.environment import cpu_name
-from kits.framework_free.measure import WindowTimer, now, rss_bytes
-from kits.training_loop.feeding import FeederMixin, NumpyFeeder
+from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.framework_free import arithmetic
+from reprokit.kits.framework_free import data as datalib
+from reprokit.kits.framework_free.environment import cpu_name
+from reprokit.kits.framework_free.measure import WindowTimer, now, rss_bytes
+from reprokit.kits.training_loop.feeding import FeederMixin, NumpyFeeder
 
 
 class Backend(FeederMixin):

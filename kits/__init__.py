@@ -1,1 +1,0 @@
-"""Container side: one entry point, python -m kits.run; stdlib, numpy and one framework only."""

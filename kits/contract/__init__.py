@@ -1,3 +1,0 @@
-"""What host and kits agree on: the spec types, names, pitfalls, settings keys, the result's head, the
-files' layout. Standard library only, and nothing else of kits/: the host imports it.
-"""

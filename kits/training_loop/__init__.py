@@ -1,3 +1,0 @@
-"""The kits' own training loop, framework-free: it drives a framework's backend over the prepared batches, and
-writes the result's body. Of kits/, it reads measurement and below.
-"""

@@ -1,0 +1,220 @@
+"""Bare training loops, and the kit and the bare loop taking turns in one process.
+
+A kit entry point, started by benchmarks/bench_kit_overhead.py through a
+runner (reprokit/runners), like every kit process:
+
+    python -m reprokit.kits.bench --specs specs.json --data-dir DIR [--rounds 5] [--warmup 5] [--steps 40] [--seed N]
+        --out out.json
+
+For every RunSpec in specs.json (one per seed model) it runs, round after
+round, the kit with all its instrumentation (``reprokit.kits.run.run``: progress lines,
+memory readings, per-window clocks, on-device loss sums, evaluation), the kit
+with its per-step timing off, and the fastest idiomatic bare loop of the same
+model, data, optimizer, batch size and threads with nothing else:
+
+- PyTorch: eager; zero_grad(set_to_none=True), forward, cross_entropy, backward,
+  step; no .item() per step.
+- TensorFlow: one ``tf.function`` train step with a GradientTape (the kit's own
+  execution model); traced once per shape.
+
+Both bare loops take the same uint8 NHWC batches of the same .npz in the same
+order, staged as tensors on the device before their clock starts (no numpy
+slicing or conversion in their timed steps, which the kit does inside its
+own), and scale and resize them on the device as the kit does. Each side
+builds a fresh model per round, runs ``warmup`` untimed steps, then ``steps``
+timed steps between two synchronisations; samples/s = steps * batch / seconds.
+The kit's figure is the one it reports (``timing.samples_per_s``); an outer
+clock around the same steps, taken by a thin wrapper of its Backend, checks it.
+Rounds take the six orders of the three sides in shuffled blocks of six, so
+drift and whatever one side leaves to the next cancel in the pairwise ratios.
+After a dropped warm-up round, this process runs ``rounds`` rounds; the
+caller pools the rounds of several processes and decides when they are
+enough. The process CPU time over the same steps is kept as well: where other
+work shares the CPU, samples per CPU second is the steadier figure (the gate
+still uses the wall-clock one the kit reports). Standard library,
+numpy, the framework and reprokit/kits/ only.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import itertools
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from reprokit.kits import parts
+from reprokit.kits.contract.names import PROGRESS_MARKER
+from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.framework_free import data as datalib
+
+# --- the kit ----------------------------------------------------------------------------------
+
+class _OuterClock:
+    """Wraps the kit's Backend: a clock outside the kit's own around the same timed steps.
+
+    Starts (after a sync) when the loop asks for the first timed batch, before
+    it is sliced and handed to the device; stops when the loop reads its sums
+    after its end-of-epoch sync. Adds one generator hop per batch, nothing else.
+    """
+
+    def __init__(self, backend, warmup: int) -> None:
+        self._b = backend
+        self._warmup = warmup
+        self._fetched = 0
+        self.t0 = self.t1 = self.c0 = self.c1 = None
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+    def train_batches(self, epoch: int):
+        inner = iter(self._b.train_batches(epoch))
+        while True:
+            if self._fetched == self._warmup and self.t0 is None:
+                self._b.sync()
+                self.t0, self.c0 = time.perf_counter(), time.process_time()
+            batch = next(inner, None)
+            if batch is None:
+                return
+            self._fetched += 1
+            yield batch
+
+    def take_sums(self):
+        # the first call after the timed steps began ends them (the warmup's evaluation steps call it before)
+        if self.t1 is None and self.t0 is not None:
+            self.t1, self.c1 = time.perf_counter(), time.process_time()
+        return self._b.take_sums()
+
+
+def kit_spec(spec: RunSpec, warmup: int, steps: int, step_timing: bool = True) -> RunSpec:
+    """The RunSpec cut to one epoch of warmup + steps (evaluation kept, on two batches)."""
+    return dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, epochs=1, warmup_steps=warmup, max_steps_per_epoch=warmup + steps),
+        measure=dataclasses.replace(spec.measure, step_timing=step_timing),
+        data=dataclasses.replace(spec.data, test_samples=min(spec.data.test_samples, 2 * spec.train.eval_batch_size)))
+
+
+def kit_round(spec: RunSpec, data_dir: Path, warmup: int, steps: int, step_timing: bool = True) -> dict:
+    """One in-process run of the kit: its reported samples/s and the outer clock's."""
+    import reprokit.kits.run as kitrun
+
+    s = kit_spec(spec, warmup, steps, step_timing)
+    clocks: list[_OuterClock] = []
+    real_train = kitrun.train
+
+    def clocked_train(backend, *args, **kwargs):
+        clocks.append(_OuterClock(backend, warmup))
+        return real_train(clocks[-1], *args, **kwargs)
+
+    kitrun.train = clocked_train
+    try:
+        result = kitrun.run(s.to_dict(), data_dir)       # the kit reads its spec as the JSON a runner writes
+    finally:
+        kitrun.train = real_train
+    timing, eff = result["timing"], result["effective"]
+    if eff["train_steps_per_epoch"] != [warmup + steps]:
+        raise RuntimeError(f"the kit ran {eff['train_steps_per_epoch']} steps, not {warmup + steps}")
+    samples = steps * spec.train.batch_size
+    clock = clocks[-1]
+    return {"kit_sps": timing["samples_per_s"], "outer_sps": samples / (clock.t1 - clock.t0),
+            "kit_cpu_sps": samples / (clock.c1 - clock.c0),
+            "step_p50_s": timing["step_s"]["p50"], "data_wait_fraction": timing["data_wait_fraction"],
+            "wall_s": timing["wall_s"]}
+
+
+# --- alternation ------------------------------------------------------------------------------
+
+SIDES = ("kit", "bare", "untimed")
+
+
+def orders(rng: random.Random):
+    """Round after round, the six orders of the three sides in shuffled blocks of six: in each block every
+    side takes every place twice and directly follows each other side twice (a cyclic rotation would always
+    put the same side before the kit)."""
+    while True:
+        block = list(itertools.permutations(SIDES))
+        rng.shuffle(block)
+        yield from block
+
+
+def _side(side: str, spec: RunSpec, data_dir: Path, arrays: datalib.Arrays, warmup: int, steps: int) -> dict:
+    """One side's figures for a round's row."""
+    if side == "kit":
+        return kit_round(spec, data_dir, warmup, steps)
+    if side == "untimed":                 # the kit with its per-step timing off: what the timing costs
+        untimed = kit_round(spec, data_dir, warmup, steps, step_timing=False)
+        return {"untimed_sps": untimed["kit_sps"], "untimed_outer_sps": untimed["outer_sps"]}
+    wall, cpu = parts.bare_loop(spec.framework).loop(spec, arrays, warmup, steps)
+    samples = steps * spec.train.batch_size
+    return {"bare_sps": samples / wall, "bare_cpu_sps": samples / cpu}
+
+
+def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int, seed: int, log=print) -> dict:
+    """A dropped warm-up round, then ``rounds`` rounds of the kit, the kit without step timing and the bare
+    loop, in orders drawn by ``seed``. How many rounds are enough is the caller's call: it pools the rounds
+    of several processes, since a bias one process gives a side stays for all its rounds."""
+    d = spec.data
+    arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
+    per_epoch = len(arrays.x_train) // spec.train.batch_size
+    if warmup + steps > per_epoch:
+        raise SystemExit(f"{spec.experiment}: warmup {warmup} + steps {steps} exceed the {per_epoch} "
+                         f"steps of one epoch; ask for fewer steps")
+    draw = orders(random.Random(seed))
+    rows: list[dict] = []
+    for r in range(rounds + 1):          # round 0 warms the process (allocator, kernels, caches): dropped
+        row = {"order": next(draw) if r else SIDES}       # the dropped round takes no order from the blocks
+        for side in row["order"]:
+            gc.collect()
+            row.update(_side(side, spec, data_dir, arrays, warmup, steps))
+        row["timing_ratio"] = row["kit_sps"] / row["untimed_sps"]
+        row["ratio"] = row["kit_sps"] / row["bare_sps"]
+        row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
+        row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
+        if r:
+            rows.append(row)
+        log(f"  {spec.framework:<10} {spec.experiment:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}"
+            f" [{', '.join(row['order'])}]: kit {row['kit_sps']:7.1f} samples/s (outer clock {row['outer_sps']:7.1f}), "
+            f"bare {row['bare_sps']:7.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
+            f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}")
+    return {"experiment": spec.experiment, "framework": spec.framework, "model": spec.model.name,
+            "batch_size": spec.train.batch_size, "warmup": warmup, "steps": steps, "seed": seed,
+            "rounds": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--specs", type=Path, required=True, help="JSON list of resolved RunSpecs, one framework")
+    ap.add_argument("--data-dir", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per model, after a dropped one")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
+    ap.add_argument("--seed", type=int, help="draws the round orders (default: a new one, printed and kept in "
+                                             "the output)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    seed = random.SystemRandom().randrange(2 ** 32) if args.seed is None else args.seed
+    specs = [RunSpec.from_dict(s) for s in json.loads(args.specs.read_text())]
+    frameworks = {s.framework for s in specs}
+    if len(frameworks) != 1:
+        raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
+    parts.bare_loop(specs[0].framework).process_setup(specs[0])
+    _tell(f"  reprokit.kits.bench seed {seed}: --seed {seed} draws the same round orders again")
+    out = []
+    for spec in specs:
+        per_epoch = spec.data.train_samples // spec.train.batch_size
+        steps = min(args.steps, per_epoch - args.warmup)
+        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps, seed, log=_tell))
+    args.out.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def _tell(line: str) -> None:
+    """A line for the person watching the bench, through the runner's progress channel."""
+    print(PROGRESS_MARKER + json.dumps({"bench": line}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
