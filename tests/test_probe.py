@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,13 @@ pytestmark = pytest.mark.slow
 
 
 def _probe(tmp_path: Path, data_dir: Path, script: Path, name: str, env: dict | None = None,
-           framework: str = "pytorch") -> tuple[subprocess.CompletedProcess, dict]:
+           framework: str = "pytorch", cwd: Path = REPO) -> tuple[subprocess.CompletedProcess, dict]:
     state = tmp_path / name
     proc = subprocess.run(
         [sys.executable, "-m", "reprokit", "reproduce", "--script", f"{framework}={script}", "--frameworks", framework,
          "--backend", "local", "--profile", "quick", "--state-dir", str(state), "--data-dir", str(data_dir),
          "--reports-dir", str(tmp_path / "reports"), "--name", name],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+        cwd=cwd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     (path,) = (state / "results").glob("*.json")
     result = json.loads(path.read_text())
     assert results.problems(result) is None
@@ -105,6 +106,22 @@ def test_a_script_that_fails_is_a_failed_run_in_one_sentence(kit_python, tmp_pat
     assert result["failure"]["kind"] == kind and fragment in result["failure"]["message"], result["failure"]
     if script == "raises.py":
         assert any("the script's own bug" in line for line in result["failure"]["log_tail"])
+
+
+@pytest.mark.parametrize("where", ["project", "elsewhere"])
+def test_a_project_with_its_own_package_named_kits_runs_its_own(kit_python, tmp_path, data_dir, where):
+    """The kit's own packages are reprokit's (reprokit.kits): a project's package named ``kits`` is the project's, and
+    its script builds the model it imports from there, whether the command runs in the project's folder or elsewhere.
+    With the kits a top-level package of their own, the first imported the project's in place of the kits' (no module
+    named 'kits.contract'), and the second's kit process, which had imported its own, did not find the project's (no
+    module named 'kits.model')."""
+    kit_python("pytorch")
+    project = tmp_path / "project"
+    shutil.copytree(SCRIPTS / "own_kits", project)
+    script, cwd = (Path("train.py"), project) if where == "project" else (project / "train.py", REPO)
+    proc, result = _probe(tmp_path, data_dir, script, "own-kits", env={"PYTHONPATH": str(REPO)}, cwd=cwd)
+    assert proc.returncode == 0 and result["status"] == "ok", proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "GroupNorm" in result["model"]["layers"]             # the project's SmallNet, from its kits/model.py
 
 
 def test_a_missing_script_is_refused_before_any_run(tmp_path, capsys):
