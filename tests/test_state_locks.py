@@ -74,7 +74,8 @@ def _windows(state: Path) -> list[tuple[float, float]]:
 
 
 def test_two_state_folders_never_time_runs_on_one_device_at_once(tmp_path):
-    long, short = sm.experiment(tmp_path / "long", epochs=800), sm.experiment(tmp_path / "short", epochs=200)
+    # a's run (about 12 s quiet) outlasts b's start, planning included, on a loaded host too: the two must overlap
+    long, short = sm.experiment(tmp_path / "long", epochs=2400), sm.experiment(tmp_path / "short", epochs=200)
     a = sm.start(sm.command(tmp_path, long, tmp_path / "a", repeats=1), tmp_path / "a.log")
     _holding(tmp_path / "a")
     sm.wait_for(lambda: sm.kit_processes(tmp_path / "a"), timeout=60)      # a is timing its first run
