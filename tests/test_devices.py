@@ -160,6 +160,7 @@ def test_a_cpu_plan_says_its_stand_ins_share_the_cpus(tmp_path, capsys):
             f"share this host's {USABLE} CPU") in out and "so their scaling says nothing about GPUs" in out
 
 
+@pytest.mark.docker             # the Docker runner's container config asks the engine for the host's memory
 def test_the_runners_give_a_run_its_n_gpus(tmp_path):
     """The local runner's CUDA_VISIBLE_DEVICES (seen by a real process) and one container of N GPUs."""
     pool = Pool(_described_host(), at_once=4)
