@@ -77,10 +77,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="runs at once on this host, one per assigned GPU, each pinned to CPUs near it "
                         "(auto: one per GPU; default 1: one run at a time with every assigned GPU)")
     p.add_argument("--devices", metavar="N[,N...]",
-                   help="the devices one script run holds, taken from those --gpus assigns: N GPUs (--parallel auto "
+                   help="the devices one run holds, taken from those --gpus assigns: N GPUs (--parallel auto "
                         "then runs floor(GPUs/N) at once), or on a CPU host N stand-in devices, at most its usable "
-                        "CPUs, declared in each result. Several counts make a sweep: each script runs at each, in "
-                        "one matrix (default: one device, and at --parallel 1 every assigned GPU)")
+                        "CPUs, declared in each result. A script runs as its launcher starts it; the kit's own "
+                        "experiments train data-parallel (DDP, MirroredStrategy, a JAX mesh). Several counts make a "
+                        "sweep: each run at each, in one matrix (default: an experiment file's device_counts, else "
+                        "one device, and at --parallel 1 every assigned GPU)")
     p.add_argument("--mixed-gpus", action="store_true",
                    help="let a --devices sweep run on GPUs that differ in model (refused otherwise), declared in each "
                         "result and in the report")

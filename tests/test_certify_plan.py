@@ -36,6 +36,19 @@ def test_pairs_that_differ_only_in_a_loop_pitfall_share_one_certificate(tmp_path
     assert {names[i][0] for i in groups[1]} == {"fixed", *(f"+{n}" for n in named)}
 
 
+def test_a_sweep_certifies_each_pair_once_at_one_device(tmp_path):
+    """The kit's certificate is of its model, data and step, the same at every count: a sweep of 1 and 2 devices
+    gives one pair per variant, its specs at one device (a kit's certify process trains on one)."""
+    experiment = discover([BUILTIN_DIR])["simplecnn_cifar10_memory"]
+    opts = plan.Options(profile="quick", device="cpu", repeats=1, frameworks=("pytorch", "tensorflow"),
+                        data=data_step.LookedUp(tmp_path), variants=("fixed",), devices=(1, 2))
+    runner = LocalRunner(tmp_path / "envs", tmp_path, "cpu")
+    specs = [s.to_dict() for s in plan.specs_for(experiment, opts, runner.describe, code())]
+    assert sorted(s.get("devices", 1) for s in specs) == [1, 1, 2, 2]
+    (pair,) = certify_plan.pairs(specs)[experiment.name]
+    assert all("devices" not in spec for spec in pair.values())
+
+
 H100, L4, A10 = "NVIDIA H100 80GB HBM3", "NVIDIA L4", "NVIDIA A10"
 
 

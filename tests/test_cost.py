@@ -97,7 +97,7 @@ def test_a_sweep_is_priced_in_gpu_hours_as_n_gpus_for_as_long_as_one(tmp_path: P
     spec = _specs(tmp_path)[0]
     h100 = cost.gpu_model("H100-SXM")
     one = cost.of_plan([spec], [], h100)
-    swept = cost.of_plan(cost.at_counts([spec], (1, 2, 4, 8)), [], h100)
+    swept = cost.of_plan([estimate.at_devices(spec, n) for n in (1, 2, 4, 8)], [], h100)
     assert swept.total_s == pytest.approx(15 * one.total_s) and swept.runs == 4
     assert (swept.node_gpus, swept.rounds) == (8, 2) and swept.node_s == pytest.approx(2 * one.total_s)
     assert swept.by_count[8] == pytest.approx(8 * one.total_s) and swept.by_experiment == {
@@ -123,21 +123,21 @@ def test_a_run_at_n_that_finished_prices_n_and_only_n(tmp_path: Path) -> None:
     assert estimate.seconds(at_two, finished, None) == (70.0, "median of 1 finished run(s) like it here")
     assert estimate.seconds(estimate.at_devices(spec, 4), finished, None) == (
         100.0, "median of 1 finished run(s) like it here, at 1 device: no speed-up assumed")
-    priced = cost.of_plan(cost.at_counts([spec], (1, 2, 4)), finished, cost.gpu_model("H100-SXM"))
+    priced = cost.of_plan([estimate.at_devices(spec, n) for n in (1, 2, 4)], finished, cost.gpu_model("H100-SXM"))
     assert priced.measured_s == pytest.approx(100 + 2 * 70 + 4 * 100)
 
 
 def test_the_seed_sweep_on_one_8_gpu_h100_host_stays_within_2_node_hours(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 52: `--devices 1,2,4,8` of the seeds on one 8-GPU H100 host, the most --repeats auto may add included.
-    The kit's own experiments have no count yet: each run at N is its run at 1, N GPUs long (the upper bound)."""
+    The kit's own runs are planned at each count; none has run at N: each is its run at 1, N GPUs long (the upper
+    bound)."""
     assert cli.reproduce(["--dry-run", "--gpu-model", "H100-SXM", "--devices", "1,2,4,8", "--state-dir",
                           str(tmp_path), "--data-dir", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     print(out)
-    assert "plan: 64 runs at each of --devices 1,2,4,8 (256 runs)" in out
-    assert "the kit's own experiments (resnet50_imagenet_speed, simplecnn_cifar10_memory, vgg16_cifar10_speed) run " \
-           "at one device for now" in out
+    assert "plan: 256 runs (64 at 1, 64 at 2, 64 at 4, 64 at 8 devices), profile standard on a GPU, 3 " \
+           "experiment(s)" in out and "at one device for now" not in out
     least, most = (float(h) for h in re.findall(r"on one node of 8 GPUs: ([\d.]+) node-hours", out))
     gpu_hours = [float(h) for h in re.findall(r"([\d.]+) GPU-hours \(GPUs x hours\)", out)]
     assert least < most <= 2.0 and all(h / 8 <= n for h, n in zip(gpu_hours, (least, most)))

@@ -66,14 +66,6 @@ def test_bad_counts_are_one_sentence_before_any_run(more, fragment, tmp_path, ca
     assert not (tmp_path / "state").exists()
 
 
-def test_the_kits_own_experiments_take_one_device(tmp_path, capsys):
-    assert cli.main(["reproduce", "--devices", "2", *_argv(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("error: ") == 1 and ("--devices 2 applies to --script runs (and experiment files' [scripts]); "
-                                          "the kit's own experiments (simplecnn_cifar10_memory, vgg16_cifar10_speed) "
-                                          "run on one device") in err, err
-
-
 @pytest.mark.parametrize("more, fragment", [
     (["--devices", "5"], "--devices 5 asks for 5 GPUs per run, and --gpus all assigns 4; give --devices 4 or less, "
                          "or assign more GPUs with --gpus."),

@@ -12,12 +12,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import stub_matrix as sm
 from checkout import REPO
 
 from reprokit import cli
@@ -215,3 +218,33 @@ def test_who_hangs_is_the_process_not_waiting_in_a_collective(tmp_path):
     assert found["message"] == (f"rank 1 had not ended after 60 s: it is in train ({script}/train.py, line 21), "
                                 f"called from train.py line 21; 1 other process(es) wait for it in a collective or a "
                                 f"join; its stack is below, and every process of the run was stopped")
+
+
+def test_ctrl_c_of_a_command_whose_script_runs_ranks_ends_every_rank(kit_python, data_dir, tmp_path):
+    """Ctrl-C while a script's two ranks train (one of them stuck, the other waiting for it in the all-reduce): the
+    command ends with 130 within 10 s, and neither rank nor the run's process outlives it."""
+    kit_python("pytorch")
+    state = tmp_path / "state"
+    cmd = [sys.executable, "-m", "reprokit", "reproduce", "--script", f"pytorch={SCRIPTS / 'ddp_ranks.py'} "
+           f"{_free_port()}", "--frameworks", "pytorch", "--backend", "local", "--profile", "quick", "--no-certify",
+           "--repeats", "1", "--data-dir", str(data_dir), "--state-dir", str(state), "--reports-dir",
+           str(tmp_path / "reports")]
+    log = tmp_path / "out.log"
+    proc = sm.start(cmd, log, RANK_HANGS="1", REPROKIT_BOUND_LOG=str(tmp_path / "records.jsonl"),
+                    OMP_NUM_THREADS="1")
+
+    def ranks_started() -> list[int]:
+        pids = [int(m.name.removesuffix(".started")) for m in state.rglob("processes/*.started")]
+        return pids if len(pids) >= 2 else []
+    try:
+        ranks = sm.wait_for(ranks_started, timeout=180)
+        kits = list(sm.kit_processes(state))
+        os.kill(proc.pid, signal.SIGINT)
+        out = sm.output(proc, log, timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out[-2000:]
+    assert sm.wait_for(lambda: all(sm.gone(p) for p in ranks + kits), timeout=5), \
+        f"still running: {[p for p in ranks + kits if not sm.gone(p)]}"

@@ -48,7 +48,10 @@ def pairs(specs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                 scripts.setdefault((s["experiment"], s["variant"], s.get("devices", 1)), {})[s["framework"]] = s
             continue
         if s["repeat"] == 0:
-            by.setdefault(s["experiment"], {}).setdefault(s["variant"], {})[s["framework"]] = s
+            # The kit's certificate is of its model, data and step, the same at every count: made at one device,
+            # from a sweep's first count. What N adds each run shows at its first step (report/certified_at_n.py).
+            one = {k: v for k, v in s.items() if k != "devices"}
+            by.setdefault(s["experiment"], {}).setdefault(s["variant"], {}).setdefault(s["framework"], one)
     out: dict[str, list[dict[str, Any]]] = {}
     for experiment, variants in by.items():
         # a tuned setting alone is one part of tuned, whose pair is certified

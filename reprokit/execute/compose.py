@@ -107,9 +107,12 @@ def build(request: Request) -> Matrix:
     device = "cpu" if gpus == "none" else "gpu"
     profile = what.profile or ("standard" if device == "gpu" else "quick")
     needed = {f for e in experiments.values() for f in frameworks.chosen(what.frameworks, e)}
+    # the counts the plan runs at: --devices, else the experiment files' device_counts (a sweep where they differ)
+    in_files = sorted({n for e in experiments.values() for n in e.device_counts})
+    swept = what.devices or (tuple(in_files) if in_files != [1] else ())
     if where.executor == "ray":
         runner, why = _head_runner(where.runner, device, how.data_dir, what.experiment_dirs)
-        serving, at_once, nodes = cluster.check(where.runner, device, address, max(device_counts.counts(what.devices)))
+        serving, at_once, nodes = cluster.check(where.runner, device, address, max(device_counts.counts(swept)))
         why += f"; {len(serving)} node(s) of the cluster at {address} can serve runs"
         executor = RayExecutor(address, serving, at_once, device, how.data_dir, how.state_dir / "ledger",
                                what.experiment_dirs,
@@ -117,7 +120,7 @@ def build(request: Request) -> Matrix:
         gpu_name = None
         mixed = tuning.DEFAULT_MIXED            # the nodes' GPUs are not known here: tuned's bf16 asks for 8.0
     else:
-        slots = _slots(where.parallel, gpus, device, grouped=bool(what.devices))
+        slots = _slots(where.parallel, gpus, device, grouped=bool(swept))
         assigned = host_checks.resolve_gpus(gpus) if device == "gpu" else []
         # The driver decides each framework's GPU build, before the runner describes any run.
         flavors = host_checks.gpu_flavors(needed, gpus) if assigned and where.python is None else {}
@@ -132,10 +135,10 @@ def build(request: Request) -> Matrix:
         executor = HostExecutor(how.state_dir / "work", how.state_dir / "ledger", slots,
                                 gpus=tuple(g["uuid"] for g in assigned), device=device)
         # N larger than the host's devices refused before any data is prepared (a report's own counts: below)
-        device_placement.runs_at_once(max(device_counts.counts(what.devices)), device, slots, len(assigned), gpus,
+        device_placement.runs_at_once(max(device_counts.counts(swept)), device, slots, len(assigned), gpus,
                                       where.parallel)
-        executor.models = device_placement.check_models(what.devices, assigned, gpus, where.mixed_gpus)
-        if slots != [None] and (first := slots[0]) is not None and not what.devices:   # a slot per run at once
+        executor.models = device_placement.check_models(swept, assigned, gpus, where.mixed_gpus)
+        if slots != [None] and (first := slots[0]) is not None and not swept:   # a slot per run at once
             why += f"; {len(slots)} runs at once, one per {'fake (test-only) ' if first.fake else ''}GPU slot"
     if what.from_report:
         specs = from_report.specs_from(what.from_report, runner, device, how.data_dir, code(what.experiment_dirs),

@@ -15,7 +15,7 @@ from reprokit.gpu_check import Options, clone, folders, reports_dir, say
 TORCHRUN = Path("tests", "corpus", "launchers", "torchrun_ddp", "ddp_torchrun.py")      # of the clone
 UNTESTED = ("NCCL's collectives between GPUs; the processes' memory added over several GPUs; a straggler among "
             "real devices; one container holding N GPUs with NCCL's shared memory; a sweep's placement on a host of "
-            "several GPUs")
+            "several GPUs; the kit's own experiments at N (DDP over NCCL, MirroredStrategy and a JAX mesh over GPUs)")
 GLOO_ON_GPU = """\
 import os
 

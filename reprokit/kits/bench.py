@@ -33,6 +33,11 @@ enough. The process CPU time over the same steps is kept as well: where other
 work shares the CPU, samples per CPU second is the steadier figure (the gate
 still uses the wall-clock one the kit reports). Standard library,
 numpy, the framework and reprokit/kits/ only.
+
+At N devices (the specs' ``devices``) the kit runs data-parallel (reprokit/kits/training_loop/distributed.py) and
+so does its bare loop: PyTorch's N ranks under torchrun each run this process's rounds, in step and in the same
+orders (one seed), DDP in both loops, rank 0 writing the output; TensorFlow's and JAX's one process holds N
+devices (stand-ins on a CPU), MirroredStrategy and a sharded step in both.
 """
 from __future__ import annotations
 
@@ -41,7 +46,9 @@ import dataclasses
 import gc
 import itertools
 import json
+import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,6 +56,7 @@ from pathlib import Path
 from reprokit.kits import parts
 from reprokit.kits.contract.names import PROGRESS_MARKER
 from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.devices import stand_ins
 from reprokit.kits.framework_free import data as datalib
 
 # --- the kit ----------------------------------------------------------------------------------
@@ -119,7 +127,8 @@ def kit_round(spec: RunSpec, data_dir: Path, warmup: int, steps: int, step_timin
         raise RuntimeError(f"the kit ran {eff['train_steps_per_epoch']} steps, not {warmup + steps}")
     samples = steps * spec.train.batch_size
     clock = clocks[-1]
-    return {"kit_sps": timing["samples_per_s"], "outer_sps": samples / (clock.t1 - clock.t0),
+    ranks = int(os.environ.get("WORLD_SIZE", 1))      # a DDP rank reports its own share's samples/s
+    return {"kit_sps": timing["samples_per_s"] * ranks, "outer_sps": samples / (clock.t1 - clock.t0),
             "kit_cpu_sps": samples / (clock.c1 - clock.c0),
             "step_p50_s": timing["step_s"]["p50"], "data_wait_fraction": timing["data_wait_fraction"],
             "wall_s": timing["wall_s"]}
@@ -200,6 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     frameworks = {s.framework for s in specs}
     if len(frameworks) != 1:
         raise SystemExit(f"one framework per process, got {sorted(frameworks)}")
+    devices = {s.devices for s in specs}
+    if len(devices) != 1:
+        raise SystemExit(f"one device count per process, got {sorted(devices)}")
+    if specs[0].framework == "pytorch" and specs[0].devices > 1 and "RANK" not in os.environ:
+        # torchrun's ranks take the same rounds in the same orders (one seed), in step; rank 0 writes the output
+        return subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                                "--nproc-per-node", str(specs[0].devices), "-m", "reprokit.kits.bench",
+                                *(argv if argv is not None else sys.argv[1:]), "--seed", str(seed)])
+    if os.environ.get("RANK", "0") != "0":
+        args.out = args.out.with_name(f"{args.out.stem}.rank{os.environ['RANK']}{args.out.suffix}")
+    stand_ins.before_import(specs[0].framework, specs[0].devices, specs[0].device)
     parts.bare_loop(specs[0].framework).process_setup(specs[0])
     _tell(f"  reprokit.kits.bench seed {seed}: --seed {seed} draws the same round orders again")
     out = []
@@ -212,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _tell(line: str) -> None:
-    """A line for the person watching the bench, through the runner's progress channel."""
+    """A line for the person watching the bench, through the runner's progress channel (rank 0's, at N)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
     print(PROGRESS_MARKER + json.dumps({"bench": line}), flush=True)
 
 

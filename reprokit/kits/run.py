@@ -20,13 +20,16 @@ from reprokit.kits.contract import result_header
 from reprokit.kits.contract.files import write_json_atomic
 from reprokit.kits.contract.names import label
 from reprokit.kits.contract.spec import RunSpec
+from reprokit.kits.devices import stand_ins
 from reprokit.kits.framework_free import cpu_peak, environment, nvidia_smi
 from reprokit.kits.framework_free import data as datalib
 from reprokit.kits.framework_free.measure import ResidentPeak, process_age_s
 from reprokit.kits.framework_free.nvml import DeviceSampler
+from reprokit.kits.framework_free.parent_death import arm
 from reprokit.kits.measurement.energy import Energy
 from reprokit.kits.measurement.phases import PhaseMemory
 from reprokit.kits.observation import detectors
+from reprokit.kits.ranks import gather, kit_run
 from reprokit.kits.training_loop import report
 from reprokit.kits.training_loop.progress import Progress
 from reprokit.kits.training_loop.training import train
@@ -52,6 +55,8 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     """
     t0 = time.perf_counter() if started is None else started
     spec = RunSpec.from_dict(raw)
+    # At N devices on a CPU: N stand-in devices, set before the framework starts (a GPU run's are its GPUs)
+    stand_in = stand_ins.before_import(spec.framework, spec.devices, spec.device)
     # CUDA numbers devices fastest-first by default, NVML by PCI bus: make index 0 the same device.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     # Every device's baseline before the framework touches one; then the framework names its own.
@@ -77,9 +82,13 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     except Exception as exc:      # noqa: BLE001 - any failure of the count is recorded, not fatal
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     phases = PhaseMemory(counters)
-    m = train(backend, spec, len(arrays.x_train), Progress(), phases, Energy(sampler))
+    # a run's ranks train in step: rank 0's progress lines are the run's
+    progress = Progress(silent=os.environ.get("RANK", "0") != "0")
+    m = train(backend, spec, len(arrays.x_train), progress, phases, Energy(sampler))
+    at_n = backend.at_n() if hasattr(backend, "at_n") else None
     result = result_header.header(raw, "ok", None)
-    result.update(report.sections(spec, m, time.perf_counter() - t0, backend.input_reader, backend.metrics_source))
+    result.update(report.sections(spec, m, time.perf_counter() - t0, backend.input_reader, backend.metrics_source,
+                                  configured=spec.train.batch_size // (at_n or {}).get("ranks", 1)))
     result["memory"] = report.memory_section(phases, m, backend.memory_series, sampler.stop() if sampler else None)
     result["model"] = model
     result["environment"] = {**env, "host": environment.host()}
@@ -96,7 +105,23 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     result["provenance"] = {**spec.provenance, "data_sha256": arrays.sha256}
     footprint = detectors.training_footprint(spec, model["parameters"]["total"])
     result["findings"] = detectors.all_findings(spec, m, observed, backend.memory_series, footprint)
-    return result
+    return _at_n(result, at_n, stand_in, spec.device) if at_n else result
+
+
+def _at_n(result: dict, at_n: dict, stand_in: list[str], device: str) -> dict:
+    """A run at N devices: who this process was, how the run split its batches, every process's first-step
+    evidence (reprokit/kits/training_loop/distributed.py); one process's replicas gathered here, a rank's by the
+    launcher (reprokit/kits/ranks/kit_run.py)."""
+    ranks = at_n.get("ranks")
+    result["process"] = {"role": "rank" if ranks else "process", "index": at_n.get("rank", 0), "pid": os.getpid(),
+                         "backend": at_n.get("backend"), "replicas": at_n["replicas"]}
+    result["distributed"] = {"how": at_n["how"], "stand_ins": stand_in, "evidence": at_n["evidence"],
+                             "backward_span_s": at_n.get("backward_span_s", [])}
+    if ranks:
+        return result
+    out = gather.gather(result, [], stand_in=device != "gpu")
+    assert out is not None           # the process trained
+    return out
 
 
 def _no_gpu(spec: RunSpec, env: dict, framework_says: str) -> str:
@@ -128,13 +153,22 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter() - process_age_s()
     args = _parse(argv)
     spec = json.loads(args.spec.read_text())
+    if spec.get("framework") == "pytorch" and int(spec.get("devices", 1)) > 1:
+        if "RANK" not in os.environ:        # the run's process: torchrun starts its ranks
+            return kit_run.launch(spec, sys.argv[1:] if argv is None else argv, args.out)
+        arm(os.getppid())                   # a rank dies with torchrun
+        args.out = kit_run.rank_out(args.out, os.environ["RANK"])
     try:
         result = run(spec, args.data_dir, started)
     except (Exception, SystemExit) as exc:   # a failed run must still leave a result
         tail = traceback.format_exc().splitlines()[-40:]
         failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}",
                    "log_tail": tail}
-        write_json_atomic(args.out, result_header.header(spec, "failed", failure))
+        failed = result_header.header(spec, "failed", failure)
+        if "RANK" in os.environ:             # which rank failed and when, for the run's message (kit_run.py)
+            failed["process"] = {"role": "rank", "index": int(os.environ["RANK"])}
+            failure["at"] = time.time()
+        write_json_atomic(args.out, failed)
         print("\n".join(tail), file=sys.stderr)
         return 1
     write_json_atomic(args.out, result)

@@ -6,16 +6,18 @@ FLOPs at a stated share of the model's datasheet peak (FLOPs alone). The total s
 from each, and which runs it cannot estimate. A price per hour turns the hours into money; nothing here
 knows a price.
 
-The hours are GPU-hours: a run at N GPUs (--devices N) costs N GPUs for as long as it runs. A sweep (--devices
-1,2,4,8) is priced before any run at N has finished, so each run at N is taken to last as long as its run at one
-GPU: no speed-up over N = 1, an upper bound (unless N GPUs train slower than one). It also says how long one node
-is held to run them, packed in rounds as the host starts them (reprokit/plan/device_counts.py).
+The hours are GPU-hours: a run at N GPUs (--devices N, or an experiment's device_counts) costs N GPUs for as long as
+it runs. A sweep (--devices 1,2,4,8) is priced before any run at N has finished, so each run at N, a script's or
+the kit's own, is taken to last as long as its run at one GPU: no speed-up over N = 1, an upper bound (unless N
+GPUs train slower than one). It also says how long one node is held to run them, packed in rounds as the host
+starts them (reprokit/plan/device_counts.py).
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from reprokit.claims import sequential
@@ -58,45 +60,24 @@ def on_model(result: dict[str, Any], model: Model) -> bool:
         utilisation.model(env.get("device_name") or "") is utilisation.table()[model.key]
 
 
-Priced = tuple[Spec, int]        # a run, and the GPUs it is priced at
-
-
-def at_counts(specs: Sequence[Spec], counts: Sequence[int]) -> list[Priced]:
-    """A plan's runs at one device, at each count of a sweep (--devices): the spec at N where its kind has a count,
-    else its spec at one device, priced at N GPUs (estimate.at_devices); each run at each count in turn."""
-    return [(estimate.at_devices(spec, n), n) for spec in specs for n in counts]
-
-
 def dry_run(request: Request, data: DataStep, history: list[dict[str, Any]], model: Model) -> list[str]:
-    """What `reproduce --dry-run --gpu-model NAME` prints: the plan it prices, its cost on the model, and the most
-    that --repeats auto may add. A sweep (--devices) is the plan at one device, at each count (``at_counts``)."""
-    counts = device_counts.counts(request.what.devices)
-    at_one = replace(request, what=replace(request.what, devices=()))
-    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(at_one, data)
-    swept = f" at each of --devices {device_counts.text(counts)} ({len(specs) * len(counts)} runs)" \
-        if counts != (1,) else ""
+    """What `reproduce --dry-run --gpu-model NAME` prints: the plan it prices, each run at its count of devices
+    (--devices, else its experiment's device_counts), its cost on the model, and the most that --repeats auto may
+    add."""
+    specs, profile, rule, claims, left_out = matrix.on_gpu_elsewhere(request, data)
+    at = Counter(estimate.devices(s) for s in specs)
+    swept = " (" + ", ".join(f"{k} at {n}" for n, k in sorted(at.items())) + " devices)" if set(at) != {1} else ""
     out = [f"plan: {len(specs)} runs{swept}, profile {profile} on a GPU, {len({s.experiment for s in specs})} "
            f"experiment(s)" + (f", --repeats auto ({sequential.MIN_REPEATS} repeats each, up to {rule.cap})"
                                if rule else "")]
-    out += [note] if (note := scaled_note(specs, counts)) else []
-    out += lines(of_plan(at_counts(specs, counts), history, model), model, request.how.price_per_hour)
+    out += lines(of_plan(specs, history, model), model, request.how.price_per_hour)
     out += [left_out] if left_out else []
     if rule:
         more = repeats.to_the_cap(specs, claims, rule)
         out.append(f"at most, if every configuration a ratio claim reads needed the cap of {rule.cap} repeats "
-                   f"({len(more) * len(counts)} more runs):")
-        out += lines(of_plan(at_counts(specs + more, counts), history, model), model, request.how.price_per_hour)
+                   f"({len(more)} more runs):")
+        out += lines(of_plan(specs + more, history, model), model, request.how.price_per_hour)
     return out
-
-
-def scaled_note(specs: Sequence[Spec], counts: Sequence[int]) -> str | None:
-    """The dry run's word on the runs whose kind has no count of devices yet (the kit's own experiments), priced at
-    each count as their run at one device."""
-    fixed = sorted({s.experiment for s in specs if estimate.at_devices(s, 2) is s})
-    if max(counts) == 1 or not fixed:
-        return None
-    return (f"the kit's own experiments ({', '.join(fixed)}) run at one device for now: at each count N of the sweep "
-            f"each of their runs is priced as N GPUs for as long as its run at 1 GPU")
 
 
 @dataclass(frozen=True)
@@ -116,11 +97,11 @@ class Cost:
         return self.measured_s + self.flops_s
 
 
-def of_plan(specs: Sequence[Spec] | Sequence[Priced], history: list[dict[str, Any]], model: Model,
-            node_gpus: int | None = None) -> Cost:
+def of_plan(specs: Sequence[Spec], history: list[dict[str, Any]], model: Model, node_gpus: int | None = None
+            ) -> Cost:
     """The plan's GPU time on this model, run by run (GPUs x hours: a run at N GPUs for as long as it runs), and how
     long one node of ``node_gpus`` GPUs (default: the widest run's) is held to run them, packed in rounds."""
-    priced = [s if isinstance(s, tuple) else (s, estimate.devices(s)) for s in specs]
+    priced = [(s, estimate.devices(s)) for s in specs]
     mine = [r for r in history if on_model(r, model)]
     measured = flops = 0.0
     unknown = []

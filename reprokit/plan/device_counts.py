@@ -1,16 +1,17 @@
 """--devices N[,N...]: the devices one run holds, and a sweep over several counts.
 
-Each count is a run of its own, in one matrix: the count is in the ScriptSpec (``devices``), so in its run id, and
-an interrupted sweep resumes as any matrix does. The counts are checked here, before the host is looked at; how
-many devices the host has is checked where the runs are placed (reprokit/execute/device_placement.py).
+Each count is a run of its own, in one matrix: the count is in the spec (``devices``), so in its run id, and an
+interrupted sweep resumes as any matrix does. An experiment file's ``device_counts`` are its counts where --devices
+is not given. The counts are checked here, before the host is looked at; how many devices the host has is checked
+where the runs are placed (reprokit/execute/device_placement.py).
 
-A run's devices reach a probed script: its GPUs, or stand-in devices on a CPU (reprokit/kits/devices/). The kit's own
-experiments train on one device, so a count above one is for script experiments (--script, or an experiment
-file's [scripts]) only.
+A run's devices reach a probed script, or the kit's own run, which trains data-parallel over them: its GPUs, or
+stand-in devices on a CPU (reprokit/kits/devices/). A kit run's train.batch_size is its global batch at its count
+(``global_batches``).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from reprokit.errors import UserError
 
@@ -39,18 +40,32 @@ def counts(given: tuple[int, ...]) -> tuple[int, ...]:
     return given or (1,)
 
 
-def text(given: tuple[int, ...]) -> str:
+def text(given: Sequence[int]) -> str:
     """The counts as the flag is written: 2, or 1,2,4."""
     return ",".join(map(str, given))
 
 
-def check_experiments(given: tuple[int, ...], spec_experiments: Iterable[str]) -> None:
-    """A count above one for the kit's own experiments (not scripts) refused, in one sentence naming them."""
-    names = sorted(spec_experiments)
-    if names and max(counts(given)) > 1:
-        raise UserError(f"--devices {text(given)} applies to --script runs (and experiment files' [scripts]); the "
-                        f"kit's own experiments ({', '.join(names)}) run on one device, so run your scripts with "
-                        f"--script FRAMEWORK=PATH, or leave --devices out.")
+def global_batches(name: str, batch: int, scaling: str, given: Sequence[int], samples: int, profile: str,
+                   source: str) -> dict[int, int]:
+    """Each count's global batch for a kit experiment whose train.batch_size is ``batch``: that batch at every count
+    (strong scaling), or that batch on each device, N times it at N (weak). Refused in one sentence, ``source``
+    naming where the counts come from: under strong scaling a count that does not divide the batch (each device
+    takes an equal share); under weak, a global batch above the ``samples`` the profile trains on (no full batch)."""
+    out = {}
+    for n in given:
+        if scaling == "strong" and batch % n:
+            fit = [d for d in range(1, max(n, 8) + 1) if batch % d == 0][:4]
+            raise UserError(f"{source} asks for {n} devices, which do not divide {name}'s global batch of {batch} "
+                            f"(strong scaling keeps it at every count); give counts that divide {batch}, such as "
+                            f"{text(fit)}.")
+        if scaling == "weak" and batch * n > samples:
+            most = samples // batch
+            fix = f"give counts up to {most}, or" if most else "give"
+            raise UserError(f"{source} asks for {n} devices, and {name} scales weakly: its global batch at {n} is "
+                            f"{n} x {batch} = {n * batch}, more than its {samples} training samples (profile "
+                            f"{profile}); {fix} more training samples (data.train_samples).")
+        out[n] = batch if scaling == "strong" else batch * n
+    return out
 
 
 def rounds(counts: Sequence[int], hosts: Sequence[int], at_once: int | None = None) -> list[list[tuple[int, int]]]:

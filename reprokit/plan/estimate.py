@@ -38,17 +38,16 @@ def samples(spec: RunSpec) -> tuple[int, int]:
 
 
 def devices(spec: Spec) -> int:
-    """The devices a run holds (--devices): its spec's count; a spec without one holds one."""
-    return int(getattr(spec, "devices", 1))
+    """The devices a run holds: its spec's count (--devices, or an experiment's device_counts)."""
+    return spec.devices
 
 
 def at_devices(spec: Spec, n: int) -> Spec:
-    """The spec at n devices where its kind has a count (a script's; the kit's experiments' once theirs have one),
-    else the spec itself: the cost prices it at n devices for as long as its run at one (reprokit/plan/cost.py)."""
-    if n == devices(spec) or "devices" not in {f.name for f in dataclasses.fields(spec)}:
+    """The spec at n devices, a script's or a kit run's, its batch unchanged: the estimate of a run at N that
+    has not run at N here is that of its run at one device (``seconds``)."""
+    if n == spec.devices:
         return spec
-    changes: dict[str, Any] = {"devices": n, "run_id": ""}     # whichever kind of spec has the count
-    return dataclasses.replace(spec, **changes)
+    return dataclasses.replace(spec, devices=n, run_id="")
 
 
 def seconds(spec: Spec, history: list[dict[str, Any]], gpu_name: str | None) -> tuple[float | None, str]:

@@ -42,6 +42,17 @@ class Experiment:
         return frameworks
 
     @property
+    def device_counts(self) -> tuple[int, ...]:
+        """The devices each of its runs trains on, a run per count (--devices overrides them): [1] by default."""
+        return tuple(self.doc["experiment"].get("device_counts", [1]))
+
+    @property
+    def scaling(self) -> str:
+        """What train.batch_size is at N devices: strong, the global batch at every count; weak, each device's."""
+        scaling: str = self.doc["experiment"].get("scaling", "strong")
+        return scaling
+
+    @property
     def variants(self) -> dict[str, dict[str, Any]]:
         """Named lists of pitfalls; "fixed" (none) is implicit."""
         return {k: v for k, v in self.doc.get("variants", {}).items() if "scripts" not in v}
@@ -116,6 +127,9 @@ def load(path: Path) -> Experiment:
     for profile in PROFILES:
         _check(experiment.resolved(profile), f"{path} (profile {profile})")
         _check_builders(experiment.resolved(profile).get("model"), experiment.frameworks, path)
+    if experiment.scripts and "scaling" in doc["experiment"]:
+        raise UserError(f"{path}: experiment.scaling: a script experiment's scripts choose their own batch at each "
+                        f"count; scaling applies to the kit's own runs, so leave it out")
     for where, scripts in [("scripts", experiment.scripts),      # each also refuses a script that is not there
                            *((f"variants.{n}.scripts", s) for n, s in experiment.script_variants.items())]:
         stray = set(scripts) - set(experiment.frameworks)

@@ -13,7 +13,7 @@ from reprokit.claims import claims as claimlib
 from reprokit.claims import sequential
 from reprokit.errors import UserError
 from reprokit.kits.contract.spec import Spec
-from reprokit.plan import claimed, device_counts, frameworks, script_plan, tuning
+from reprokit.plan import claimed, frameworks, script_plan, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, Experiment, discover, from_scripts
 from reprokit.plan.inputs import DataStep
@@ -70,7 +70,7 @@ def options(what: What, profile: str, device: str, claims: list[claimlib.Claim] 
     base = planning.Options(profile=profile, device=device, repeats=what.repeats or default,
                             frameworks=(), data=data, dataset=what.dataset,
                             timeout_s=what.timeout_s, variants=variants, ablation=what.ablation,
-                            max_steps=what.max_steps)
+                            max_steps=what.max_steps, devices=what.devices)
     out = {}
     for name, exp in experiments.items():
         alone = {v[1:] for c in claims or [] if c.experiment == name for v in c.variants()
@@ -87,12 +87,15 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
     nothing of this host: ``describe(framework)`` gives the runner's facts (scripts/gpu_check prints the plan
     of a GPU it is not on), ``data`` the data step's port (reprokit/plan/inputs.py), ``mixed`` the mixed
     precision tuned gets (host_checks.mixed_precision). A script experiment's specs are its scripts'
-    (reprokit/plan/script_plan.py)."""
+    (reprokit/plan/script_plan.py). Each runs at each of its counts of devices: --devices, else its file's
+    device_counts (reprokit/plan/plan.py ``counts``)."""
     what = request.what
     claims = claims_of(what, experiments)
     chosen = claimed.choose(what, experiments, claims, profile, device)
     per_experiment = options(what, profile, device, claims, {name: experiments[name] for name in chosen.kept}, data)
-    device_counts.check_experiments(what.devices, [name for name in per_experiment if not experiments[name].scripts])
+    for name, o in per_experiment.items():      # each kit experiment's counts, refused before any one's data step
+        if not experiments[name].scripts:
+            planning.global_batches(experiments[name], o)
     specs: list[Spec] = []
     last: list[Spec] = []           # tuned's runs, planned last: they wait for its settings alone (execute/policies.py)
     for name, o in per_experiment.items():
@@ -101,7 +104,7 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
         if exp.scripts:
             specs += script_plan.specs_for(name, exp.scripts, o, describe, here, epochs=what.epochs,
                                            differences=exp.doc.get("differences", []), require=what.requires,
-                                           mounts=what.mounts, devices=device_counts.counts(what.devices),
+                                           mounts=what.mounts, devices=planning.counts(exp, o),
                                            given={fw: str(c.path) for fw, c in what.scripts.items() if c.path})
             continue
         mine: list[Spec] = list(planning.specs_for(exp, o, describe, here))
@@ -111,7 +114,8 @@ def planned(request: Request, experiments: dict[str, Experiment], profile: str, 
                                                    for op in c.operands.values()), mixed)
             frameworks.check_specs(tuned, exp.path)         # what a kit cannot honour (JAX's limits), refused
             last += tuned
-        for variant, scripts in exp.script_variants.items():       # the posted scripts themselves
+        # the posted scripts themselves, at one device: each was posted as a run on one
+        for variant, scripts in exp.script_variants.items():
             if variant in o.variants:
                 specs += script_plan.specs_for(name, scripts, o, describe, here, epochs=what.epochs,
                                                variant=variant, setting=exp.resolved(o.profile),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from reprokit.errors import UserError
 from reprokit.kits.contract.names import REGISTRY, label
 from reprokit.kits.contract.pitfalls import PITFALLS, Pitfall, for_framework
 from reprokit.kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
-from reprokit.plan import frameworks
+from reprokit.plan import device_counts, frameworks
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.inputs import DataStep
 from reprokit.results import runs
@@ -43,6 +44,7 @@ class Options:
     ablation: bool = False          # also each pitfall alone, "+<pitfall>", and as_posted's factors removed alone
     alone: frozenset[str] = frozenset()   # ... or only these of their pitfalls (those the claims name)
     max_steps: int | None = None    # a tighter cap on training steps per epoch (a bounded check)
+    devices: tuple[int, ...] = ()   # --devices as given; () runs each experiment at its own device_counts
 
 
 S = TypeVar("S", bound=RunSpec | ScriptSpec)
@@ -201,16 +203,35 @@ def not_run(exp: Experiment, opts: Options) -> list[str]:
                    for fw, names in skipped.items() if names]
 
 
+def counts(exp: Experiment, opts: Options) -> tuple[int, ...]:
+    """The devices the experiment's runs train on, a run at each: --devices where given, else its device_counts."""
+    return opts.devices or exp.device_counts
+
+
+def global_batches(exp: Experiment, opts: Options) -> dict[int, int]:
+    """Each count's train.batch_size, the global batch: the experiment's at every count (strong scaling), or N times
+    it (weak: it is each device's). A count it cannot take is refused in one sentence, before any data step: the
+    training samples are the profile's sizes, as the data step is asked for them."""
+    resolved = exp.resolved(opts.profile)
+    samples, _ = datasets.expected_counts(_request(resolved, opts))
+    source = f"--devices {device_counts.text(opts.devices)}" if opts.devices else \
+        f"{exp.path}: experiment.device_counts {list(exp.device_counts)}"
+    return device_counts.global_batches(exp.name, resolved["train"]["batch_size"], exp.scaling, counts(exp, opts),
+                                        samples, opts.profile, source)
+
+
 def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str, Any]],
               code: dict[str, Any]) -> list[RunSpec]:
     """The RunSpecs of one experiment, after its data step (which a dry run's does not prepare); describe(framework)
     gives the runner's facts (lock, image). Each of ``opts.frameworks`` runs it, or one sentence says why its kit
-    cannot."""
+    cannot; each run at each of its counts of devices (``counts``), its global batch at that count."""
     frameworks.check(exp, opts.frameworks, opts.profile)
+    batches = global_batches(exp, opts)
     _ask_for_data(exp, opts)
     resolved = exp.resolved(opts.profile)
     # CPU threads stay as written: "auto" is resolved by the kit, on the CPUs its run is pinned to.
     numerics = dict(resolved["numerics"])
+    # evaluation's batch stays the experiment's at every count (evaluation is not sharded)
     train = {"eval_batch_size": resolved["train"]["batch_size"], "max_steps_per_epoch": None, **resolved["train"]}
     if opts.max_steps:
         train["max_steps_per_epoch"] = min(train["max_steps_per_epoch"] or opts.max_steps, opts.max_steps)
@@ -242,11 +263,12 @@ def specs_for(exp: Experiment, opts: Options, describe: Callable[[str], dict[str
             seen.add(key)
             data = _posted_readers(common["data"], mine, opts)
             declared = common["differences"] + _declared_defaults(v.numerics, v.posted_by or exp.frameworks)
-            for repeat in range(opts.repeats):
+            for count, repeat in itertools.product(batches, range(opts.repeats)):
                 spec = {**copy.deepcopy(common), "data": data, "framework": framework, "variant": variant,
                         "numerics": {**numerics, **v.numerics},
                         "differences": declared,
-                        "repeat": repeat,
+                        "repeat": repeat, "devices": count,
+                        "train": {**common["train"], "batch_size": batches[count]},
                         "pitfalls": mine, "pitfall_summaries": {p: PITFALLS[p]["summary"] for p in mine},
                         "provenance": {**code, **describe(framework)}, "run_id": ""}
                 # Through the kits' typed loader: every field explicit, or the plan has a bug.

@@ -18,6 +18,7 @@ from reprokit.plan.experiments import Experiment
 from reprokit.report import (
     ablation_section,
     certificate_section,
+    certified_at_n,
     claims_section,
     decomposition,
     explanations,
@@ -209,7 +210,9 @@ def _at_n(experiment: str, results: list[dict[str, Any]], certificates: dict[str
     """The first screen's lines of an experiment's runs at more than one device: its certificate at N, global
     batches and pitfalls; where its frameworks scaled differently."""
     mine = [r for r in results if r["experiment"] == experiment and r["status"] == "ok"]
-    lines = [first_screen.at_devices(mine, certificates.get(experiment, [])),
+    sweep = swept.get(experiment, {})
+    lines = [first_screen.at_devices(mine, certificates.get(experiment, []),
+                                     lambda n: certified_at_n.checks(sweep, n)),
              scaling_section.mismatch(swept[experiment]) if experiment in swept else None]
     return [line for line in lines if line]
 

@@ -4,6 +4,7 @@ verdicts. Short enough to read first."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
@@ -211,9 +212,11 @@ MANY_DEVICES = ("ranks-same-samples", "same-order-every-epoch", "loss-scaled-per
                 "collectives-on-gloo", "evaluation-on-one-rank", "straggler")
 
 
-def at_devices(results: list[dict[str, Any]], certs: list[dict[str, Any]]) -> str | None:
-    """A pair at N devices in one line: its certificate at N, each side's global batch, and each pitfall of many
-    devices a run showed; None where every run held one device."""
+def at_devices(results: list[dict[str, Any]], certs: list[dict[str, Any]],
+               from_runs: Callable[[int], list[dict[str, Any]]] = lambda _n: []) -> str | None:
+    """A pair at N devices in one line: its certificate at N (the script pair's, else ``from_runs(N)``: the kit's
+    own runs'), each side's global batch, and each pitfall of many devices a run showed; None where every run held
+    one device."""
     several = [r for r in results if r.get("processes") or r["spec"].get("devices", 1) > 1]
     if not several:
         return None
@@ -221,7 +224,7 @@ def at_devices(results: list[dict[str, Any]], certs: list[dict[str, Any]]) -> st
     several = [r for r in several if r["spec"].get("devices", 1) == devices]     # a sweep: its widest count
     at_n = [c for c in certs if c.get("at_n") and max(c["devices"].values()) == devices]
     names = ("batches", "gradient_reduction", "data_shards", "batchnorm_sync")
-    checks = [ch for c in at_n for ch in c["checks"] if ch["name"] in names]
+    checks = [ch for c in at_n for ch in c["checks"] if ch["name"] in names] or from_runs(devices)
     failed = [ch["name"] for ch in checks if ch["passed"] is False]
     unmeasured = [ch["name"] for ch in checks if ch["passed"] is None]
     verdict = ("not made" if not checks else f"**FAIL** ({', '.join(failed)})" if failed else

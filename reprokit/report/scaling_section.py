@@ -15,7 +15,7 @@ from statistics import median
 from typing import Any
 
 from reprokit.kits.contract.names import FRAMEWORKS, LABELS, REFERENCE, label
-from reprokit.report import gpu_models
+from reprokit.report import certified_at_n, gpu_models
 from reprokit.report.markdown import md, table
 from reprokit.results import metrics, runs, stats
 from reprokit.results.metrics import NotMeasured
@@ -86,7 +86,9 @@ def throughput(rs: list[dict[str, Any]]) -> list[float]:
 
 
 def _spans(rs: list[dict[str, Any]]) -> float | None:
-    found = [s for r in rs for s in ((r.get("probe") or {}).get("evidence") or {}).get("backward_span_s") or []]
+    """The median span from a step's forward pass to its optimizer step: a probed script's, or a kit run's at N."""
+    found = [s for r in rs for s in (((r.get("probe") or {}).get("evidence") or r.get("distributed") or {})
+                                     .get("backward_span_s") or [])]
     return median(found) if found else None
 
 
@@ -161,6 +163,7 @@ def section(results: list[dict[str, Any]], plots: dict[str, list[tuple[str, str]
         cpu = all(r["spec"].get("device") == "cpu" for counts in sweep.values() for rs in counts.values() for r in rs)
         lines = [f"**{md(experiment)}**: scaling read from the batches the runs took: {labels}."]
         lines += _ratios(sweep)
+        lines += certified_at_n.lines(sweep)
         if cpu:
             lines.append("These ran on stand-in devices that share one machine's CPUs: their scaling says nothing "
                          "about GPUs.")

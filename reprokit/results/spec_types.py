@@ -32,7 +32,7 @@ READ: dict[str, tuple[type, ...]] = {
 }
 # spec fields the kit writes only where set (RunSpec.to_dict), so older specs read as they were
 WRITTEN_WHERE_SET = {(Numerics, "channels_last"), (Script, "mounts"), (Script, "notebook"), (Script, "module"),
-                     (Script, "left_out"), (Script, "launcher"), (ScriptSpec, "devices")}
+                     (Script, "left_out"), (Script, "launcher"), (ScriptSpec, "devices"), (RunSpec, "devices")}
 # fields that must be there where their parent is
 NAMED = ("environment.host.hostname", "launcher.image.ref", "launcher.image.id")
 # lists, and the type of each of their items

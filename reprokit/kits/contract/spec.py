@@ -189,6 +189,9 @@ class RunSpec:
     differences: list[dict[str, Any]]
     provenance: dict[str, Any]
     hooks: Hooks = field(default_factory=Hooks)
+    # The devices the run trains on (an experiment's device_counts, --devices): the kit's data parallelism at N
+    # (reprokit/kits/training_loop/distributed.py); train.batch_size is the global batch at that count.
+    devices: int = 1
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
@@ -200,6 +203,8 @@ class RunSpec:
         # written only where set, so that a spec without it keeps the run id (and reads as) it had before it existed
         if not out["numerics"]["channels_last"]:
             del out["numerics"]["channels_last"]
+        if out["devices"] == 1:
+            del out["devices"]
         return out
 
     def computed_run_id(self) -> str:

@@ -39,9 +39,15 @@ def _tensorflow(n: int) -> str:
     (cpu,) = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
-    except RuntimeError as exc:         # the runtime started already: its devices are fixed
+    except RuntimeError as exc:         # the runtime started already: its devices are fixed (the bench's next round)
+        if len(tf.config.list_logical_devices("CPU")) == n:
+            return _said_tensorflow(n)
         raise StandInsRefused(f"TensorFlow started before its {n} stand-in devices could be set ({exc}); the probe "
                               f"sets them before the script's first line") from None
+    return _said_tensorflow(n)
+
+
+def _said_tensorflow(n: int) -> str:
     return (f"{n} stand-in devices: {n} logical CPU devices (tf.config.set_logical_device_configuration), set before "
             f"the script's first line; tf.distribute.MirroredStrategy() without devices mirrors them (where "
             f"TensorFlow sees no GPU it takes every logical CPU device); {_shared(n)}")
@@ -51,16 +57,24 @@ def _jax(n: int) -> str:
     if "jax" in sys.modules:
         from jax._src import xla_bridge  # only looked at where jax is imported already
         if getattr(xla_bridge, "_backends", None):
+            import jax
+            if jax.default_backend() == "cpu" and jax.device_count() == n:      # set already (the bench's next round)
+                return _said_jax(n)
             raise StandInsRefused(f"JAX started before its {n} stand-in devices could be set; XLA reads "
                                   f"{HOST_DEVICE_COUNT} once, when JAX starts")
     kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(HOST_DEVICE_COUNT)]
     os.environ["XLA_FLAGS"] = " ".join([*kept, f"{HOST_DEVICE_COUNT}={n}"])
+    return _said_jax(n)
+
+
+def _said_jax(n: int) -> str:
     return (f"{n} stand-in devices: the host platform's {n} CPU devices (XLA_FLAGS={HOST_DEVICE_COUNT}={n}, set "
             f"before JAX starts), which jax.devices() and a mesh over them hold; {_shared(n)}")
 
 
 def _pytorch(n: int) -> str:
-    return f"{n} stand-in devices: {n} ranks on the gloo backend, started by the script's launcher; {_shared(n)}"
+    return (f"{n} stand-in devices: {n} ranks on the gloo backend, started by the script's launcher (by torchrun for "
+            f"the kit's own run); {_shared(n)}")
 
 
 STAND_INS = {"tensorflow": _tensorflow, "jax": _jax, "pytorch": _pytorch}

@@ -6,6 +6,8 @@ one read of the sums) and at the step clock's edges, each read with the next ste
 (reprokit/kits/jax_kit/step_clock.py). Every batch shape the run gives is
 compiled ahead of time in the warmup, and the compilations are recorded apart (environment.compilation).
 XLA's environment (allocator, threads, autotuning) is set from the spec before JAX starts a backend.
+At N devices (a spec's ``devices``) the step is a per-device step over a mesh of N devices
+(reprokit/kits/jax_kit/sharded.py); at one device nothing of it runs.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from reprokit.kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
 from reprokit.kits.framework_free import cpu_peak, custom
 from reprokit.kits.framework_free import data as datalib
 from reprokit.kits.framework_free.environment import cpu_name, nvidia_smi
-from reprokit.kits.jax_kit import memory, models, steps, trace, xla_env
+from reprokit.kits.jax_kit import memory, models, sharded, steps, trace, xla_env
 from reprokit.kits.jax_kit.read_settings import NO_PINNING, framework_settings, intra_op_threads, model_settings
 from reprokit.kits.jax_kit.step_clock import CompletionTimer
 from reprokit.kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder
@@ -46,6 +48,10 @@ class Backend(FeederMixin):
         gpus = _gpus() if spec.device == "gpu" else []
         self.device = gpus[0] if gpus else jax.devices("cpu")[0]
         self.gpu = bool(gpus)
+        # At N devices a mesh of the first N; a GPU run that finds no GPU is refused by the runner with JAX's reason.
+        self.mesh = (sharded.Devices(spec, gpus or jax.devices("cpu"))
+                     if spec.devices > 1 and (gpus or spec.device != "gpu") else None)
+        self._zero_sums = self.mesh.zero_sums if self.mesh else steps.zero_sums
         data = spec.data
         self.scale, self.resize = data.unit_scale, data.resize_to
         self.input_hook = custom.hook(spec, "input", "jax")
@@ -109,19 +115,27 @@ class Backend(FeederMixin):
             self.graphdef, self.state = nnx.split((self.model, opt))
             self.sums = steps.zero_sums()
         phase = self._phase
-        self._train = steps.Compiled(steps.train_step(self.graphdef, self.scale, self.resize,
-                                                      outputs=self.metrics_hook is not None),
-                                     "train", self.compilation, phase)
+        if self.mesh:
+            self.state, self.sums = self.mesh.replicate(self.state), self.mesh.zero_sums()
+            self.mesh.built(self.model)
+            train = sharded.train_step(self.graphdef, self.scale, self.resize, self.mesh.mesh)
+        else:
+            train = steps.train_step(self.graphdef, self.scale, self.resize, outputs=self.metrics_hook is not None)
+        self._train = steps.Compiled(train, "train", self.compilation, phase)
         self._eval = steps.Compiled(steps.eval_step(self.graphdef, self.scale, self.resize), "eval",
                                     self.compilation, phase)
         self._count = steps.count_step()
+        self._train_sizes = _train_sizes(spec, len(arrays.x_train)) if not self.input_hook else []
+        if self.mesh:
+            sharded.refused(spec, self.input_hook, self._train_sizes)
         if self.input_hook:
             self.feeder: Any = HookFeeder(self.input_hook, arrays, spec, self._to_device)
             self.input_reader = f"the user's input hook {_named(self.input_hook)}"
         else:
-            self.feeder = NumpyFeeder(arrays, spec, self._to_device)
+            self.feeder = NumpyFeeder(arrays, spec, self.mesh.train_put if self.mesh else self._to_device)
             self.input_reader = NumpyFeeder.READER
-        self._train_sizes = _train_sizes(spec, len(arrays.x_train)) if not self.input_hook else []
+        # at N the evaluation batches go whole onto every device, for the replicated model
+        self._evaluation = NumpyFeeder(arrays, spec, self.mesh.eval_put) if self.mesh else self.feeder
         self.settings.update(self._loader_settings())
         return {"parameters": models.parameter_counts(self.model)}
 
@@ -156,6 +170,12 @@ class Backend(FeederMixin):
                 yield ahead.popleft()
         yield from ahead
 
+    def test_batches(self) -> Iterator[Any]:
+        return self._evaluation.test()
+
+    def warm_test_batches(self) -> Iterator[Any]:
+        return self._evaluation.warm_test()
+
     def _compile_training_shapes(self, x: jax.Array, y: jax.Array) -> None:
         """Every training batch shape of the run, compiled in the warmup: the full batch and a partial last one."""
         for size in self._train_sizes:
@@ -164,11 +184,14 @@ class Backend(FeederMixin):
 
     def train_step(self, batch: Any) -> None:
         x, y = batch
-        if self._train_steps == 0:
+        first = self._train_steps == 0
+        if first:
             self._compile_training_shapes(x, y)
             self._first_step(x, y)
         out = self._train(self.state, self.sums, x, y)
         self.state, self.sums = out[0], out[1]
+        if first and self.mesh:
+            self.mesh.first_step(x, y, out)
         self._train_steps += 1
         if self._metrics is not None:
             self._metrics.update(out[2], y, out[3])
@@ -178,7 +201,8 @@ class Backend(FeederMixin):
         evaluation-mode forward pass that reads values back)."""
         self.settings.update(framework_settings(self.gpu), **model_settings(self.model, self._train.jitted,
                                                                               self._compute_dtype()))
-        _, logits, _ = self._eval(self.state, steps.zero_sums(), x, y)
+        whole = self.mesh.eval_put(x, y) if self.mesh else (x, y)       # at N the evaluation step's replicated batch
+        _, logits, _ = self._eval(self.state, self._zero_sums(), *whole)
         out = np.asarray(logits)
         self._probe = {"expects_logits": True, "rows": int(out.shape[0]), "nonnegative": bool((out >= 0).all()),
                        "max_row_sum_error": float(np.abs(out.sum(1) - 1).max())}
@@ -211,7 +235,7 @@ class Backend(FeederMixin):
 
     def take_sums(self) -> tuple[float, float]:
         loss, correct = jax.device_get(self.sums)
-        self.sums = steps.zero_sums()
+        self.sums = self._zero_sums()
         return float(loss), float(correct)
 
     def step_timer(self, k: int) -> CompletionTimer:
@@ -239,6 +263,10 @@ class Backend(FeederMixin):
         # The modes are fixed inside the jitted steps: training mode in every train step, evaluation mode
         # without gradients in every evaluation step.
         return {"loss_input_probe": self._probe, "loss_dtype": "float32"}
+
+    def at_n(self) -> dict[str, Any] | None:
+        """None at one device; at N how the mesh split the run, and its first step's evidence."""
+        return self.mesh.at_n() if self.mesh else None
 
     def no_gpu_reason(self) -> str:
         try:

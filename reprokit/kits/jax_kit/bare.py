@@ -4,10 +4,15 @@ The fastest idiomatic loop: ``nnx.split`` once, one pure step under ``jax.jit`` 
 donated (parameters, BatchNorm statistics, dropout key, optimizer moments), no host read inside the loop.
 Its batches are on the device before its clock starts, as the other bare loops' are. The first warmup
 step compiles the step (the warmup is untimed, so compilation is never in the figure).
+
+At N devices (a spec's ``devices``) the same step per device under ``jax.shard_map`` over a mesh of N devices, as
+the kit runs it (reprokit/kits/jax_kit/sharded.py): the state replicated, each global batch split on the "data" axis,
+the gradients and BatchNorm's running statistics averaged, each device's dropout keys folded with its index.
 """
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from reprokit.kits.contract.spec import RunSpec
 from reprokit.kits.framework_free import data as datalib
@@ -19,6 +24,7 @@ def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tupl
     """Wall and process CPU seconds for `steps` steps after `warmup`."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     import optax
     from flax import nnx
 
@@ -37,20 +43,44 @@ def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tupl
             out = jax.image.resize(out, (out.shape[0], resize, resize, 3), "bilinear", antialias=False)
         return out
 
+    def loss_fn(m: nnx.Module, x: jax.Array, y: jax.Array) -> jax.Array:
+        logits = m(prepare(x))
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
     def step(state: nnx.State, x: jax.Array, y: jax.Array) -> nnx.State:
         m, o = nnx.merge(graphdef, state)
         m.train()
-
-        def loss_fn(m: nnx.Module) -> jax.Array:
-            logits = m(prepare(x))
-            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-        grads = nnx.grad(loss_fn)(m)
+        grads = nnx.grad(loss_fn)(m, x, y)
         o.update(m, grads)
         return nnx.state((m, o))
 
-    train = jax.jit(step, donate_argnums=0)
-    staged = [(jax.device_put(arrays.x_train[idx]), jax.device_put(arrays.y_train[idx]))
+    def device_step(state: nnx.State, x: jax.Array, y: jax.Array) -> nnx.State:
+        m, o = nnx.merge(graphdef, state)
+        m.train()
+        # copies (the state holds the variables): the keys and parameters are put back after the step's own
+        keys, params = (jax.tree.map(lambda v: v, nnx.state(m, kind)) for kind in (nnx.RngKey, nnx.Param))
+        nnx.update(m, jax.tree.map(lambda k: jax.random.fold_in(k, jax.lax.axis_index("data")), keys))
+        nnx.update(m, jax.lax.pcast(params, "data", to="varying"))       # each device's own gradients
+        grads = nnx.grad(loss_fn)(m, x, y)
+        nnx.update(m, params)
+        o.update(m, jax.lax.pmean(grads, "data"))
+        nnx.update(m, keys)
+        nnx.update(m, jax.lax.pmean(nnx.state(m, nnx.BatchStat), "data"))
+        return nnx.state((m, o))
+
+    put = jax.device_put
+    if spec.devices > 1:
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+        mesh = Mesh(np.array(jax.devices("gpu" if spec.device == "gpu" else "cpu")[:spec.devices]), ("data",))
+        replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        state = jax.device_put(state, replicated)
+        train = jax.jit(jax.shard_map(device_step, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=P()),
+                        donate_argnums=0, in_shardings=(replicated, split, split), out_shardings=replicated)
+        put = partial(jax.device_put, device=split)
+    else:
+        train = jax.jit(step, donate_argnums=0)
+    staged = [(put(arrays.x_train[idx]), put(arrays.y_train[idx]))
               for idx in bare.schedule(spec, arrays, warmup, steps)]
     jax.block_until_ready(staged)
     t0 = c0 = 0.0

@@ -14,7 +14,7 @@ from reprokit.kits.framework_free import cpu_peak, custom
 from reprokit.kits.framework_free import data as datalib
 from reprokit.kits.framework_free.environment import cpu_name, nvidia_smi
 from reprokit.kits.framework_free.measure import WindowTimer, rss_bytes
-from reprokit.kits.pytorch_kit import models, posted_input, trace
+from reprokit.kits.pytorch_kit import ddp, models, posted_input, trace
 from reprokit.kits.pytorch_kit.canonical import parameter_counts
 from reprokit.kits.pytorch_kit.read_settings import framework_settings, model_settings
 from reprokit.kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder
@@ -33,7 +33,10 @@ class Backend(FeederMixin):
         if threads.inter_op != FRAMEWORK_DEFAULT and torch.get_num_interop_threads() != threads.inter_op:
             torch.set_num_interop_threads(int(threads.inter_op))
         torch.manual_seed(spec.train.seed)
-        self.device = torch.device("cuda" if spec.device == "gpu" and torch.cuda.is_available() else "cpu")
+        # At N devices this process is one of torchrun's ranks, on its own device (reprokit/kits/pytorch_kit/ddp.py).
+        self.ranks = ddp.Ranks(spec) if spec.devices > 1 else None
+        self.device = self.ranks.device if self.ranks else torch.device(
+            "cuda" if spec.device == "gpu" and torch.cuda.is_available() else "cpu")
         # FRAMEWORK_DEFAULT leaves torch's own (since 1.12: matmul TF32 off, cuDNN TF32 on, no autotuning).
         if numerics.tf32 != FRAMEWORK_DEFAULT:
             torch.backends.cuda.matmul.allow_tf32 = numerics.tf32
@@ -106,6 +109,8 @@ class Backend(FeederMixin):
         # Every forward pass of the model, the user's own evaluation included, shows its grad and module mode.
         self.model.register_forward_pre_hook(self._observe_forward)
         self.eager = self.model           # what the FLOP count traces; the compiled module wraps it and its parameters
+        if self.ranks:
+            self.model = self.ranks.wrap(self.model)
         if self.spec.numerics.compile:
             # compiled at the first step of each shape, in the warmup (reprokit/kits/training_loop/training.py warms
             # every shape)
@@ -123,6 +128,9 @@ class Backend(FeederMixin):
                 self.optimizer, "min", patience=3, factor=0.9817)
         if self.pitfalls.has(Pitfall.PT_EVAL_ONCE):
             self.model.eval()        # CNN.eval() before trainNet; nothing switches it back
+        if self.ranks:
+            ddp.refused(self.spec, ([f"the user's input hook {self.input_hook.ref}"] if self.input_hook else []) +
+                        ["the posted DataLoader"] * self.pitfalls.has(Pitfall.PT_CPU_RESIZE_DATALOADER))
         if self.input_hook:
             self.feeder = HookFeeder(self.input_hook, arrays, self.spec, self._to_device)
             self.input_reader = f"the user's input hook {self.input_hook.ref}"
@@ -130,7 +138,8 @@ class Backend(FeederMixin):
             self.feeder = posted_input.CpuResizeLoader(arrays, self.spec, self._to_device)
             self.input_reader = posted_input.reader(self.spec)
         else:
-            self.feeder = NumpyFeeder(arrays, self.spec, self._to_device)
+            self.feeder = NumpyFeeder(arrays, self.spec, self._to_device,
+                                      share=self.ranks.share if self.ranks else None)
             self.input_reader = NumpyFeeder.READER
         self.settings.update(self._loader_settings())
         return {"parameters": parameter_counts(self.model)}
@@ -205,9 +214,15 @@ class Backend(FeederMixin):
         loss = self._loss(outputs, y)
         if self._seen["loss_input_probe"] is None:      # once, in the warmup: it reads values back
             self._seen.update(loss_input_probe=_probe(outputs.detach()), loss_dtype=str(loss.dtype).split(".")[-1])
+            if self.ranks:
+                self.ranks.first_step(x, outputs, y, loss)
+        if self.ranks:
+            self.ranks.forward_ended()
         self.scaler.scale(loss).backward()          # scaled in fp16 only: otherwise backward() and step()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.ranks:
+            self.ranks.stepped()
         self._count(outputs, y, loss)
         if self.pitfalls.has(Pitfall.PT_OUTPUTS_KEPT_ALIVE):
             self._kept["train"] = (outputs, loss)     # outputs = model(inputs): replaced by the next step's, not freed
@@ -292,6 +307,9 @@ class Backend(FeederMixin):
     def observed(self) -> dict:
         # the loss scale torch.amp.GradScaler holds at the end (None: it was not enabled)
         return {**self._seen, "loss_scale": self.scaler.get_scale() if self.scaler.is_enabled() else None}
+
+    def at_n(self) -> dict | None:
+        return self.ranks.at_n() if self.ranks else None
 
     def no_gpu_reason(self) -> str:
         try:

@@ -13,12 +13,19 @@ def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tupl
     import torch
     import torch.nn.functional as F
 
-    from reprokit.kits.pytorch_kit import models
+    from reprokit.kits.pytorch_kit import ddp, models
 
     torch.manual_seed(spec.train.seed)
-    device = torch.device("cuda" if spec.device == "gpu" else "cpu")
+    ranks = spec.devices > 1                 # one of torchrun's ranks (reprokit/kits/bench.py): DDP, its share
+    rank, world = (torch.distributed.get_rank(), torch.distributed.get_world_size()) if ranks else (0, 1)
+    if ranks:
+        ddp.share_cpus(spec, world)          # as the kit's ranks share them
+    device = torch.device("cuda", rank if ranks else 0) if spec.device == "gpu" else torch.device("cpu")
     scale, resize = bare.scale_resize(spec)
-    model = models.build(spec.model, spec.data.input_size).to(device)
+    model: torch.nn.Module = models.build(spec.model, spec.data.input_size).to(device)
+    if ranks:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
+                                                          else None)
     model.train()
     opt = spec.train.optimizer
     if opt.name == "adam":
@@ -35,7 +42,7 @@ def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tupl
     # Every batch this loop takes, as tensors on the device before the clock starts: no numpy slicing or
     # conversion inside the timed steps (the kit slices and converts each batch inside its own).
     staged = [(torch.from_numpy(arrays.x_train[idx]).to(device), torch.from_numpy(arrays.y_train[idx]).to(device))
-              for idx in bare.schedule(spec, arrays, warmup, steps)]
+              for idx in (i[rank::world] for i in bare.schedule(spec, arrays, warmup, steps))]
     sync()
     t0 = c0 = 0.0
     for i, (x, y) in enumerate(staged):

@@ -1,6 +1,7 @@
 """TensorFlow (Keras 3) behind the shared Backend interface."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -21,6 +22,7 @@ from reprokit.kits.framework_free import (
 from reprokit.kits.framework_free.environment import cpu_name, nvidia_smi  # noqa: E402
 from reprokit.kits.framework_free.measure import WindowTimer, rss_bytes  # noqa: E402
 from reprokit.kits.tensorflow_kit import models, trace  # noqa: E402
+from reprokit.kits.tensorflow_kit.mirrored import Mirrored  # noqa: E402
 from reprokit.kits.tensorflow_kit.pipeline import PostedFeeder  # noqa: E402
 from reprokit.kits.tensorflow_kit.read_settings import NO_PINNING, framework_settings, model_settings, pipeline_settings  # noqa: E402,E501
 from reprokit.kits.training_loop.feeding import FeederMixin, HookFeeder, NumpyFeeder  # noqa: E402
@@ -76,6 +78,8 @@ class Backend(FeederMixin):
                               else "process resident memory (VmRSS)")
         # environment.settings: read now; the loader's at build, and what the model runs as at its first step
         self.settings = framework_settings(self.gpus)
+        # At N devices: MirroredStrategy over them (its devices are fixed once TensorFlow has started)
+        self.mirrored = Mirrored(spec) if spec.devices > 1 else None
 
     def environment(self) -> dict:
         build = tf.sysconfig.get_build_info()
@@ -109,19 +113,9 @@ class Backend(FeederMixin):
         }
 
     def build(self, arrays) -> dict:
-        cfg, train = self.spec.model, self.spec.train
-        self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls)
-        opt = train.optimizer
-        if opt.name == "adam":
-            self.optimizer = keras.optimizers.Adam(learning_rate=opt.lr, beta_1=opt.beta1,
-                                                   beta_2=opt.beta2, epsilon=opt.epsilon)
-        else:
-            self.optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum,
-                                                  nesterov=opt.nesterov)
-        if keras.mixed_precision.global_policy().compute_dtype == "float16":
-            # fp16 needs its loss scaled (Keras's dynamic loss scaling); a float64 rebuild has no fp16 policy
-            self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
-        self.optimizer.build(self.model.trainable_variables)
+        # At N devices the model's and the optimizer's variables are mirrored on each of them.
+        with self.mirrored.scope() if self.mirrored else contextlib.nullcontext():
+            self._build_model()
         # The posted models end in softmax and use categorical cross-entropy on their probabilities;
         # integer labels with the sparse form of the same loss are a declared adaptation.
         posted = any(self.pitfalls.has(p) for p in (Pitfall.TF_POSTED_MODEL, Pitfall.TF_POSTED_VGG16,
@@ -130,7 +124,8 @@ class Backend(FeederMixin):
         # One trace per input dtype and shape: uint8 batches here, float batches of one from the posted pipeline.
         # With numerics.compile, XLA compiles each trace (jit_compile), in the warmup where every shape is met first.
         jit = True if self.spec.numerics.compile else None
-        self._train = tf.function(self._train_step, reduce_retracing=True, jit_compile=jit)
+        step = self.mirrored.step(self) if self.mirrored else self._train_step
+        self._train = tf.function(step, reduce_retracing=True, jit_compile=jit)
         self._eval = tf.function(self._eval_step, reduce_retracing=True, jit_compile=jit)
         shuffle = self.spec.data.shuffle and not self.pitfalls.has(Pitfall.TF_SHUFFLE_IGNORED)
         resume = self.pitfalls.has(Pitfall.TF_EPOCHS_RESUME)
@@ -148,6 +143,21 @@ class Backend(FeederMixin):
             self.input_reader = NumpyFeeder.READER
         self.settings.update(self._loader_settings())
         return {"parameters": models.parameter_counts(self.model)}
+
+    def _build_model(self) -> None:
+        cfg, train = self.spec.model, self.spec.train
+        self.model = models.build(cfg, self.spec.data.input_size, self.pitfalls)
+        opt = train.optimizer
+        if opt.name == "adam":
+            self.optimizer = keras.optimizers.Adam(learning_rate=opt.lr, beta_1=opt.beta1,
+                                                   beta_2=opt.beta2, epsilon=opt.epsilon)
+        else:
+            self.optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum,
+                                                  nesterov=opt.nesterov)
+        if keras.mixed_precision.global_policy().compute_dtype == "float16":
+            # fp16 needs its loss scaled (Keras's dynamic loss scaling); a float64 rebuild has no fp16 policy
+            self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+        self.optimizer.build(self.model.trainable_variables)
 
     def _loader_settings(self) -> dict:
         """How batches reach the step: the posted tf.data pipeline's own stages, or the kit's feeder (in the
@@ -211,10 +221,18 @@ class Backend(FeederMixin):
             self._probe = {"expects_logits": bool(self.loss_fn.from_logits), "rows": int(out.shape[0]),
                            "nonnegative": bool(tf.reduce_all(out >= 0)),
                            "max_row_sum_error": float(tf.reduce_max(tf.abs(tf.reduce_sum(out, 1) - 1)))}
-        logits, loss = self._train(*batch)
+        if self.mirrored is not None:      # at N: split among the replicas (logits gathered for a metrics hook only)
+            logits, loss = self.mirrored.train(self._train, *batch)
+        else:
+            logits, loss = self._train(*batch)
         self._loss_dtype = self._loss_dtype or loss.dtype.name
         if self._metrics is not None:
             self._metrics.update(logits, batch[1], loss)
+
+    def at_n(self) -> dict | None:
+        """None at one device; at N how the steps were split, and the first step's evidence
+        (reprokit/kits/training_loop/distributed.py)."""
+        return self.mirrored.at_n(self.model) if self.mirrored is not None else None
 
     def eval_step(self, batch) -> None:
         logits, loss = self._eval(*batch)
@@ -263,7 +281,7 @@ class Backend(FeederMixin):
         # to every train step and training=False, without a tape, to every eval step.
         scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         return {"loss_input_probe": self._probe, "loss_dtype": self._loss_dtype,
-                "loss_scale": float(self.optimizer.dynamic_scale) if scaling else None}
+                "loss_scale": float(self.optimizer.dynamic_scale.numpy()) if scaling else None}
 
     def memory_now(self) -> int:
         if self.gpus:

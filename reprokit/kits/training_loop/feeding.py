@@ -9,6 +9,7 @@ import numpy as np
 from reprokit.kits.contract.result_header import KIT_INPUT
 from reprokit.kits.contract.spec import RunSpec
 from reprokit.kits.framework_free import data as datalib
+from reprokit.kits.training_loop import distributed
 
 # The backend's to_device: (inputs, labels), numpy arrays or the framework's tensors, to the batch the model takes.
 ToDevice = Callable[[Any, Any], Any]
@@ -29,7 +30,8 @@ class NumpyFeeder:
     READER = KIT_INPUT
 
     def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device: ToDevice,
-                 shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None) -> None:
+                 shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None,
+                 share: tuple[int, int] | None = None) -> None:
         self.arrays = arrays
         self.seed = spec.train.seed
         self.batch_size = spec.train.batch_size
@@ -39,10 +41,12 @@ class NumpyFeeder:
         self.to_device = to_device
         self._stream: Iterator[np.ndarray] | None = None
         self.resume = resume
+        self.share = share          # (rank, ranks): a DDP rank's share of each global batch (distributed.py)
 
     def _indices(self, epoch: int) -> Iterator[np.ndarray]:
         order = datalib.epoch_order(len(self.arrays.x_train), self.seed, epoch, self.shuffle)
-        return datalib.batches(order, self.batch_size, self.drop_last)
+        batches = datalib.batches(order, self.batch_size, self.drop_last)
+        return (distributed.shard(idx, *self.share) for idx in batches) if self.share else batches
 
     def train(self, epoch: int) -> Iterator[Any]:
         if self.resume:

@@ -10,8 +10,9 @@ from reprokit.kits.contract.names import PROGRESS_MARKER
 
 
 class Progress:
-    def __init__(self, min_interval_s: float = 1.0) -> None:
+    def __init__(self, min_interval_s: float = 1.0, silent: bool = False) -> None:
         self._min = min_interval_s
+        self._silent = silent           # a run's rank other than 0: the run's lines are rank 0's
         self._last = 0.0
         self._t0 = time.perf_counter()
 
@@ -21,7 +22,7 @@ class Progress:
 
     def emit(self, force: bool = False, **event: Any) -> None:
         t = time.perf_counter()
-        if not force and t - self._last < self._min:
+        if self._silent or (not force and t - self._last < self._min):
             return
         self._last = t
         event["elapsed_s"] = round(t - self._t0, 1)

@@ -11,8 +11,11 @@ from reprokit.kits.measurement.phases import WARMUP, PhaseMemory
 from reprokit.kits.training_loop.training import Measurements
 
 
-def sections(spec: RunSpec, m: Measurements, wall_s: float, input_reader: str, metrics_source: str) -> dict[str, Any]:
-    out = _sections(spec.train.batch_size, spec.train.warmup_steps, m, wall_s, input_reader, metrics_source)
+def sections(spec: RunSpec, m: Measurements, wall_s: float, input_reader: str, metrics_source: str,
+             configured: int | None = None) -> dict[str, Any]:
+    """``configured``: the batch this process takes (a DDP rank's share); by default the spec's."""
+    out = _sections(configured or spec.train.batch_size, spec.train.warmup_steps, m, wall_s, input_reader,
+                    metrics_source)
     out["timing"].update(_time_to_target(spec, m))
     return out
 
