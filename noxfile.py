@@ -141,8 +141,10 @@ def bench(session: nox.Session) -> None:
     bare loop beyond the interval, step timing on/off (the kit against itself)
     with an interval that covers 1. Then the local
     runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
-    (< 2 s). Then the probe's cost (benchmarks/bench_probe.py): per framework and
-    loop kind (PyTorch's DataLoader loop, with and without workers; TensorFlow's
+    (< 2 s). Then the kits at 2 stand-in devices against bare loops at 2 (a bare DDP loop under torchrun, a bare
+    MirroredStrategy loop, a bare sharded JAX step), 6 rounds each: a reading, not a gate (the devices share the
+    CPU's cores; options in $REPROKIT_BENCH_AT_N_ARGS). Then the probe's cost (benchmarks/bench_probe.py): per
+    framework and loop kind (PyTorch's DataLoader loop, with and without workers; TensorFlow's
     tf.function loop and Keras fit; JAX's jitted loop) a script that times its own
     steps, plain and under the probe in fresh processes, 12 rounds (options in
     $REPROKIT_BENCH_PROBE_ARGS); gate: the whole step, probed against plain, its
@@ -175,6 +177,8 @@ def bench(session: nox.Session) -> None:
         return
     try:
         session.run("python", "benchmarks/bench_kit_overhead.py", *session.posargs, env=env)
+        session.run("python", "benchmarks/bench_kit_overhead.py", "--skip", "overhead,render", *shlex.split(
+            os.environ.get("REPROKIT_BENCH_AT_N_ARGS", "--devices 2 --min-rounds 6 --max-rounds 6")), env=env)
         session.run("python", "benchmarks/bench_probe.py",
                     *shlex.split(os.environ.get("REPROKIT_BENCH_PROBE_ARGS", "--rounds 12")), env=env)
     finally:

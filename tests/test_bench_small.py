@@ -53,6 +53,25 @@ def test_the_small_bench_runs_every_part_and_prints_its_ratios(kit_python, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_small_bench_at_two_devices_holds_each_kit_against_its_bare_loop_at_n(kit_python, tmp_path, framework):
+    """The kit's run at 2 stand-in devices against the bare loop at 2 (DDP's ranks under torchrun, MirroredStrategy,
+    the sharded step), a reading: the form and the figures' presence, not their size."""
+    kit_python(framework)
+    proc = subprocess.run([sys.executable, "benchmarks/bench_kit_overhead.py", "--small", "--devices", "2",
+                           "--frameworks", framework, "--skip", "overhead,render", "--data-dir",
+                           str(tmp_path / "data")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = proc.stdout
+    print(out)
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert "quick-profile models at 2 stand-in devices" in out
+    assert re.search(rf"^  {framework} +\w+ +kit/bare median \d+\.\d{{3}}", out, re.M), out[-3000:]
+    assert "at 2 stand-in devices, which share this machine's CPUs, kit/bare is a reading, not a gate" in out
+    assert "Traceback" not in out + proc.stderr
+
+
+@pytest.mark.slow
 def test_the_probes_small_bench_prints_the_whole_step_probed_against_plain(kit_python, tmp_path):
     kit_python("tensorflow")                           # Keras fit: the loop whose whole step the issue measured
     proc = subprocess.run([sys.executable, "benchmarks/bench_probe.py", "--small", "--frameworks", "tensorflow",
