@@ -83,7 +83,7 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
         model["flops_not_counted"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     phases = PhaseMemory(counters)
     # a run's ranks train in step: rank 0's progress lines are the run's
-    progress = Progress(silent=os.environ.get("RANK", "0") != "0")
+    progress = Progress(silent=spec.devices > 1 and os.environ.get("RANK", "0") != "0")
     m = train(backend, spec, len(arrays.x_train), progress, phases, Energy(sampler))
     at_n = backend.at_n() if hasattr(backend, "at_n") else None
     result = result_header.header(raw, "ok", None)
@@ -153,11 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter() - process_age_s()
     args = _parse(argv)
     spec = json.loads(args.spec.read_text())
+    rank = None                             # this process's rank, where it is one of a PyTorch run's at N
     if spec.get("framework") == "pytorch" and int(spec.get("devices", 1)) > 1:
         if "RANK" not in os.environ:        # the run's process: torchrun starts its ranks
             return kit_run.launch(spec, sys.argv[1:] if argv is None else argv, args.out)
+        rank = int(os.environ["RANK"])
         arm(os.getppid())                   # a rank dies with torchrun
-        args.out = kit_run.rank_out(args.out, os.environ["RANK"])
+        args.out = kit_run.rank_out(args.out, rank)
     try:
         result = run(spec, args.data_dir, started)
     except (Exception, SystemExit) as exc:   # a failed run must still leave a result
@@ -165,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         failure = {"kind": _failure_kind(exc, spec.get("device", "cpu")), "message": f"{type(exc).__name__}: {exc}",
                    "log_tail": tail}
         failed = result_header.header(spec, "failed", failure)
-        if "RANK" in os.environ:             # which rank failed and when, for the run's message (kit_run.py)
-            failed["process"] = {"role": "rank", "index": int(os.environ["RANK"])}
+        if rank is not None:                 # which rank failed and when, for the run's message (kit_run.py)
+            failed["process"] = {"role": "rank", "index": rank}
             failure["at"] = time.time()
         write_json_atomic(args.out, failed)
         print("\n".join(tail), file=sys.stderr)

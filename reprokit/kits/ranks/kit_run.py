@@ -22,7 +22,7 @@ from reprokit.kits.framework_free.parent_death import arm
 from reprokit.kits.ranks import gather
 
 
-def rank_out(out: Path, rank: int | str) -> Path:
+def rank_out(out: Path, rank: int) -> Path:
     """Where rank ``rank`` writes its own result."""
     return out.with_name(f"{out.stem}.rank{rank}{out.suffix}")
 
