@@ -66,7 +66,9 @@ def _mirrored(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) ->
     import keras
     import tensorflow as tf
 
-    strategy = tf.distribute.MirroredStrategy()
+    from reprokit.kits.tensorflow_kit import mirrored
+
+    strategy = mirrored.strategy()
     n = strategy.num_replicas_in_sync
     if n != spec.devices:
         raise RuntimeError(f"the bench asks for {spec.devices} devices but MirroredStrategy() mirrors {n}")

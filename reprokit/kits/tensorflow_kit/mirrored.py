@@ -11,6 +11,7 @@ the first device's.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,13 @@ from reprokit.kits.contract.spec import RunSpec
 from reprokit.kits.training_loop import distributed
 
 SUM = tf.distribute.ReduceOp.SUM
+
+
+@functools.cache
+def strategy() -> tf.distribute.MirroredStrategy:
+    """The process's one MirroredStrategy: the strategies of one process share the collectives' instance keys, so a
+    second one (the bench's next model, its bare loop) would meet the first's reductions of other shapes."""
+    return tf.distribute.MirroredStrategy()
 
 
 class Mirrored:
@@ -36,7 +44,7 @@ class Mirrored:
             raise RuntimeError(f"numerics.compile cannot run at {n} devices: XLA cannot compile a MirroredStrategy "
                                f"step whose mirrored variables sit on {n} devices, so run it with compile off or at "
                                f"one device")
-        self.strategy = tf.distribute.MirroredStrategy()
+        self.strategy = strategy()
         devices = self.strategy.extended.worker_devices
         if self.strategy.num_replicas_in_sync != n:
             names = ", ".join(d.rsplit("device:", 1)[-1] for d in devices)
