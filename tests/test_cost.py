@@ -136,7 +136,8 @@ def test_the_seed_sweep_on_one_8_gpu_h100_host_stays_within_2_node_hours(tmp_pat
                           str(tmp_path), "--data-dir", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     print(out)
-    assert "plan: 256 runs (64 at 1, 64 at 2, 64 at 4, 64 at 8 devices), profile standard on a GPU, 3 " \
+    # the as-posted VGG16 (its own batches) and TensorFlow's XLA compile cannot be split: at one device only
+    assert "plan: 226 runs (64 at 1, 54 at 2, 54 at 4, 54 at 8 devices), profile standard on a GPU, 3 " \
            "experiment(s)" in out and "at one device for now" not in out
     least, most = (float(h) for h in re.findall(r"on one node of 8 GPUs: ([\d.]+) node-hours", out))
     gpu_hours = [float(h) for h in re.findall(r"([\d.]+) GPU-hours \(GPUs x hours\)", out)]

@@ -15,6 +15,7 @@ from reprokit.errors import UserError
 from reprokit.execute import data_step
 from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan import matrix
+from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, discover, load
 
 USABLE = len(os.sched_getaffinity(0))
@@ -173,3 +174,21 @@ def test_the_dry_run_prices_the_kits_runs_at_their_counts(tmp_path: Path, capsys
     out = capsys.readouterr().out
     assert "plan: 4 runs (2 at 1, 2 at 2 devices), profile standard on a GPU, 1 experiment(s)" in out, out
     assert "GPU-hours by count: 1 GPU " in out and ", 2 GPUs " in out and "for now" not in out
+
+
+def test_a_run_at_n_a_kit_cannot_split_is_left_out_before_any_run_saying_why(tmp_path: Path) -> None:
+    """The seeds' as-posted VGG16 feeds its own batches (PyTorch's posted DataLoader, TensorFlow's batches of one),
+    and TensorFlow's XLA compile cannot compile a mirrored step: at 2 devices they are left out, each with why; at
+    one device they run."""
+    kept, said = planning.runnable_at_n(_plan(tmp_path, "--devices", "1,2", "--only", "vgg16_cifar10_speed",
+                                                 "--variants", "fixed,as_posted,tuned"))
+    assert said == [
+        "vgg16_cifar10_speed: PyTorch as_posted at 2 devices (not run: the posted DataLoader feeds batches of its "
+        "own, which DDP would not split among the ranks; it runs at one device)",
+        "vgg16_cifar10_speed: TensorFlow as_posted at 2 devices (not run: the posted batches of one cannot be split "
+        "among devices; it runs at one device)"]
+    posted = {(s.framework, s.devices) for s in kept if s.variant == "as_posted"}
+    assert posted == {("pytorch", 1), ("tensorflow", 1)}
+    tensorflow = [s for s in kept if s.framework == "tensorflow"]
+    assert {s.devices for s in tensorflow if s.numerics.compile} == {1}       # alone and in tuned, at one device
+    assert {s.variant for s in tensorflow if s.devices == 2} >= {"fixed", "tuned"}

@@ -150,10 +150,12 @@ def build(request: Request) -> Matrix:
         left_out = None
     else:
         specs, claims = matrix.planned(request, experiments, profile, device, runner.describe, data, mixed)
+        specs, not_split = planning.runnable_at_n(specs)
         chosen = claimed.choose(what, experiments, claims, profile, device)
         options = matrix.options(what, profile, device, claims, {name: experiments[name] for name in chosen.kept},
                                  data_step.LookedUp(how.data_dir))
         not_run = [line for name, o in options.items() for line in planning.not_run(experiments[name], o)]
+        not_run += not_split
         left_out = chosen.line()
     if device == "gpu":
         if any(s.variant == planning.TUNED for s in specs):

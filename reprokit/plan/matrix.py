@@ -145,5 +145,6 @@ def on_gpu_elsewhere(request: Request, data: DataStep) -> tuple[list[Spec], str,
     profile = what.profile or "standard"
     experiments = selected(what, known(what))
     specs, claims = planned(request, experiments, profile, "gpu", lambda framework: {}, data)
+    specs, _ = planning.runnable_at_n(specs)
     left_out = claimed.choose(what, experiments, claims, profile, "gpu").line()
     return specs, profile, repeats_rule(what, "gpu", claims), claims or [], left_out

@@ -18,7 +18,8 @@ from reprokit.environments import datasets
 from reprokit.errors import UserError
 from reprokit.kits.contract.names import REGISTRY, label
 from reprokit.kits.contract.pitfalls import PITFALLS, Pitfall, for_framework
-from reprokit.kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec
+from reprokit.kits.contract.spec import DEFAULTABLE, FRAMEWORK_DEFAULT, RunSpec, ScriptSpec, Spec
+from reprokit.kits.contract.split_limits import not_at_n
 from reprokit.plan import device_counts, frameworks
 from reprokit.plan.experiments import Experiment
 from reprokit.plan.inputs import DataStep
@@ -201,6 +202,21 @@ def not_run(exp: Experiment, opts: Options) -> list[str]:
                 f"{'it' if one else 'them'}")
     return kept + [f"{exp.name}: {label(fw)} runs no {', '.join(names)} (not run: {why(fw, names)})"
                    for fw, names in skipped.items() if names]
+
+
+def runnable_at_n(specs: list[Spec]) -> tuple[list[Spec], list[str]]:
+    """The specs the kits can run, and a line for each run at N devices a kit cannot split (a posted loader's own
+    batches, TensorFlow's XLA compile: reprokit/kits/contract/split_limits.py), left out before any run."""
+    kept: list[Spec] = []
+    said: dict[str, None] = {}
+    for spec in specs:
+        why = not_at_n(spec.to_dict()) if isinstance(spec, RunSpec) and spec.devices > 1 else None
+        if why is None:
+            kept.append(spec)
+        else:
+            said[f"{spec.experiment}: {label(spec.framework)} {spec.variant} at {spec.devices} devices (not run: "
+                 f"{why}; it runs at one device)"] = None
+    return kept, list(said)
 
 
 def counts(exp: Experiment, opts: Options) -> tuple[int, ...]:

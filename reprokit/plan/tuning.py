@@ -22,6 +22,7 @@ from typing import Any
 
 from reprokit.kits.contract.names import label
 from reprokit.kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
+from reprokit.kits.contract.split_limits import not_at_n
 from reprokit.plan import plan as planning
 from reprokit.results import metrics
 from reprokit.results.runs import FIXED, TUNED_ALONE
@@ -111,6 +112,13 @@ MIXED_SAID = {"bf16_mixed": "bf16 mixed precision (torch.autocast, Keras mixed_b
                             "LossScaleOptimizer): this GPU has no bf16"}
 
 
+def _at_n(spec: RunSpec, chosen: list[Setting], mixed: str) -> list[Setting]:
+    """The settings a run at N devices can take: a kit cannot split some (reprokit/kits/contract/split_limits.py)."""
+    if spec.devices == 1:
+        return chosen
+    return [s for s in chosen if not not_at_n(_with(spec, s.variant, [s], [], mixed).to_dict())]
+
+
 def _declared(choices: dict[str, Choice], device: str, mixed: str) -> list[dict[str, Any]]:
     """Each tuned setting as a declared difference: what every framework of the experiment got, and why not."""
     names = dict.fromkeys(s.name for c in choices.values() for s in (*c.kept, *(d for d, _ in c.dropped)))
@@ -149,9 +157,9 @@ def _specs(specs: list[Spec], choices_of: dict[str, dict[str, Choice]], alone: b
         declared = _declared(choices, spec.device, mixed)
         if alone:       # one run of each setting alone (against fixed's median it decides only a slowing beyond
             out += [_with(spec, s.variant, [s], [d for d in declared if d["field"] == f"tuned: {s.name}"], mixed)
-                    for s in settings(spec.framework, spec.device)     # SLOWER), every repeat of one a claim reads
-                    if spec.repeat == 0 or (spec.experiment, spec.framework, s.variant) in read]
-        out.append(_with(spec, TUNED, list(choices[spec.framework].kept), declared, mixed))
+                    for s in _at_n(spec, settings(spec.framework, spec.device), mixed)    # SLOWER), every repeat
+                    if spec.repeat == 0 or (spec.experiment, spec.framework, s.variant) in read]  # of one a claim reads
+        out.append(_with(spec, TUNED, _at_n(spec, list(choices[spec.framework].kept), mixed), declared, mixed))
     return out
 
 

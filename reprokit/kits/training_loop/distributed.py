@@ -52,3 +52,4 @@ def evidence(role: str, index: int, batch: int, replicas: int, samples: list[flo
                            "how": how + ("; the devices' gradients averaged" if averaged else
                                          f"; the {summed} replicas' gradients summed")},
             "batchnorm": batchnorm}
+
