@@ -58,6 +58,7 @@ from reprokit.kits.contract.names import PROGRESS_MARKER
 from reprokit.kits.contract.spec import RunSpec
 from reprokit.kits.devices import stand_ins
 from reprokit.kits.framework_free import data as datalib
+from reprokit.kits.ranks import kit_run
 
 # --- the kit ----------------------------------------------------------------------------------
 
@@ -214,11 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"one device count per process, got {sorted(devices)}")
     if specs[0].framework == "pytorch" and specs[0].devices > 1 and "RANK" not in os.environ:
         # torchrun's ranks take the same rounds in the same orders (one seed), in step; rank 0 writes the output
-        return subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                                "--nproc-per-node", str(specs[0].devices), "-m", "reprokit.kits.bench",
-                                *(argv if argv is not None else sys.argv[1:]), "--seed", str(seed)])
+        return subprocess.call(kit_run.torchrun(specs[0].devices, "reprokit.kits.bench",
+                                                [*(argv if argv is not None else sys.argv[1:]), "--seed", str(seed)]))
     if os.environ.get("RANK", "0") != "0":
-        args.out = args.out.with_name(f"{args.out.stem}.rank{os.environ['RANK']}{args.out.suffix}")
+        args.out = kit_run.rank_out(args.out, int(os.environ["RANK"]))
     stand_ins.before_import(specs[0].framework, specs[0].devices, specs[0].device)
     parts.bare_loop(specs[0].framework).process_setup(specs[0])
     _tell(f"  reprokit.kits.bench seed {seed}: --seed {seed} draws the same round orders again")

@@ -5,7 +5,7 @@ import time
 
 from reprokit.kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec
 from reprokit.kits.framework_free import data as datalib
-from reprokit.kits.training_loop import bare
+from reprokit.kits.training_loop import bare, distributed
 
 
 def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tuple[float, float]:
@@ -42,7 +42,7 @@ def loop(spec: RunSpec, arrays: datalib.Arrays, warmup: int, steps: int) -> tupl
     # Every batch this loop takes, as tensors on the device before the clock starts: no numpy slicing or
     # conversion inside the timed steps (the kit slices and converts each batch inside its own).
     staged = [(torch.from_numpy(arrays.x_train[idx]).to(device), torch.from_numpy(arrays.y_train[idx]).to(device))
-              for idx in (i[rank::world] for i in bare.schedule(spec, arrays, warmup, steps))]
+              for idx in (distributed.shard(i, rank, world) for i in bare.schedule(spec, arrays, warmup, steps))]
     sync()
     t0 = c0 = 0.0
     for i, (x, y) in enumerate(staged):

@@ -27,13 +27,18 @@ def rank_out(out: Path, rank: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}{out.suffix}")
 
 
+def torchrun(n: int, module: str, argv: list[str]) -> list[str]:
+    """The command that starts ``python -m module argv`` as N ranks of one node under torchrun."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node",
+            str(n), "-m", module, *argv]
+
+
 def launch(spec: dict[str, Any], argv: list[str], out: Path) -> int:
     """Run the spec's N ranks under torchrun and write the run's result to ``out``; the exit status."""
     n = int(spec["devices"])
     parent = os.getpid()
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-               "--nproc-per-node", str(n), "-m", "reprokit.kits.run", *argv]
-    code = subprocess.call(command, preexec_fn=lambda: arm(parent))    # noqa: PLW1509 - a single-threaded parent
+    code = subprocess.call(torchrun(n, "reprokit.kits.run", argv),
+                           preexec_fn=lambda: arm(parent))    # noqa: PLW1509 - a single-threaded parent
     found = [json.loads(p.read_text()) for r in range(n) if (p := rank_out(out, r)).is_file()]
     result = gathered(spec, found, n, code)
     write_json_atomic(out, result)
