@@ -1,6 +1,7 @@
 """Batches in the spec's order, from the host-prepared arrays, the same in every framework."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -13,6 +14,8 @@ from reprokit.kits.training_loop import distributed
 
 # The backend's to_device: (inputs, labels), numpy arrays or the framework's tensors, to the batch the model takes.
 ToDevice = Callable[[Any, Any], Any]
+# The backend's to_device for several batches at once: their inputs and labels together, and each one's size.
+ToDeviceMany = Callable[[Any, Any, list[int]], Iterable[Any]]
 # The user's input hook, its options bound: (split, x, y, batch_size, epoch) to (inputs, labels) pairs.
 InputHook = Callable[[str, np.ndarray, np.ndarray, int, int], Iterable[tuple[Any, Any]]]
 
@@ -25,13 +28,17 @@ class NumpyFeeder:
     ``shuffle=False`` and ``resume=True`` exist for the as-posted TensorFlow
     pipelines: a dataset that is never shuffled, and one iterator that runs on
     across epochs instead of starting again.
+
+    ``many=(k, to_device_many)`` converts k training batches at a time, the same
+    batches in the same order: for a backend whose every conversion between two
+    steps costs more than the copy (TensorFlow's eager ops, reprokit/kits/tensorflow_kit/backend.py).
     """
 
     READER = KIT_INPUT
 
     def __init__(self, arrays: datalib.Arrays, spec: RunSpec, to_device: ToDevice,
                  shuffle: bool | None = None, resume: bool = False, eval_batch_size: int | None = None,
-                 share: tuple[int, int] | None = None) -> None:
+                 share: tuple[int, int] | None = None, many: tuple[int, ToDeviceMany] | None = None) -> None:
         self.arrays = arrays
         self.seed = spec.train.seed
         self.batch_size = spec.train.batch_size
@@ -42,6 +49,8 @@ class NumpyFeeder:
         self._stream: Iterator[np.ndarray] | None = None
         self.resume = resume
         self.share = share          # (rank, ranks): a DDP rank's share of each global batch (distributed.py)
+        self.many = many
+        self.steps = spec.train.max_steps_per_epoch or None      # what one epoch takes: no batch converted beyond
 
     def _indices(self, epoch: int) -> Iterator[np.ndarray]:
         order = datalib.epoch_order(len(self.arrays.x_train), self.seed, epoch, self.shuffle)
@@ -55,7 +64,15 @@ class NumpyFeeder:
         else:
             indices = self._indices(epoch)
         x, y = self.arrays.x_train, self.arrays.y_train
+        if self.many and not self.resume:       # a resumed stream must not be read ahead of the epoch's steps
+            return self._together(itertools.islice(indices, self.steps), *self.many)
         return (self.to_device(x[idx], y[idx]) for idx in indices)
+
+    def _together(self, indices: Iterator[np.ndarray], k: int, to_device_many: ToDeviceMany) -> Iterator[Any]:
+        x, y = self.arrays.x_train, self.arrays.y_train
+        while group := list(itertools.islice(indices, k)):
+            idx = np.concatenate(group)
+            yield from to_device_many(x[idx], y[idx], [len(g) for g in group])
 
     def _test_indices(self) -> Iterator[np.ndarray]:
         return datalib.batches(np.arange(len(self.arrays.x_test)), self.eval_batch_size, False)
