@@ -20,7 +20,7 @@ from reprokit import doctor
 from reprokit.bisect import search, sides
 from reprokit.certify import certify_plan, certify_runs
 from reprokit.claims import sequential
-from reprokit.console import RunProgress, duration
+from reprokit.console import RunProgress, duration, run_label
 from reprokit.environments import datasets, env_cache, published_datasets, requirement_sets
 from reprokit.environments.envs import ENVS
 from reprokit.errors import UserError
@@ -234,8 +234,7 @@ def _reproduce(req: request.Request, m: compose.Matrix) -> int:
 
     def progress_for(i: int, spec: Spec) -> RunProgress:
         after = _sum_known([e for e, _ in estimates[i + 1:]])
-        return RunProgress(f"[run {i + 1}/{len(todo)}] {spec.experiment} / {spec.framework} / "
-                           f"{spec.variant} r{spec.repeat}", estimates[i][0],
+        return RunProgress(f"[run {i + 1}/{len(todo)}] {run_label(spec)}", estimates[i][0],
                            None if after is None else after / m.executor.at_once)
 
     rounds: list[loop.Policy] = [policies.Once(policies.first(todo), progress_for), policies.Tuned()]

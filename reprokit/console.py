@@ -25,6 +25,12 @@ def fraction_done(event: dict[str, Any]) -> float | None:
     return done
 
 
+def run_label(spec: Any) -> str:
+    """A run as its progress line names it: experiment, framework, variant and repeat, and its devices beyond one."""
+    at = f" at {spec.devices} devices" if spec.devices > 1 else ""
+    return f"{spec.experiment} / {spec.framework} / {spec.variant} r{spec.repeat}{at}"
+
+
 class RunProgress:
     """One status line per run, rewritten in place on a terminal, every 15 s in a log.
 

@@ -11,10 +11,11 @@ import pytest
 from conftest import TINY
 
 from reprokit import cli
+from reprokit.console import run_label
 from reprokit.errors import UserError
 from reprokit.execute import data_step
 from reprokit.kits.contract.spec import RunSpec
-from reprokit.plan import matrix
+from reprokit.plan import matrix, tuning
 from reprokit.plan import plan as planning
 from reprokit.plan.experiments import BUILTIN_DIR, discover, load
 
@@ -163,6 +164,9 @@ def test_a_run_at_one_device_keeps_its_run_id(tmp_path: Path) -> None:
         assert "devices" not in written and RunSpec.from_dict(written).computed_run_id() == spec.run_id
     assert all(s.to_dict()["devices"] == 2 and s.run_id not in {p.run_id for p in plain}
                for s in swept if s.devices == 2)
+    # the progress lines tell the two apart
+    assert {run_label(s) for s in swept if s.framework == "pytorch"} == {"tiny / pytorch / fixed r0",
+                                                                         "tiny / pytorch / fixed r0 at 2 devices"}
 
 
 def test_the_dry_run_prices_the_kits_runs_at_their_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -192,3 +196,29 @@ def test_a_run_at_n_a_kit_cannot_split_is_left_out_before_any_run_saying_why(tmp
     tensorflow = [s for s in kept if s.framework == "tensorflow"]
     assert {s.devices for s in tensorflow if s.numerics.compile} == {1}       # alone and in tuned, at one device
     assert {s.variant for s in tensorflow if s.devices == 2} >= {"fixed", "tuned"}
+    compile_said = next(d for d in next(s for s in tensorflow if s.devices == 2 and s.variant == "tuned").differences
+                        if d["field"] == "tuned: compile")
+    assert compile_said["tensorflow"] == ("left out: not at 2 devices: XLA cannot compile a MirroredStrategy step "
+                                          "whose mirrored variables sit on several devices")
+
+
+def test_tuned_at_each_count_is_chosen_from_the_runs_at_that_count(tmp_path: Path) -> None:
+    """inter_op alone slowed TensorFlow at 2 devices and not at one: tuned leaves it out at 2 only (a choice read
+    from both counts pooled would keep it at both or drop it at both)."""
+    _tiny(tmp_path)
+    specs = [s for s in _tiny_plan(tmp_path, "--devices", "1,2", "--variants", "fixed,tuned")
+             if isinstance(s, RunSpec) and s.framework == "tensorflow"]
+    rates = {(1, "fixed"): 100.0, (1, "+tuned_inter_op"): 101.0, (1, "+tuned_compile"): 120.0,
+             (2, "fixed"): 180.0, (2, "+tuned_inter_op"): 120.0}
+    results = [{"run_id": s.run_id, "experiment": s.experiment, "framework": s.framework, "variant": s.variant,
+                "status": "ok", "spec": s.to_dict(), "timing": {"samples_per_s": rates[s.devices, s.variant]}}
+               for s in specs if s.variant != "tuned"]
+    assert {(s.devices, s.variant) for s in specs if s.variant != "tuned"} == set(rates)
+    tuned = {s.devices: s for s in tuning.compose(specs, results)}
+    assert tuned[1].numerics.cpu_threads.inter_op == "framework_default" and tuned[1].numerics.compile
+    assert tuned[2].numerics.cpu_threads.inter_op == 1 and not tuned[2].numerics.compile
+    said = tuning.choices_said(specs, results)
+    assert said == ["tiny / TensorFlow: compile, inter_op",
+                    "tiny / TensorFlow at 2 devices: no setting; left out compile: not at 2 devices: XLA cannot "
+                    "compile a MirroredStrategy step whose mirrored variables sit on several devices; left out "
+                    "inter_op: alone it slowed TensorFlow here: 0.67x fixed's throughput"]

@@ -14,6 +14,7 @@ from checkout import REPO
 from reprokit import cli
 from reprokit.errors import UserError
 from reprokit.execute import compose
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan import tuning
 from reprokit.report import tuned_section
 from reprokit.results import runs
@@ -99,7 +100,7 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
     assert seen["tensorflow", "+tuned_inter_op"]["threads.inter_op"]["value"] == 0       # TensorFlow's own pool
     assert seen["tensorflow", "fixed"]["threads.inter_op"]["value"] == 1
     for fw in ("pytorch", "tensorflow"):
-        choice = tuning.choose(results, "tiny", fw, "cpu")
+        choice = tuning.choose(results, RunSpec.from_dict(by[fw, "fixed"]["spec"]))
         assert f"tuned: tiny / {'PyTorch' if fw == 'pytorch' else 'TensorFlow'}: " in proc.stdout
         applied = by[fw, "tuned"]["spec"]["numerics"]
         assert applied.get("channels_last", False) == any(s.name == "channels_last" for s in choice.kept)
@@ -138,7 +139,7 @@ def test_a_real_tuned_run_applies_what_its_settings_alone_did_not_slow(kit_pytho
     for r in slower:
         if (r["framework"], r["variant"]) == ("tensorflow", "+tuned_compile"):
             r["timing"]["samples_per_s"] = 0.9 * fixed_rate
-    choice = tuning.choose(slower, "tiny", "tensorflow", "cpu")
+    choice = tuning.choose(slower, RunSpec.from_dict(by["tensorflow", "fixed"]["spec"]))
     dropped = {s.name: why for s, why in choice.dropped}       # inter_op as this CPU's timing had it
     assert dropped["compile"] == "alone it slowed TensorFlow here: 0.90x fixed's throughput"
     assert "compile" not in {s.name for s in choice.kept}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from reprokit.claims import sequential
 from reprokit.claims.claims import Claim
-from reprokit.console import RunProgress
+from reprokit.console import RunProgress, run_label
 from reprokit.execute.executors import ProgressFor
 from reprokit.execute.loop import Batch, unfinished
 from reprokit.kits.contract.spec import Spec
@@ -59,7 +59,7 @@ class Tuned:
         todo = unfinished(composed, store)
 
         def progress_for(i: int, spec: Spec) -> RunProgress:
-            return RunProgress(f"[tuned run {i + 1}/{len(todo)}] {spec.experiment} / {spec.framework} r{spec.repeat}")
+            return RunProgress(f"[tuned run {i + 1}/{len(todo)}] {run_label(spec)}")
 
         return Batch(held, todo, progress_for, said)
 
@@ -89,7 +89,6 @@ class UntilDecided:
         todo = unfinished(extra, store)
 
         def progress_for(i: int, spec: Spec, n: int = len(todo)) -> RunProgress:
-            return RunProgress(f"[repeat run {i + 1}/{n}] {spec.experiment} / {spec.framework} / "
-                               f"{spec.variant} r{spec.repeat}")
+            return RunProgress(f"[repeat run {i + 1}/{n}] {run_label(spec)}")
 
         return Batch(specs + extra, todo, progress_for, said)

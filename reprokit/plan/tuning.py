@@ -24,7 +24,7 @@ from reprokit.kits.contract.names import label
 from reprokit.kits.contract.spec import FRAMEWORK_DEFAULT, RunSpec, Spec
 from reprokit.kits.contract.split_limits import not_at_n
 from reprokit.plan import plan as planning
-from reprokit.results import metrics
+from reprokit.results import metrics, runs
 from reprokit.results.runs import FIXED, TUNED_ALONE
 
 TUNED = planning.TUNED
@@ -112,13 +112,6 @@ MIXED_SAID = {"bf16_mixed": "bf16 mixed precision (torch.autocast, Keras mixed_b
                             "LossScaleOptimizer): this GPU has no bf16"}
 
 
-def _at_n(spec: RunSpec, chosen: list[Setting], mixed: str) -> list[Setting]:
-    """The settings a run at N devices can take: a kit cannot split some (reprokit/kits/contract/split_limits.py)."""
-    if spec.devices == 1:
-        return chosen
-    return [s for s in chosen if not not_at_n(_with(spec, s.variant, [s], [], mixed).to_dict())]
-
-
 def _declared(choices: dict[str, Choice], device: str, mixed: str) -> list[dict[str, Any]]:
     """Each tuned setting as a declared difference: what every framework of the experiment got, and why not."""
     names = dict.fromkeys(s.name for c in choices.values() for s in (*c.kept, *(d for d, _ in c.dropped)))
@@ -138,28 +131,29 @@ def _declared(choices: dict[str, Choice], device: str, mixed: str) -> list[dict[
     return out
 
 
-def _fixed(specs: list[Spec]) -> dict[str, dict[str, RunSpec]]:
-    """The fixed run specs of each experiment, by framework (the first repeat's)."""
-    out: dict[str, dict[str, RunSpec]] = {}
+def _fixed(specs: list[Spec]) -> dict[tuple[str, int], dict[str, RunSpec]]:
+    """The fixed run specs of each experiment and device count, by framework (the first repeat's): each count's
+    tuned is chosen from the runs at that count."""
+    out: dict[tuple[str, int], dict[str, RunSpec]] = {}
     for spec in specs:
         if isinstance(spec, RunSpec) and spec.variant == FIXED:
-            out.setdefault(spec.experiment, {}).setdefault(spec.framework, spec)
+            out.setdefault((spec.experiment, spec.devices), {}).setdefault(spec.framework, spec)
     return out
 
 
-def _specs(specs: list[Spec], choices_of: dict[str, dict[str, Choice]], alone: bool, mixed: str,
+def _specs(specs: list[Spec], choices_of: dict[tuple[str, int], dict[str, Choice]], alone: bool, mixed: str,
            read: frozenset[tuple[str, str, str]] = frozenset()) -> list[RunSpec]:
     out: list[RunSpec] = []
     for spec in specs:
         if not isinstance(spec, RunSpec) or spec.variant != FIXED:
             continue
-        choices = choices_of[spec.experiment]
+        choices = choices_of[(spec.experiment, spec.devices)]
         declared = _declared(choices, spec.device, mixed)
         if alone:       # one run of each setting alone (against fixed's median it decides only a slowing beyond
             out += [_with(spec, s.variant, [s], [d for d in declared if d["field"] == f"tuned: {s.name}"], mixed)
-                    for s in _at_n(spec, settings(spec.framework, spec.device), mixed)    # SLOWER), every repeat
-                    if spec.repeat == 0 or (spec.experiment, spec.framework, s.variant) in read]  # of one a claim reads
-        out.append(_with(spec, TUNED, _at_n(spec, list(choices[spec.framework].kept), mixed), declared, mixed))
+                    for s in choices[spec.framework].kept                   # SLOWER), every repeat of one a
+                    if spec.repeat == 0 or (spec.experiment, spec.framework, s.variant) in read]    # claim reads
+        out.append(_with(spec, TUNED, list(choices[spec.framework].kept), declared, mixed))
     return out
 
 
@@ -168,8 +162,7 @@ def planned(specs: list[Spec], read: frozenset[tuple[str, str, str]] = frozenset
     """For each fixed run spec: each setting alone, and tuned with every setting (a dry run's, until ``compose``).
     ``read``: the (experiment, framework, variant) a claim reads, whose settings alone run at every repeat;
     ``mixed``: the mixed precision the GPUs have (reprokit/environments/host_checks.py mixed_precision)."""
-    every = {exp: {fw: Choice(tuple(settings(fw, s.device)), ()) for fw, s in by_fw.items()}
-             for exp, by_fw in _fixed(specs).items()}
+    every = {key: {fw: choose(None, s, mixed) for fw, s in by_fw.items()} for key, by_fw in _fixed(specs).items()}
     return _specs(specs, every, alone=True, mixed=mixed, read=read)
 
 
@@ -180,21 +173,28 @@ class Choice:
     dropped: tuple[tuple[Setting, str], ...]
 
 
-def choose(results: list[dict[str, Any]], experiment: str, framework: str, device: str) -> Choice:
-    """Keep a setting unless its runs alone slowed this device (or failed), from the finished results."""
-    mine = [r for r in results if r["experiment"] == experiment and r["framework"] == framework]
+def choose(results: list[dict[str, Any]] | None, fixed: RunSpec, mixed: str = DEFAULT_MIXED) -> Choice:
+    """The settings tuned keeps at ``fixed``'s device count: each its kit can take there (at N devices a kit cannot
+    split some: reprokit/kits/contract/split_limits.py) unless its runs alone at that count slowed this device (or
+    failed), from the finished ``results``; every one it can take where there are none yet (the dry run's)."""
+    mine = [r for r in results or [] if r["experiment"] == fixed.experiment and r["framework"] == fixed.framework
+            and runs.devices(r) == fixed.devices]
 
     def rate(variant: str) -> float | None:
         got = metrics.collect([r for r in mine if r["variant"] == variant and r["status"] == "ok"], "samples_per_s")
         return got.median() if got.values else None
     base = rate(FIXED)
     kept, dropped = [], []
-    for s in settings(framework, device):
-        alone = rate(s.variant)
-        if alone is None:
+    for s in settings(fixed.framework, fixed.device):
+        cannot = not_at_n(_with(fixed, s.variant, [s], [], mixed).to_dict()) if fixed.devices > 1 else None
+        alone = rate(s.variant) if results is not None and not cannot else None
+        if cannot:
+            dropped.append((s, f"not at {fixed.devices} devices: {cannot}"))
+        elif results is not None and alone is None:
             dropped.append((s, f"its run alone did not finish ({s.variant})"))
-        elif base and alone < (1 - SLOWER) * base:
-            dropped.append((s, f"alone it slowed {label(framework)} here: {alone / base:.2f}x fixed's throughput"))
+        elif base and alone is not None and alone < (1 - SLOWER) * base:
+            dropped.append((s, f"alone it slowed {label(fixed.framework)} here: {alone / base:.2f}x fixed's "
+                               f"throughput"))
         else:
             kept.append(s)
     return Choice(tuple(kept), tuple(dropped))
@@ -203,19 +203,19 @@ def choose(results: list[dict[str, Any]], experiment: str, framework: str, devic
 def compose(specs: list[Spec], results: list[dict[str, Any]]) -> list[RunSpec]:
     """The tuned specs, one per fixed one, from what each setting alone showed in ``results``, in the mixed
     precision the plan chose (its precision setting's run alone holds it)."""
-    choices = {exp: {fw: choose(results, exp, fw, s.device) for fw, s in by_fw.items()}
-               for exp, by_fw in _fixed(specs).items()}
     mixed = next((s.numerics.precision for s in specs if isinstance(s, RunSpec) and s.variant == PRECISION_ALONE),
                  DEFAULT_MIXED)
+    choices = {key: {fw: choose(results, s, mixed) for fw, s in by_fw.items()} for key, by_fw in _fixed(specs).items()}
     return _specs(specs, choices, alone=False, mixed=mixed)
 
 
 def choices_said(specs: list[Spec], results: list[dict[str, Any]]) -> list[str]:
     """Per experiment and framework: the settings tuned keeps, and each left out with why."""
     out = []
-    for exp, by_fw in _fixed(specs).items():
+    for (exp, devices), by_fw in _fixed(specs).items():
+        at = f" at {devices} devices" if devices > 1 else ""
         for fw, spec in by_fw.items():
-            c = choose(results, exp, fw, spec.device)
-            out.append(f"{exp} / {label(fw)}: " + (", ".join(s.name for s in c.kept) or "no setting") +
+            c = choose(results, spec)
+            out.append(f"{exp} / {label(fw)}{at}: " + (", ".join(s.name for s in c.kept) or "no setting") +
                        "".join(f"; left out {s.name}: {why}" for s, why in c.dropped))
     return out

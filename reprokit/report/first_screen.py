@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from reprokit.claims.verdicts import LEARNED_MARGIN, STATUSES, Verdict, learned
 from reprokit.kits.contract.names import FRAMEWORKS, LABELS, REFERENCE
+from reprokit.kits.contract.spec import RunSpec
 from reprokit.plan import tuning
 from reprokit.report import reconstruction
 from reprokit.report.markdown import device_label, md
@@ -118,8 +119,9 @@ def _tuned(by_variant: dict[str, dict[str, list[dict[str, Any]]]], pair: tuple[s
     applied = []
     for fw in pair:
         said = changed(tuned[fw][0], fixed[fw][0]) if fw in fixed else "unknown"
-        choice = tuning.choose(results, tuned[fw][0]["experiment"], fw, tuned[fw][0]["spec"].get("device", "cpu"))
-        said += "".join(f"; left out {s.name}: {why}" for s, why in choice.dropped)
+        if fw in fixed:
+            choice = tuning.choose(results, RunSpec.from_dict(fixed[fw][0]["spec"]))
+            said += "".join(f"; left out {s.name}: {why}" for s, why in choice.dropped)
         applied.append(f"{LABELS[fw]} {said}")
     return f" (MFU {', '.join(mfu)}; against fixed: {'; '.join(applied)})"
 
