@@ -4,10 +4,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import stub_matrix as sm
 from checkout import REPO
 from conftest import TINY, tiny_specs, write_spec
 
@@ -76,7 +79,8 @@ def test_a_run_at_two_devices_is_two_ddp_ranks_each_with_its_share(kit_python, t
     assert not set(first["samples"]) & set(second["samples"])          # each rank its own samples
     for e in (first, second):
         assert abs(e["loss_scale"]["factor"] - 1) < 1e-6 and e["batchnorm"] == "per device"
-    assert len(d["backward_span_s"]) == sum(result["effective"]["train_steps_per_epoch"]) - spec["train"]["warmup_steps"]
+    spans = result["timing"]["backward_span_s"]            # rank 0's, as at one device
+    assert len(spans) == sum(result["effective"]["train_steps_per_epoch"]) - spec["train"]["warmup_steps"]
     # rank 0's progress lines are the run's; no rank outlives it
     assert len([line for line in proc.stdout.splitlines() if '"phase": "epoch"' in line]) == spec["train"]["epochs"]
     assert not any(_alive(e["pid"]) for e in p["each"])
@@ -95,6 +99,7 @@ def test_two_ranks_train_what_one_device_trains(kit_python, tmp_path, data_dir):
         result, proc = _run(kit_python("pytorch"), _specs(tmp_path / f"exp{n}", data_dir, plain, n, short),
                             tmp_path / f"run{n}", data_dir)
         assert result["status"] == "ok", proc.stderr[-3000:]
+        assert len(result["timing"]["backward_span_s"]) == 1         # the step after the warmup, at every count
         losses[n] = result["metrics"]["epochs"][0]["test_loss"]
     assert losses[2] == pytest.approx(losses[1], rel=1e-5)
 
@@ -112,3 +117,37 @@ def test_a_batch_the_ranks_cannot_split_is_refused_by_each_rank_naming_it(kit_py
     assert re.fullmatch(r"rank [01] RuntimeError: a run at 2 devices splits the kit's own batches among its ranks; "
                         r"the posted DataLoader feed\(s\) batches of its own, which DDP would not split: run it at "
                         r"one device", result["failure"]["message"]), result["failure"]["message"]
+
+
+def test_ctrl_c_while_a_kit_run_trains_at_two_devices_ends_torchrun_and_every_rank(kit_python, tmp_path, data_dir):
+    """Ctrl-C while the kit's two DDP ranks train: the command ends with 130 within 10 s, and neither torchrun, nor
+    a rank, nor the run's own process outlives it."""
+    kit_python("pytorch")
+    exps = tmp_path / "exps"
+    exps.mkdir()
+    (exps / "tiny.toml").write_text(TINY.replace("epochs = 2\n", "epochs = 500\n"))
+    state = tmp_path / "state"
+    cmd = [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(exps), "--only", "tiny",
+           "--frameworks", "pytorch", "--devices", "2", "--variants", "fixed", "--repeats", "1", "--no-certify",
+           "--backend", "local", "--data-dir", str(data_dir), "--state-dir", str(state), "--reports-dir",
+           str(tmp_path / "reports")]
+    log = tmp_path / "out.log"
+    proc = sm.start(cmd, log)
+
+    def ranks_training() -> dict[int, str]:
+        """The run's processes (its launcher, torchrun, the two ranks) once its progress line is past epoch 1."""
+        kits = sm.kit_processes(state)
+        ranks = [text for text in kits.values() if "torch.distributed.run" not in text and "-u -m reprokit.kits.run " in text]
+        past_one = re.search(r" at 2 devices · epoch ([2-9]|\d\d+)/500", log.read_text())
+        return kits if len(ranks) == 2 and len(kits) == 4 and past_one else {}
+    try:
+        kits = sm.wait_for(ranks_training, timeout=180)
+        os.kill(proc.pid, signal.SIGINT)
+        out = sm.output(proc, log, timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out[-2000:]
+    assert sm.wait_for(lambda: all(sm.gone(p) for p in kits), timeout=5), \
+        f"still running: {[text for p, text in kits.items() if not sm.gone(p)]}"

@@ -69,3 +69,25 @@ def test_the_section_has_a_row_per_framework_and_count_a_ratio_each_count_and_a_
     assert (tmp_path / "at_two-scaling.png").stat().st_size > 1000
     # the other sections hold the runs at the fewest devices: no run at 2 is a repeat of one at 1
     assert "4 runs" in report.splitlines()[2]
+
+
+def _share_cells(report: str) -> list[str]:
+    section = report[report.index("### Scaling, side by side"):].split("\n## ")[0].split("\n### ")[0]
+    return [line.split("|")[7].strip() for line in section.splitlines() if line.startswith(("| PyTorch", "| Tensor"))]
+
+
+def test_a_kit_runs_spans_give_the_same_collectives_share_and_tensorflows_is_said_not_measured(results, tmp_path):
+    """The PyTorch kit times its steps' spans itself (timing.backward_span_s), a probed script's come from the
+    probe: the same spans give the same share. TensorFlow's step is one graph: its cells say not measured, and
+    a line says why."""
+    probed = document.write(tmp_path / "probed", "sweep", results, {}).read_text()
+    kit = copy.deepcopy(results)
+    for r in kit:
+        if r["framework"] == "pytorch":
+            r["timing"]["backward_span_s"] = r["probe"]["evidence"].pop("backward_span_s")
+    timed = document.write(tmp_path / "kit", "sweep", kit, {}).read_text()
+    cells = _share_cells(probed)
+    assert cells[0] == "0%" and cells[1].endswith("%") and cells[2:] == ["not measured", "not measured"]
+    assert _share_cells(timed) == cells
+    assert ("Collectives and waiting: not measured for TensorFlow, whose runs did not time the inside of their steps "
+            "(a step that runs as one graph or compiled function is not).") in timed

@@ -96,6 +96,8 @@ def run(raw: dict, data_dir: Path, started: float | None = None) -> dict:
     result["environment"]["precision"]["loss_dtype"] = observed.get("loss_dtype")     # as the first step computed it
     # the loss scale the framework's scaler held at the end; None where no loss was scaled
     result["environment"]["precision"]["loss_scale"] = observed.get("loss_scale")
+    if observed.get("backward_span_s") is not None:     # a step the kit can time inside (PyTorch's, at every count)
+        result["timing"]["backward_span_s"] = observed["backward_span_s"]
     if sampler:
         result["environment"]["nvml"] = sampler.report()
     if env["device"] == "cpu":
@@ -115,8 +117,7 @@ def _at_n(result: dict, at_n: dict, stand_in: list[str], device: str) -> dict:
     ranks = at_n.get("ranks")
     result["process"] = {"role": "rank" if ranks else "process", "index": at_n.get("rank", 0), "pid": os.getpid(),
                          "backend": at_n.get("backend"), "replicas": at_n["replicas"]}
-    result["distributed"] = {"how": at_n["how"], "stand_ins": stand_in, "evidence": at_n["evidence"],
-                             "backward_span_s": at_n.get("backward_span_s", [])}
+    result["distributed"] = {"how": at_n["how"], "stand_ins": stand_in, "evidence": at_n["evidence"]}
     if ranks:
         return result
     out = gather.gather(result, [], stand_in=device != "gpu")

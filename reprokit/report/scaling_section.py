@@ -86,9 +86,10 @@ def throughput(rs: list[dict[str, Any]]) -> list[float]:
 
 
 def _spans(rs: list[dict[str, Any]]) -> float | None:
-    """The median span from a step's forward pass to its optimizer step: a probed script's, or a kit run's at N."""
-    found = [s for r in rs for s in (((r.get("probe") or {}).get("evidence") or r.get("distributed") or {})
-                                     .get("backward_span_s") or [])]
+    """The median span from a step's forward pass to its optimizer step: a probed script's, or a kit run's
+    (reprokit/kits/measurement/backward_spans.py)."""
+    found = [s for r in rs for s in (((r.get("probe") or {}).get("evidence") or {}).get("backward_span_s")
+                                     or (r.get("timing") or {}).get("backward_span_s") or [])]
     return median(found) if found else None
 
 
@@ -163,6 +164,10 @@ def section(results: list[dict[str, Any]], plots: dict[str, list[tuple[str, str]
         cpu = all(r["spec"].get("device") == "cpu" for counts in sweep.values() for rs in counts.values() for r in rs)
         lines = [f"**{md(experiment)}**: scaling read from the batches the runs took: {labels}."]
         lines += _ratios(sweep)
+        untimed = [label(fw) for fw in FRAMEWORKS if fw in sweep and _spans(sweep[fw].get(1, [])) is None]
+        if untimed:
+            lines.append(f"Collectives and waiting: not measured for {' and '.join(untimed)}, whose runs did not time "
+                         f"the inside of their steps (a step that runs as one graph or compiled function is not).")
         lines += certified_at_n.lines(sweep)
         if cpu:
             lines.append("These ran on stand-in devices that share one machine's CPUs: their scaling says nothing "

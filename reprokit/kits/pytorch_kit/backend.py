@@ -14,6 +14,7 @@ from reprokit.kits.framework_free import cpu_peak, custom
 from reprokit.kits.framework_free import data as datalib
 from reprokit.kits.framework_free.environment import cpu_name, nvidia_smi
 from reprokit.kits.framework_free.measure import WindowTimer, rss_bytes
+from reprokit.kits.measurement.backward_spans import BackwardSpans
 from reprokit.kits.pytorch_kit import ddp, models, posted_input, trace
 from reprokit.kits.pytorch_kit.canonical import parameter_counts
 from reprokit.kits.pytorch_kit.read_settings import framework_settings, model_settings
@@ -68,6 +69,8 @@ class Backend(FeederMixin):
         self._metrics = None
         self._kept: dict = {}            # what the posted loop keeps alive between steps (pt_outputs_kept_alive)
         self._training: bool | None = None
+        self.spans = BackwardSpans()     # at every count: its spans at N less those at one are the collectives' share
+        self._trained = 0
         self.memory_series = ("torch.cuda.memory_allocated" if self.device.type == "cuda"
                               else "process resident memory (VmRSS)")
         self._seen = {"train_forwards": 0, "eval_forwards": 0, "eval_mode_in_train": 0, "grad_enabled_in_eval": 0,
@@ -216,13 +219,12 @@ class Backend(FeederMixin):
             self._seen.update(loss_input_probe=_probe(outputs.detach()), loss_dtype=str(loss.dtype).split(".")[-1])
             if self.ranks:
                 self.ranks.first_step(x, outputs, y, loss)
-        if self.ranks:
-            self.ranks.forward_ended()
+        self.spans.forward_ended()
         self.scaler.scale(loss).backward()          # scaled in fp16 only: otherwise backward() and step()
+        self._trained += 1
+        self.spans.step_begins(self._trained > self.spec.train.warmup_steps)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if self.ranks:
-            self.ranks.stepped()
         self._count(outputs, y, loss)
         if self.pitfalls.has(Pitfall.PT_OUTPUTS_KEPT_ALIVE):
             self._kept["train"] = (outputs, loss)     # outputs = model(inputs): replaced by the next step's, not freed
@@ -306,7 +308,8 @@ class Backend(FeederMixin):
 
     def observed(self) -> dict:
         # the loss scale torch.amp.GradScaler holds at the end (None: it was not enabled)
-        return {**self._seen, "loss_scale": self.scaler.get_scale() if self.scaler.is_enabled() else None}
+        return {**self._seen, "loss_scale": self.scaler.get_scale() if self.scaler.is_enabled() else None,
+                "backward_span_s": self.spans.spans}
 
     def at_n(self) -> dict | None:
         return self.ranks.at_n() if self.ranks else None

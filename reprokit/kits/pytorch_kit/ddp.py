@@ -15,10 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from reprokit.kits.contract.spec import RunSpec
-from reprokit.kits.framework_free.measure import now
 from reprokit.kits.training_loop import distributed
-
-SPANS = 64                  # measured steps whose span from the forward pass's end to the optimizer step is kept
 
 
 class Ranks:
@@ -41,12 +38,8 @@ class Ranks:
             dist.init_process_group(backend)
         self.backend = backend
         share_cpus(spec, self.world)
-        self.warmup = spec.train.warmup_steps
-        self._steps = 0
         self.global_batch = spec.train.batch_size
         self.share = (self.rank, self.world)
-        self.spans: list[float] = []
-        self._forward_end: float | None = None
         self._evidence: dict[str, Any] | None = None
         self._batchnorm: str | None = None
 
@@ -58,15 +51,6 @@ class Ranks:
                            else distributed.PER_DEVICE if not synced else "mixed")
         ids = [self.device.index] if self.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-    def forward_ended(self) -> None:
-        self._forward_end = now()
-
-    def stepped(self) -> None:
-        self._steps += 1
-        if self._forward_end is not None and self._steps > self.warmup and len(self.spans) < SPANS:
-            self.spans.append(now() - self._forward_end)
-        self._forward_end = None
 
     def first_step(self, x: torch.Tensor, outputs: torch.Tensor, y: torch.Tensor, loss: torch.Tensor) -> None:
         """Once, at the first training step (in the warmup): the evidence the certificate at N compares."""
@@ -84,7 +68,7 @@ class Ranks:
                        f"each global batch of {self.global_batch} (DistributedSampler's split), the ranks' "
                        f"gradients averaged in the backward pass",
                 "replicas": 1, "rank": self.rank, "ranks": self.world, "backend": self.backend,
-                "evidence": [self._evidence] if self._evidence else [], "backward_span_s": self.spans}
+                "evidence": [self._evidence] if self._evidence else []}
 
 
 def share_cpus(spec: RunSpec, world: int) -> None:

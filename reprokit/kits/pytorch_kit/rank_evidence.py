@@ -6,8 +6,9 @@ until the run ends:
 - the first ``SAMPLES_PER_EPOCH`` training batches of the first two epochs: their labels (the loader's, where
   its batches carry one per sample) and each sample's fingerprint (the sum of its inputs, kept on the device):
   whether two ranks train on the same samples, and whether an epoch's order is the last one's;
-- each measured step's span from the end of its forward pass to its optimizer step (the loss, the backward pass
-  and, under DDP, its all-reduce): a rank that waits in the all-reduce for a slower one has the longer span.
+- each measured step's span from the end of its forward pass to its optimizer step
+  (reprokit/kits/measurement/backward_spans.py): a rank that waits in the all-reduce for a slower one has the longer
+  span.
 
 reprokit/kits/observation/rank_detectors.py judges them across the run's processes.
 """
@@ -17,17 +18,15 @@ from typing import Any
 
 import torch
 
-from reprokit.kits.framework_free.measure import now
+from reprokit.kits.measurement.backward_spans import BackwardSpans
 
 SAMPLES_PER_EPOCH = 4            # batches per epoch, in epochs 1 and 2
-SPANS = 64                       # measured steps whose backward span is kept
 
 
-class RankEvidence:
+class RankEvidence(BackwardSpans):
     def __init__(self) -> None:
+        super().__init__()
         self._batches: dict[int, list[tuple[Any, Any]]] = {}      # epoch -> (fingerprints, labels) on the device
-        self._forward_end: float | None = None
-        self.spans: list[float] = []
         self.scale: dict[str, Any] | None = None
 
     def loss_scale(self, seen: Any, own_mean: Any, group: dict[str, Any] | None, model: torch.nn.Module) -> None:
@@ -54,15 +53,6 @@ class RankEvidence:
         if len(kept) < SAMPLES_PER_EPOCH:
             with torch.no_grad():
                 kept.append((inputs.detach().flatten(1).double().sum(1), labels))
-
-    def forward_ended(self) -> None:
-        self._forward_end = now()
-
-    def step_begins(self, measured: bool) -> None:
-        """At the optimizer step: the span since the forward pass ended, once steps are measured."""
-        if measured and self._forward_end is not None and len(self.spans) < SPANS:
-            self.spans.append(now() - self._forward_end)
-        self._forward_end = None
 
     def report(self) -> dict[str, Any]:
         """Read once the run is over: each epoch's samples (labels, fingerprints to 6 significant digits)."""
