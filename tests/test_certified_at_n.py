@@ -37,6 +37,7 @@ def test_the_kits_runs_at_two_devices_pass_all_four_checks(sweep):
     assert [e["who"]["role"] for e in _evidence(sweep, "tensorflow")] == ["process"]
     (text,) = certified_at_n.lines(sweep)
     assert text.startswith("The certificate at 2 devices between the kit's own runs") and "**FAIL**" not in text
+    assert text.index("| PyTorch global batch 32") < text.index("TensorFlow global batch 32")     # the reference first
 
 
 def _planted(sweep: dict, plant) -> dict:

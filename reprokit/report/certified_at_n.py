@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reprokit.kits.contract.names import FRAMEWORKS
 from reprokit.kits.framework_free import rank_checks
 from reprokit.report.markdown import md, table
 
@@ -23,7 +24,7 @@ def _evidence(rs: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
 def checks(sweep: Sweep, n: int) -> list[dict[str, Any]]:
     """The checks at ``n`` devices between the frameworks whose kit runs at that count left evidence (each side's
     global batch at one device where it ran there); [] where fewer than two did."""
-    at = {fw: e for fw, counts in sweep.items() if n in counts and (e := _evidence(counts[n]))}
+    at = {fw: e for fw in FRAMEWORKS if n in sweep.get(fw, {}) and (e := _evidence(sweep[fw][n]))}  # reference first
     if len(at) < 2:
         return []
     one = {fw: sweep[fw][1][0]["spec"]["train"]["batch_size"] if 1 in sweep[fw] else None for fw in at}
