@@ -2,10 +2,12 @@
 as long as a test needs, for faults injected from outside (signals, a full disk, a second command)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import plugin_site
@@ -41,6 +43,17 @@ def start(cmd: list[str], log: Path, **more: str) -> subprocess.Popen[str]:
         return subprocess.Popen(cmd, cwd=REPO, env=env(**more), stdout=fh, stderr=subprocess.STDOUT, text=True)
 
 
+@contextlib.contextmanager
+def ended_at_exit(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """The started command, killed on leaving if it is still running (a test that failed while waiting)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def output(proc: subprocess.Popen[str], log: Path, timeout: float) -> str:
     """What a started command printed, once it has ended (within timeout)."""
     proc.wait(timeout=timeout)
@@ -53,6 +66,7 @@ def run(cmd: list[str], timeout: float = 120, **more: str) -> subprocess.Complet
 
 CHECK = """
 import json, sys
+from collections.abc import Iterator
 from pathlib import Path
 from reprokit.results import results
 out = {}

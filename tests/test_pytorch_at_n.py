@@ -119,9 +119,12 @@ def test_a_batch_the_ranks_cannot_split_is_refused_by_each_rank_naming_it(kit_py
                         r"one device", result["failure"]["message"]), result["failure"]["message"]
 
 
-def test_ctrl_c_while_a_kit_run_trains_at_two_devices_ends_torchrun_and_every_rank(kit_python, tmp_path, data_dir):
-    """Ctrl-C while the kit's two DDP ranks train: the command ends with 130 within 10 s, and neither torchrun, nor
-    a rank, nor the run's own process outlives it."""
+@pytest.mark.parametrize("end", ["ctrl-c", "timeout"])
+def test_a_kit_run_at_two_devices_ended_by_ctrl_c_or_its_timeout_leaves_no_process(kit_python, tmp_path, data_dir,
+                                                                                  end):
+    """Ctrl-C while the kit's two DDP ranks train ends the command with 130 within 10 s; a run past its --timeout
+    fails saying so and the command goes on to its end. Either way neither torchrun, nor a rank, nor the run's own
+    process outlives it."""
     kit_python("pytorch")
     exps = tmp_path / "exps"
     exps.mkdir()
@@ -130,9 +133,8 @@ def test_ctrl_c_while_a_kit_run_trains_at_two_devices_ends_torchrun_and_every_ra
     cmd = [sys.executable, "-m", "reprokit", "reproduce", "--experiments", str(exps), "--only", "tiny",
            "--frameworks", "pytorch", "--devices", "2", "--variants", "fixed", "--repeats", "1", "--no-certify",
            "--backend", "local", "--data-dir", str(data_dir), "--state-dir", str(state), "--reports-dir",
-           str(tmp_path / "reports")]
+           str(tmp_path / "reports"), *(["--timeout", "30"] if end == "timeout" else [])]
     log = tmp_path / "out.log"
-    proc = sm.start(cmd, log)
 
     def ranks_training() -> dict[int, str]:
         """The run's processes (its launcher, torchrun, the two ranks) once its progress line is past epoch 1."""
@@ -140,14 +142,14 @@ def test_ctrl_c_while_a_kit_run_trains_at_two_devices_ends_torchrun_and_every_ra
         ranks = [text for text in kits.values() if "torch.distributed.run" not in text and "-u -m reprokit.kits.run " in text]
         past_one = re.search(r" at 2 devices · epoch ([2-9]|\d\d+)/500", log.read_text())
         return kits if len(ranks) == 2 and len(kits) == 4 and past_one else {}
-    try:
+    with sm.ended_at_exit(sm.start(cmd, log)) as proc:
         kits = sm.wait_for(ranks_training, timeout=180)
-        os.kill(proc.pid, signal.SIGINT)
-        out = sm.output(proc, log, timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, out[-2000:]
+        if end == "ctrl-c":
+            os.kill(proc.pid, signal.SIGINT)
+        out = sm.output(proc, log, timeout=10 if end == "ctrl-c" else 120)
+    if end == "ctrl-c":
+        assert proc.returncode == 130, out[-2000:]
+    else:
+        assert proc.returncode == 1 and "FAILED (timeout: the run exceeded its 30 s limit)" in out, out[-2000:]
     assert sm.wait_for(lambda: all(sm.gone(p) for p in kits), timeout=5), \
         f"still running: {[text for p, text in kits.items() if not sm.gone(p)]}"

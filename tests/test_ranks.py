@@ -230,21 +230,16 @@ def test_ctrl_c_of_a_command_whose_script_runs_ranks_ends_every_rank(kit_python,
            "--repeats", "1", "--data-dir", str(data_dir), "--state-dir", str(state), "--reports-dir",
            str(tmp_path / "reports")]
     log = tmp_path / "out.log"
-    proc = sm.start(cmd, log, RANK_HANGS="1", REPROKIT_BOUND_LOG=str(tmp_path / "records.jsonl"),
-                    OMP_NUM_THREADS="1")
 
     def ranks_started() -> list[int]:
         pids = [int(m.name.removesuffix(".started")) for m in state.rglob("processes/*.started")]
         return pids if len(pids) >= 2 else []
-    try:
+    with sm.ended_at_exit(sm.start(cmd, log, RANK_HANGS="1", REPROKIT_BOUND_LOG=str(tmp_path / "records.jsonl"),
+                                   OMP_NUM_THREADS="1")) as proc:
         ranks = sm.wait_for(ranks_started, timeout=180)
         kits = list(sm.kit_processes(state))
         os.kill(proc.pid, signal.SIGINT)
         out = sm.output(proc, log, timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, out[-2000:]
     assert sm.wait_for(lambda: all(sm.gone(p) for p in ranks + kits), timeout=5), \
         f"still running: {[p for p in ranks + kits if not sm.gone(p)]}"

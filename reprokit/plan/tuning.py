@@ -187,12 +187,14 @@ def choose(results: list[dict[str, Any]] | None, fixed: RunSpec, mixed: str = DE
     kept, dropped = [], []
     for s in settings(fixed.framework, fixed.device):
         cannot = not_at_n(_with(fixed, s.variant, [s], [], mixed).to_dict()) if fixed.devices > 1 else None
-        alone = rate(s.variant) if results is not None and not cannot else None
+        alone = None if cannot or results is None else rate(s.variant)
         if cannot:
             dropped.append((s, f"not at {fixed.devices} devices: {cannot}"))
-        elif results is not None and alone is None:
+        elif results is None:
+            kept.append(s)
+        elif alone is None:
             dropped.append((s, f"its run alone did not finish ({s.variant})"))
-        elif base and alone is not None and alone < (1 - SLOWER) * base:
+        elif base and alone < (1 - SLOWER) * base:
             dropped.append((s, f"alone it slowed {label(fixed.framework)} here: {alone / base:.2f}x fixed's "
                                f"throughput"))
         else:
