@@ -134,12 +134,12 @@ def bench(session: nox.Session) -> None:
     """Measure what the kit costs on this CPU, each gate per model and framework.
 
     benchmarks/bench_kit_overhead.py: per framework, the kit, the kit without
-    step timing and the fastest bare loop of the same quick-profile model take
-    turns in shuffled orders, in fresh processes of 5 rounds, until the
-    interval of each median ratio over the pooled rounds is within +-2% (15
-    rounds at most; 10-40 minutes on 2 cores). Gates: kit/bare >= 0.97 (goal 0.99), the kit not ahead of its
-    bare loop beyond the interval, step timing on/off (the kit against itself)
-    with an interval that covers 1. Then the local
+    step timing and twice the fastest bare loop of the same quick-profile model take
+    turns in balanced orders, in fresh processes of 5 rounds, until the
+    interval of each gated median ratio over the pooled rounds is within +-2% (15
+    rounds at most; 10-50 minutes on 2 cores). Gates: kit/bare >= 0.97 (goal 0.99), the kit not ahead of its
+    bare loop beyond the interval, bare/bare again (the null check) with an interval that covers 1; step timing
+    on/off, what the step clock costs, printed. Then the local
     runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
     (< 2 s). Then the kits at 2 stand-in devices against bare loops at 2 (a bare DDP loop under torchrun, a bare
     MirroredStrategy loop, a bare sharded JAX step), 6 rounds each: a reading, not a gate (the devices share the

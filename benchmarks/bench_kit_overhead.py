@@ -11,31 +11,33 @@ loop. ``--small``, the form tests/test_bench_small.py runs: every part once, on 
 
 1. Throughput, judged per (experiment, framework) pair. In each framework's
    real environment (``python -m reprokit.kits.bench``, started through the local
-   runner like every kit process), three sides take turns on the quick
+   runner like every kit process), four sides take turns on the quick
    profile's model of each seed experiment, on this machine's CPU: the kit
-   with all its instrumentation, the kit with its per-step timing off, and a
-   bare loop (reprokit/kits/bench.py: the fastest idiomatic loop of the same model,
-   data, optimizer, batch size and threads; its batches are on the device
-   before its clock starts, and TensorFlow's step is a tf.function). Rounds
-   take the six orders of the sides in shuffled blocks. They run in fresh
-   processes of 5 rounds each (after a dropped warm-up round in each), since
-   one process keeps its own bias for all its rounds; the processes' rounds
-   are pooled until the 95% intervals of both median ratios (kit/bare and
-   step timing on/off) are within +-2% of their medians, or 15 rounds ran (at
-   least 6: two processes). The interval is the distribution-free one of a
-   median from order statistics: [x_(k), x_(n+1-k)] with the binomial
-   coverage it has (printed; reprokit/results/stats.py, as in the reports).
-   Gates per pair: the median kit/bare at least 0.97 (goal 0.99, printed); the
-   kit not beating its bare loop beyond the interval (the interval's low end
-   above 1 means the reference is not the fastest loop); and the bench's null
-   check, step timing on/off, whose interval must cover 1. Its two sides are
-   the same kit but for the step clock (windows of steps, synchronised at
-   their edges), which costs under 0.1% of a step on the CPU, measured alone.
-   An interval without 1 means that clock costs something after all (on a
-   GPU each window edge drains the queue) or the bench made up a difference
-   (a process's bias, order, a burst of other work); either way no ratio of
-   that pair holds to its interval's width. The spread of each side over
-   rounds is printed.
+   with all its instrumentation, the kit with its per-step timing off, and
+   twice a bare loop (reprokit/kits/bench.py: the fastest idiomatic loop of the
+   same model, data, optimizer, batch size and threads; its batches are on the
+   device before its clock starts, and TensorFlow's step is a tf.function).
+   Rounds take balanced blocks of four orders (every side in every place once,
+   after each other side once). They run in fresh processes of 5 rounds each
+   (after a dropped warm-up round in each), since one process keeps its own
+   bias for all its rounds; the processes' rounds are pooled until the 95%
+   intervals of both gated median ratios (kit/bare and bare/bare again) are
+   within +-2% of their medians, or 15 rounds ran (at least 6: two
+   processes). The interval is the distribution-free one of a median from
+   order statistics: [x_(k), x_(n+1-k)] with the binomial coverage it has
+   (printed; reprokit/results/stats.py, as in the reports). Gates per pair:
+   the median kit/bare at least 0.97 (goal 0.99, printed); the kit not beating
+   its bare loop beyond the interval (the interval's low end above 1 means the
+   reference is not the fastest loop); and the bench's null check, the bare
+   loop against itself, whose interval must cover 1: one that does not means
+   the bench made up a difference (a process's bias, order, a burst of other
+   work), and no ratio of that pair holds to its interval's width. Step
+   timing on/off, the kit against itself but for its step clock, is printed
+   with its interval as what the clock costs: a reading, since the kit/bare
+   gate already holds the kit with its clock. On a GPU each window edge drains
+   the queue; on this 2-core CPU a JAX step's edge wakes the waiting host
+   thread while XLA's threads hold both cores (docs/benchmarks.md). The spread
+   of each side over rounds is printed.
 2. Local runner overhead. A run with almost no training (1 epoch of 2 steps)
    through reprokit.runners.base.run_spec, several times per framework: the time
    from just before the process is launched to the result collected, minus the
@@ -305,9 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         if "throughput" not in skip:
             at = f" at {args.devices} stand-in devices" if args.devices > 1 else ""
             log(f"\n== 1. kit vs bare loop, quick-profile models{at} on the CPU ({out['machine']['cpus']} cores): "
-                f"kit, kit without step timing and bare loop in turn, in shuffled orders, {args.warmup} warmup + "
-                f"up to {args.steps} timed steps per side; fresh processes of {args.per_process} rounds (each after "
-                f"a dropped warm-up round), pooled until both median ratios' {stats.LEVEL:.0%} intervals are "
+                f"kit, kit without step timing, bare loop and bare loop again in turn, in balanced orders, "
+                f"{args.warmup} warmup + up to {args.steps} timed steps per side; fresh processes of "
+                f"{args.per_process} rounds (each after a dropped warm-up round), pooled until the {stats.LEVEL:.0%} "
+                f"intervals of kit/bare and of bare/bare again are "
                 f"within +-{args.target:.0%} ({args.min_rounds} rounds at least, {args.max_rounds} at most)")
             out["throughput"] = {fw: throughput(fw, runner, specs[fw], work, args)
                                  for fw in specs if REGISTRY[fw].has("bare")}

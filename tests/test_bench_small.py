@@ -46,7 +46,9 @@ def test_the_small_bench_runs_every_part_and_prints_its_ratios(kit_python, tmp_p
     # a round on a loaded machine can put either ratio past 10 (CI saw kit/bare 11.482): the form, not the figure
     ratios = re.findall(rf"^  {first} +(\w+) +kit/bare median (\d+\.\d{{3}})", out, re.M)
     assert len(ratios) == 1 and float(ratios[0][1]) > 0, out[-3000:]
-    assert re.search(r"step timing on/off \(the bench's null check\) median \d+\.\d{3}", out)
+    assert re.search(r"step timing on/off median \d+\.\d{3}, .*: what the kit's step clock costs", out)
+    assert re.search(r"bare/bare again \(the bench's null check: the bare loop against itself\) median \d+\.\d{3}",
+                     out)
     assert re.search(rf"^  {first} +local runner overhead per run \d+\.\d\d s", out, re.M)
     assert re.search(rf"^  report of {bench_kit_overhead.SMALL_RENDER_FILES} results: \d+\.\d\d s", out, re.M)
     assert "small form: every part ran" in out and "Traceback" not in out + proc.stderr

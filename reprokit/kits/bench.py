@@ -9,8 +9,9 @@ runner (reprokit/runners), like every kit process:
 For every RunSpec in specs.json (one per seed model) it runs, round after
 round, the kit with all its instrumentation (``reprokit.kits.run.run``: progress lines,
 memory readings, per-window clocks, on-device loss sums, evaluation), the kit
-with its per-step timing off, and the fastest idiomatic bare loop of the same
-model, data, optimizer, batch size and threads with nothing else:
+with its per-step timing off, and twice the fastest idiomatic bare loop of the
+same model, data, optimizer, batch size and threads with nothing else (the
+second time is the bench's null check: a loop against itself):
 
 - PyTorch: eager; zero_grad(set_to_none=True), forward, cross_entropy, backward,
   step; no .item() per step.
@@ -25,7 +26,7 @@ builds a fresh model per round, runs ``warmup`` untimed steps, then ``steps``
 timed steps between two synchronisations; samples/s = steps * batch / seconds.
 The kit's figure is the one it reports (``timing.samples_per_s``); an outer
 clock around the same steps, taken by a thin wrapper of its Backend, checks it.
-Rounds take the six orders of the three sides in shuffled blocks of six, so
+Rounds take the four sides in balanced blocks of four orders (``orders``), so
 drift and whatever one side leaves to the next cancel in the pairwise ratios.
 After a dropped warm-up round, this process runs ``rounds`` rounds; the
 caller pools the rounds of several processes and decides when they are
@@ -44,7 +45,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import itertools
 import json
 import os
 import random
@@ -137,17 +137,22 @@ def kit_round(spec: RunSpec, data_dir: Path, warmup: int, steps: int, step_timin
 
 # --- alternation ------------------------------------------------------------------------------
 
-SIDES = ("kit", "bare", "untimed")
+SIDES = ("kit", "bare", "untimed", "bare again")
+# A Williams square: in these four orders every side takes every place once and directly follows each other side
+# once, so what one side leaves to the next (a warm cache, a busy allocator) favours none of them over a block.
+BALANCED = ((0, 1, 3, 2), (1, 2, 0, 3), (2, 3, 1, 0), (3, 0, 2, 1))
 
 
 def orders(rng: random.Random):
-    """Round after round, the six orders of the three sides in shuffled blocks of six: in each block every
-    side takes every place twice and directly follows each other side twice (a cyclic rotation would always
-    put the same side before the kit)."""
+    """Round after round, blocks of four orders: the square's rows in a shuffled sequence, its places given to the
+    sides by a fresh shuffle each block (both keep the balance; a cyclic rotation would always put the same side
+    before the kit)."""
     while True:
-        block = list(itertools.permutations(SIDES))
-        rng.shuffle(block)
-        yield from block
+        sides, rows = list(SIDES), list(BALANCED)
+        rng.shuffle(sides)
+        rng.shuffle(rows)
+        for row in rows:
+            yield tuple(sides[place] for place in row)
 
 
 def _side(side: str, spec: RunSpec, data_dir: Path, arrays: datalib.Arrays, warmup: int, steps: int) -> dict:
@@ -159,12 +164,13 @@ def _side(side: str, spec: RunSpec, data_dir: Path, arrays: datalib.Arrays, warm
         return {"untimed_sps": untimed["kit_sps"], "untimed_outer_sps": untimed["outer_sps"]}
     wall, cpu = parts.bare_loop(spec.framework).loop(spec, arrays, warmup, steps)
     samples = steps * spec.train.batch_size
-    return {"bare_sps": samples / wall, "bare_cpu_sps": samples / cpu}
+    key = "bare" if side == "bare" else "again"      # the bare loop once more: the bench's null check
+    return {f"{key}_sps": samples / wall, f"{key}_cpu_sps": samples / cpu}
 
 
 def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int, seed: int, log=print) -> dict:
     """A dropped warm-up round, then ``rounds`` rounds of the kit, the kit without step timing and the bare
-    loop, in orders drawn by ``seed``. How many rounds are enough is the caller's call: it pools the rounds
+    loop twice, in orders drawn by ``seed``. How many rounds are enough is the caller's call: it pools the rounds
     of several processes, since a bias one process gives a side stays for all its rounds."""
     d = spec.data
     arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
@@ -181,6 +187,7 @@ def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int,
             row.update(_side(side, spec, data_dir, arrays, warmup, steps))
         row["timing_ratio"] = row["kit_sps"] / row["untimed_sps"]
         row["ratio"] = row["kit_sps"] / row["bare_sps"]
+        row["null_ratio"] = row["bare_sps"] / row["again_sps"]
         row["outer_ratio"] = row["outer_sps"] / row["bare_sps"]
         row["cpu_ratio"] = row["kit_cpu_sps"] / row["bare_cpu_sps"]
         if r:
@@ -188,7 +195,8 @@ def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int,
         log(f"  {spec.framework:<10} {spec.experiment:<26} round {r}{' (warm-up, dropped)' if r == 0 else ''}"
             f" [{', '.join(row['order'])}]: kit {row['kit_sps']:7.1f} samples/s (outer clock {row['outer_sps']:7.1f}), "
             f"bare {row['bare_sps']:7.1f}, kit/bare {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f}); "
-            f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}")
+            f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}; bare again "
+            f"{row['again_sps']:7.1f}, bare/bare again {row['null_ratio']:.3f}")
     return {"experiment": spec.experiment, "framework": spec.framework, "model": spec.model.name,
             "batch_size": spec.train.batch_size, "warmup": warmup, "steps": steps, "seed": seed,
             "rounds": rows}
