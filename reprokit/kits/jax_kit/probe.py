@@ -283,13 +283,16 @@ class JaxProbe:
         return "the script's own loop over its arrays (JAX has no loader)"
 
     def batchnorm_sync(self) -> str | None:
-        """Whether its BatchNorm layers reduce their statistics over a named axis (axis_name: across devices); None
-        without one, or for a linen model."""
+        """Whether its BatchNorm statistics span the devices: under jit alone over a batch split on several
+        devices they do (XLA reduces each mean over the whole batch); in a step mapped per device (shard_map,
+        pmap), where a layer names the mapped axis (axis_name). None without one, or for a linen model."""
         if self.model is None:
             return None
         norms = [m for _, m in nnx.iter_modules(self.model) if isinstance(m, nnx.BatchNorm)]
         if not norms:
             return None
+        if (self.replicas() or 1) > 1 and self.step is not None and self.step.per_device is False:
+            return "synchronized"
         synced = sum(getattr(m, "axis_name", None) is not None for m in norms)
         return "synchronized" if synced == len(norms) else "per device" if not synced else "mixed"
 

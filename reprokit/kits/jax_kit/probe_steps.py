@@ -36,6 +36,7 @@ from reprokit.kits.jax_kit.linen_captured import Applied
 TRAIN, EVAL, OTHER = "train step", "evaluation", "not the model's"
 LOGITS_LOSS = "a loss of logits"          # what the training step's trace marks where it calls one
 LOGITS_LOSSES = ("softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels")
+PER_DEVICE_MAPS = ("shard_map", "xla_pmap")      # the primitives of jax.shard_map and jax.pmap
 
 
 class Tracing:
@@ -124,6 +125,7 @@ class Watched:
         self.state_args: set[int] | None = None       # which positional arguments are the state, not the batch
         self.model_calls: list[tuple] = []            # its trace's outermost calls of the Flax modules it received
         self.loss_inputs: list[Any] = []              # ... and the logits its losses of logits read
+        self.per_device: bool | None = None           # its trace maps a function over devices (shard_map, pmap)
         self.calls = 0
         functools.update_wrapper(self, getattr(compiled, "__wrapped__", compiled), updated=())
 
@@ -151,6 +153,7 @@ class Watched:
                 traced = self._compiled.trace(*args, **kwargs)
         finally:
             tracing.stack.pop()
+        self.per_device = _maps_per_device(getattr(traced, "traced", traced).jaxpr.jaxpr)   # nnx.jit's holds jax's
         outputs = _output_shapes(traced)
         shaped_like_output = {i for i, a in enumerate(args) if not _is_graph(a) and _shapes(a) in outputs}
         if "update" in self.seen or ("grad" in self.seen and shaped_like_output):
@@ -192,6 +195,21 @@ def _output_shapes(traced: Any) -> list[tuple]:
         return []
     parts = [info, *info] if isinstance(info, (tuple, list)) else [info]
     return [_shapes(p) for p in parts]
+
+
+def _maps_per_device(jaxpr: Any) -> bool:
+    """Does the trace run a function per device (``shard_map``, ``pmap``), at any depth? There each device's
+    BatchNorm averages its own share unless it names the mapped axis; under ``jit`` alone over a sharded batch,
+    XLA computes each mean over the whole batch, whatever the devices."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in PER_DEVICE_MAPS:
+            return True
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)            # a ClosedJaxpr holds its Jaxpr
+                if hasattr(inner, "eqns") and _maps_per_device(inner):
+                    return True
+    return False
 
 
 def jit_hook(real: Callable, steps: Any, own_files: tuple[str, ...]) -> Callable:
