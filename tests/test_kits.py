@@ -333,11 +333,13 @@ def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_di
     for part in (m["rounds"][:3], m["rounds"][3:]):
         assert len({tuple(r["order"]) for r in part}) == 3
     for r in m["rounds"]:
-        assert sorted(r["order"]) == ["bare", "kit", "untimed"]
-        assert min(r["kit_sps"], r["untimed_sps"], r["bare_sps"]) > 0
+        assert sorted(r["order"]) == ["bare", "bare again", "kit", "untimed"]
+        assert min(r["kit_sps"], r["untimed_sps"], r["bare_sps"], r["again_sps"]) > 0
+        assert r["null_ratio"] == r["bare_sps"] / r["again_sps"]
         assert abs(r["outer_sps"] / r["kit_sps"] - 1) < 0.15     # the kit's own figure is the outer clock's
-    lo, hi, coverage = m["interval_ratio"]
-    assert lo <= m["median_ratio"] <= hi and coverage >= 0.95
+    for name in ("ratio", "null_ratio"):
+        lo, hi, coverage = m[f"interval_{name}"]
+        assert lo <= m[f"median_{name}"] <= hi and coverage >= 0.95
     shown = capsys.readouterr().out
     assert all(f"reprokit.kits.bench seed {seed}" in shown for seed in m["seeds"]) and "6 rounds from 2 process(es)" in shown
 
