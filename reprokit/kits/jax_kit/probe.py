@@ -68,6 +68,7 @@ class JaxProbe:
         self.optimizer: nnx.Optimizer | None = None   # ... and the nnx.Optimizer, if one
         self.linen: Found | str | None = None         # else the linen model it applies, or why none is found
         self.first_batch: np.ndarray | None = None    # the first samples of the first step's inputs
+        self.batch_devices: int | None = None         # the devices its batch was split over (a JAX mesh)
         self.step: Watched | None = None              # the first training step seen
         self.call: model_call.ModelCall | str | None = None     # how it called the NNX model it trains, or why not
         self.compilations: list[dict[str, Any]] = []
@@ -291,14 +292,15 @@ class JaxProbe:
         norms = [m for _, m in nnx.iter_modules(self.model) if isinstance(m, nnx.BatchNorm)]
         if not norms:
             return None
-        if (self.replicas() or 1) > 1 and self.step is not None and self.step.per_device is False:
+        assert self.step is not None and self.batch_devices is not None   # both are set with the model (_found)
+        if self.batch_devices > 1 and self.step.per_device is False:
             return "synchronized"
         synced = sum(getattr(m, "axis_name", None) is not None for m in norms)
         return "synchronized" if synced == len(norms) else "per device" if not synced else "mixed"
 
     def replicas(self) -> int | None:
         """The devices the first training step's batch was split over (a JAX mesh), if it was seen."""
-        return getattr(self, "batch_devices", None)
+        return self.batch_devices
 
     def environment(self) -> dict:
         from reprokit.kits.framework_free.environment import cpu_name, nvidia_smi
