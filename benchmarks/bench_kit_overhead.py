@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=TARGET, help="stop once the median ratios' intervals are "
                                                                     "within +-this")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per side and round")
-    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (over several epochs "
+                                                                  "where one is shorter)")
     ap.add_argument("--overhead-runs", type=int, default=3, help="local runner runs per framework (after one dropped)")
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {', '.join(PARTS)}")
@@ -308,9 +309,9 @@ def main(argv: list[str] | None = None) -> int:
             at = f" at {args.devices} stand-in devices" if args.devices > 1 else ""
             log(f"\n== 1. kit vs bare loop, quick-profile models{at} on the CPU ({out['machine']['cpus']} cores): "
                 f"kit, kit without step timing, bare loop and bare loop again in turn, in balanced orders, "
-                f"{args.warmup} warmup + up to {args.steps} timed steps per side; fresh processes of "
-                f"{args.per_process} rounds (each after a dropped warm-up round), pooled until the {stats.LEVEL:.0%} "
-                f"intervals of kit/bare and of bare/bare again are "
+                f"{args.warmup} warmup + {args.steps} timed steps per side (in whole epochs of one length where "
+                f"one is shorter); fresh processes of {args.per_process} rounds (each after a dropped warm-up round), "
+                f"pooled until the {stats.LEVEL:.0%} intervals of kit/bare and of bare/bare again are "
                 f"within +-{args.target:.0%} ({args.min_rounds} rounds at least, {args.max_rounds} at most)")
             out["throughput"] = {fw: throughput(fw, runner, specs[fw], work, args)
                                  for fw in specs if REGISTRY[fw].has("bare")}

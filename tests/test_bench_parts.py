@@ -1,10 +1,13 @@
 """Fast checks of the bench's own parts (no framework, no training)."""
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import random
 import sys
 
+import numpy as np
 import pytest
 from checkout import REPO
 
@@ -19,6 +22,8 @@ import bench_probe
 from reprokit.kits import bench
 from reprokit.kits.contract.spec import RunSpec
 from reprokit.kits.framework_free import cpu_peak
+from reprokit.kits.framework_free import data as datalib
+from reprokit.kits.training_loop import bare, feeding
 
 REFERENCE = sorted((REPO / "reports" / "quick-cpu" / "results").glob("*.json"))
 
@@ -32,13 +37,42 @@ def test_fan_out_writes_valid_distinct_result_files(tmp_path):
     assert {r["repeat"] for r in copies} == {0, 1, 2}
 
 
-def test_kit_spec_is_one_epoch_of_warmup_plus_steps():
+def test_kit_spec_is_warmup_plus_steps_in_the_fewest_equal_epochs():
     spec = RunSpec.from_dict(json.loads(REFERENCE[0].read_text())["spec"])
-    cut = bench.kit_spec(spec, warmup=5, steps=20)
+    full = spec.data.train_samples // spec.train.batch_size
+    cut = bench.kit_spec(spec, warmup=5, steps=full - 5)
     assert cut.train.epochs == 1 and cut.train.warmup_steps == 5
-    assert cut.train.max_steps_per_epoch == 25
+    assert cut.train.max_steps_per_epoch == full
     assert cut.data.test_samples <= 2 * cut.train.eval_batch_size
     assert spec.train.epochs != 1                 # the original is left alone
+    longer = bench.kit_spec(spec, warmup=5, steps=2 * full)
+    assert longer.train.epochs == 3 and 3 * longer.train.max_steps_per_epoch >= 2 * full + 5
+    assert longer.train.max_steps_per_epoch <= full
+
+
+@pytest.mark.parametrize("full, total", [(16, 45), (31, 45), (62, 45), (7, 7), (5, 51), (3, 100)])
+def test_epochs_of_holds_the_steps_in_the_fewest_epochs_of_one_length(full, total):
+    epochs, length = bare.epochs_of(full, total)
+    assert length <= full and epochs * length >= total
+    assert (epochs - 1) * full < total            # one epoch fewer would not hold them
+    assert epochs * length - total < epochs       # at most one step per epoch more than asked
+    assert bare.epochs_of(full, epochs * length) == (epochs, length)     # the bench's own count reads back the same
+
+
+def test_the_bare_schedule_is_the_kits_batches_epoch_after_epoch(tmp_path):
+    """The bare loops' batches over several epochs are those the kit's feeder gives each epoch, cut alike."""
+    spec = RunSpec.from_dict(json.loads(REFERENCE[0].read_text())["spec"])
+    n = 10 * spec.train.batch_size + 3
+    arrays = datalib.Arrays(np.zeros((n, 2, 2, 3), np.uint8), np.arange(n) % 10, np.zeros((1, 2, 2, 3), np.uint8),
+                            np.zeros(1, np.int64), "")
+    got = bare.schedule(spec, arrays, warmup=5, steps=20)
+    epochs, length = bare.epochs_of(10, 25)
+    assert (epochs, length) == (3, 9) and len(got) == 27
+    cut = dataclasses.replace(spec, train=dataclasses.replace(spec.train, max_steps_per_epoch=length))
+    feeder = feeding.NumpyFeeder(arrays, cut, to_device=lambda x, y: y)
+    kit = [y for epoch in (1, 2, 3) for y in itertools.islice(feeder.train(epoch), length)]
+    assert all(np.array_equal(arrays.y_train[i], y) for i, y in zip(got, kit, strict=True))
+    assert len({tuple(i) for i in got}) > length          # the epochs' orders differ: not one epoch thrice
 
 
 def test_a_measured_cpu_peak_is_kept_and_read_back_by_the_next_run(tmp_path):

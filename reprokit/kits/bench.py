@@ -23,9 +23,13 @@ order, staged as tensors on the device before their clock starts (no numpy
 slicing or conversion in their timed steps, which the kit does inside its
 own), and scale and resize them on the device as the kit does. Each side
 builds a fresh model per round, runs ``warmup`` untimed steps, then ``steps``
-timed steps between two synchronisations; samples/s = steps * batch / seconds.
-The kit's figure is the one it reports (``timing.samples_per_s``); an outer
-clock around the same steps, taken by a thin wrapper of its Backend, checks it.
+timed steps; samples/s = steps * batch / seconds. Where one epoch of the data
+is shorter than that, the steps span the fewest epochs of one length that hold
+them (a window of a third of a second cannot show 3%): the kit evaluates
+between epochs outside its clock, and the bare loop takes the same batches
+straight on. The kit's figure is the one it reports (``timing.samples_per_s``,
+its epochs' training windows); an outer clock around the same windows, taken by
+a thin wrapper of its Backend, checks it.
 Rounds take the four sides in balanced blocks of four orders (``orders``), so
 drift and whatever one side leaves to the next cancel in the pairwise ratios.
 After a dropped warm-up round, this process runs ``rounds`` rounds; the
@@ -59,22 +63,25 @@ from reprokit.kits.contract.spec import RunSpec
 from reprokit.kits.devices import stand_ins
 from reprokit.kits.framework_free import data as datalib
 from reprokit.kits.ranks import kit_run
+from reprokit.kits.training_loop import bare
 
 # --- the kit ----------------------------------------------------------------------------------
 
 class _OuterClock:
     """Wraps the kit's Backend: a clock outside the kit's own around the same timed steps.
 
-    Starts (after a sync) when the loop asks for the first timed batch, before
-    it is sliced and handed to the device; stops when the loop reads its sums
-    after its end-of-epoch sync. Adds one generator hop per batch, nothing else.
+    Each epoch's window starts (after a sync) when the loop asks for its first
+    timed batch, before it is sliced and handed to the device, and stops when
+    the loop reads its sums after the epoch's end-of-training sync; the windows
+    add up. Adds one generator hop per batch, nothing else.
     """
 
     def __init__(self, backend, warmup: int) -> None:
         self._b = backend
         self._warmup = warmup
         self._fetched = 0
-        self.t0 = self.t1 = self.c0 = self.c1 = None
+        self._open: tuple[float, float] | None = None
+        self.seconds = self.cpu_s = 0.0
 
     def __getattr__(self, name):
         return getattr(self._b, name)
@@ -82,9 +89,9 @@ class _OuterClock:
     def train_batches(self, epoch: int):
         inner = iter(self._b.train_batches(epoch))
         while True:
-            if self._fetched == self._warmup and self.t0 is None:
+            if self._fetched >= self._warmup and self._open is None:
                 self._b.sync()
-                self.t0, self.c0 = time.perf_counter(), time.process_time()
+                self._open = time.perf_counter(), time.process_time()
             batch = next(inner, None)
             if batch is None:
                 return
@@ -92,16 +99,20 @@ class _OuterClock:
             yield batch
 
     def take_sums(self):
-        # the first call after the timed steps began ends them (the warmup's evaluation steps call it before)
-        if self.t1 is None and self.t0 is not None:
-            self.t1, self.c1 = time.perf_counter(), time.process_time()
+        # an epoch's first call after its timed steps began ends them (the warmup's evaluation steps call it before)
+        if self._open is not None:
+            self.seconds += time.perf_counter() - self._open[0]
+            self.cpu_s += time.process_time() - self._open[1]
+            self._open = None
         return self._b.take_sums()
 
 
 def kit_spec(spec: RunSpec, warmup: int, steps: int, step_timing: bool = True) -> RunSpec:
-    """The RunSpec cut to one epoch of warmup + steps (evaluation kept, on two batches)."""
+    """The RunSpec cut to warmup + steps in the fewest equal epochs its data holds (bare.epochs_of), evaluation
+    kept, on two batches."""
+    epochs, length = bare.epochs_of(spec.data.train_samples // spec.train.batch_size, warmup + steps)
     return dataclasses.replace(
-        spec, train=dataclasses.replace(spec.train, epochs=1, warmup_steps=warmup, max_steps_per_epoch=warmup + steps),
+        spec, train=dataclasses.replace(spec.train, epochs=epochs, warmup_steps=warmup, max_steps_per_epoch=length),
         measure=dataclasses.replace(spec.measure, step_timing=step_timing),
         data=dataclasses.replace(spec.data, test_samples=min(spec.data.test_samples, 2 * spec.train.eval_batch_size)))
 
@@ -124,13 +135,14 @@ def kit_round(spec: RunSpec, data_dir: Path, warmup: int, steps: int, step_timin
     finally:
         kitrun.train = real_train
     timing, eff = result["timing"], result["effective"]
-    if eff["train_steps_per_epoch"] != [warmup + steps]:
-        raise RuntimeError(f"the kit ran {eff['train_steps_per_epoch']} steps, not {warmup + steps}")
+    if eff["train_steps_per_epoch"] != [s.train.max_steps_per_epoch] * s.train.epochs:
+        raise RuntimeError(f"the kit ran {eff['train_steps_per_epoch']} steps, not {s.train.epochs} epoch(s) of "
+                           f"{s.train.max_steps_per_epoch}")
     samples = steps * spec.train.batch_size
     clock = clocks[-1]
     ranks = int(os.environ.get("WORLD_SIZE", 1))      # a DDP rank reports its own share's samples/s
-    return {"kit_sps": timing["samples_per_s"] * ranks, "outer_sps": samples / (clock.t1 - clock.t0),
-            "kit_cpu_sps": samples / (clock.c1 - clock.c0),
+    return {"kit_sps": timing["samples_per_s"] * ranks, "outer_sps": samples / clock.seconds,
+            "kit_cpu_sps": samples / clock.cpu_s,
             "step_p50_s": timing["step_s"]["p50"], "data_wait_fraction": timing["data_wait_fraction"],
             "wall_s": timing["wall_s"]}
 
@@ -174,10 +186,12 @@ def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int,
     of several processes, since a bias one process gives a side stays for all its rounds."""
     d = spec.data
     arrays = datalib.load(data_dir / d.file, d.sha256, d.train_samples, d.test_samples)
-    per_epoch = len(arrays.x_train) // spec.train.batch_size
-    if warmup + steps > per_epoch:
-        raise SystemExit(f"{spec.experiment}: warmup {warmup} + steps {steps} exceed the {per_epoch} "
-                         f"steps of one epoch; ask for fewer steps")
+    full = len(arrays.x_train) // spec.train.batch_size
+    if not full:
+        raise SystemExit(f"{spec.experiment}: its {len(arrays.x_train)} training samples hold no batch of "
+                         f"{spec.train.batch_size}")
+    epochs, length = bare.epochs_of(full, warmup + steps)
+    steps = epochs * length - warmup          # whole epochs of one length: at most epochs - 1 more than asked
     draw = orders(random.Random(seed))
     rows: list[dict] = []
     for r in range(rounds + 1):          # round 0 warms the process (allocator, kernels, caches): dropped
@@ -198,7 +212,8 @@ def compare(spec: RunSpec, data_dir: Path, rounds: int, warmup: int, steps: int,
             f"step timing off {row['untimed_sps']:7.1f}, on/off {row['timing_ratio']:.3f}; bare again "
             f"{row['again_sps']:7.1f}, bare/bare again {row['null_ratio']:.3f}")
     return {"experiment": spec.experiment, "framework": spec.framework, "model": spec.model.name,
-            "batch_size": spec.train.batch_size, "warmup": warmup, "steps": steps, "seed": seed,
+            "batch_size": spec.train.batch_size, "warmup": warmup, "steps": steps,
+            "epochs": epochs, "seed": seed,
             "rounds": rows}
 
 
@@ -208,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=5, help="rounds per model, after a dropped one")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round (capped by one epoch)")
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per side and round, over as many epochs "
+                                                              "as the data needs (rounded up to whole epochs)")
     ap.add_argument("--seed", type=int, help="draws the round orders (default: a new one, printed and kept in "
                                              "the output)")
     ap.add_argument("--out", type=Path, required=True)
@@ -232,9 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     _tell(f"  reprokit.kits.bench seed {seed}: --seed {seed} draws the same round orders again")
     out = []
     for spec in specs:
-        per_epoch = spec.data.train_samples // spec.train.batch_size
-        steps = min(args.steps, per_epoch - args.warmup)
-        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, steps, seed, log=_tell))
+        out.append(compare(spec, args.data_dir, args.rounds, args.warmup, args.steps, seed, log=_tell))
     args.out.write_text(json.dumps(out, indent=1))
     return 0
 

@@ -146,8 +146,9 @@ def pair_summary(m: dict[str, Any]) -> list[str]:
         f"(range {min(rs):.3f}-{max(rs):.3f}); gate >= {MIN_RATIO} (goal {GOAL_RATIO}): {verdict}")
     log(f"  {'':<10} {'':<26}   kit {statistics.median(r['kit_sps'] for r in rows):.1f}, bare "
         f"{statistics.median(r['bare_sps'] for r in rows):.1f} samples/s (medians), {m['steps']} timed steps of "
-        f"{m['batch_size']}; spread over rounds (stdev/mean) kit {m['spread']['kit']:.1%}, kit without timing "
-        f"{m['spread']['untimed']:.1%}, bare {m['spread']['bare']:.1%}, bare again {m['spread']['again']:.1%}; "
+        f"{m['batch_size']} in {m['epochs']} epoch(s); spread over rounds (stdev/mean) kit {m['spread']['kit']:.1%}, "
+        f"kit without timing {m['spread']['untimed']:.1%}, bare {m['spread']['bare']:.1%}, bare again "
+        f"{m['spread']['again']:.1%}; "
         f"outer clock {m['median_outer_ratio']:.3f}, per CPU second {m['median_cpu_ratio']:.3f}, best round vs best "
         f"round {m['best_ratio']:.3f}")
     timing, found = m["median_timing_ratio"], m["interval_timing_ratio"]
