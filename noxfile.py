@@ -137,9 +137,9 @@ def bench(session: nox.Session) -> None:
     step timing and twice the fastest bare loop of the same quick-profile model take
     turns in balanced orders, in fresh processes of 5 rounds, until the
     interval of each gated median ratio over the pooled rounds is within +-2% (15
-    rounds at most; 10-50 minutes on 2 cores). Gates: kit/bare >= 0.97 (goal 0.99), the kit not ahead of its
-    bare loop beyond the interval, bare/bare again (the null check) with an interval that covers 1; step timing
-    on/off, what the step clock costs, printed. Then the local
+    rounds at most, 30 while kit/bare's interval holds its gate; 10-60 minutes on 2 cores). Gates: kit/bare >= 0.97
+    (goal 0.99), the kit not ahead of its bare loop beyond the interval, bare/bare again (the null check) with an
+    interval that covers 1; step timing on/off, what the step clock costs, printed. Then the local
     runner's per-run overhead (< 0.3 s) and a report from 1,000 result files
     (< 2 s). Then the kits at 2 stand-in devices against bare loops at 2 (a bare DDP loop under torchrun, a bare
     MirroredStrategy loop, a bare sharded JAX step), 6 rounds each: a reading, not a gate (the devices share the

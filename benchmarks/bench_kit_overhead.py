@@ -23,7 +23,8 @@ loop. ``--small``, the form tests/test_bench_small.py runs: every part once, on 
    bias for all its rounds; the processes' rounds are pooled until the 95%
    intervals of both gated median ratios (kit/bare and bare/bare again) are
    within +-2% of their medians, or 15 rounds ran (at least 6: two
-   processes). The interval is the distribution-free one of a median from
+   processes); a model whose kit/bare interval still holds the 0.97 gate
+   then, undecided, goes on to 30 rounds. The interval is the distribution-free one of a median from
    order statistics: [x_(k), x_(n+1-k)] with the binomial coverage it has
    (printed; reprokit/results/stats.py, as in the reports). Gates per pair:
    the median kit/bare at least 0.97 (goal 0.99, printed); the kit not beating
@@ -96,11 +97,13 @@ from reprokit.runners.local import LocalRunner
 
 TARGET = 0.02             # rounds go on until both median ratios' intervals are within +-TARGET ...
 MAX_ROUNDS = 15           # ... or this many ran,
+UNDECIDED_ROUNDS = 30     # ... or, where kit/bare's interval still holds its gate, this many,
 PER_PROCESS = 5           # in fresh processes of this many rounds each
 MAX_OVERHEAD_S = 0.3      # local runner: process launch to result collected, minus the kit's timing.wall_s
 MAX_RENDER_S = 2.0        # load + validate + write a report of 1,000 result files
 RENDER_FILES = 1000
-SMALL = {"min_rounds": 1, "max_rounds": 1, "per_process": 1, "warmup": 1, "steps": 3, "overhead_runs": 1}
+SMALL = {"min_rounds": 1, "max_rounds": 1, "undecided_rounds": 1, "per_process": 1, "warmup": 1, "steps": 3,
+         "overhead_runs": 1}
 SMALL_RENDER_FILES = 50   # --small: every part once, at a size that only shows it runs (SMALL overrides options)
 NOISY = 0.05              # spread of one side's samples/s over rounds above which the machine was noisy
 REFERENCE_RESULTS = REPO / "reports" / "quick-cpu" / "results"
@@ -263,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-rounds", type=int, default=6, help="rounds per model before the intervals may stop them")
     ap.add_argument("--max-rounds", type=int, default=MAX_ROUNDS, help="rounds per model at most")
+    ap.add_argument("--undecided-rounds", type=int, default=UNDECIDED_ROUNDS,
+                    help="rounds at most for a model whose kit/bare interval still holds the gate after --max-rounds")
     ap.add_argument("--per-process", type=int, default=PER_PROCESS, help="rounds per reprokit.kits.bench process")
     ap.add_argument("--target", type=float, default=TARGET, help="stop once the median ratios' intervals are "
                                                                     "within +-this")
@@ -312,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.warmup} warmup + {args.steps} timed steps per side (in whole epochs of one length where "
                 f"one is shorter); fresh processes of {args.per_process} rounds (each after a dropped warm-up round), "
                 f"pooled until the {stats.LEVEL:.0%} intervals of kit/bare and of bare/bare again are "
-                f"within +-{args.target:.0%} ({args.min_rounds} rounds at least, {args.max_rounds} at most)")
+                f"within +-{args.target:.0%} ({args.min_rounds} rounds at least, {args.max_rounds} at most, or "
+                f"{args.undecided_rounds} where kit/bare's interval still holds its gate)")
             out["throughput"] = {fw: throughput(fw, runner, specs[fw], work, args)
                                  for fw in specs if REGISTRY[fw].has("bare")}
         if "overhead" not in skip:

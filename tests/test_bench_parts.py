@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from checkout import REPO
 
 from reprokit.results import results
 from reprokit.results.store import Store
+from reprokit.runners import kit_bench
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -151,3 +153,24 @@ def test_each_rank_of_a_script_is_read_from_its_own_bench_line():
     assert bench_probe.rank_steps(["BENCH " + json.dumps(line)]).keys() == {0}      # one process: rank 0
     with pytest.raises(RuntimeError, match="no BENCH line"):
         bench_probe.rank_steps(["Traceback (most recent call last):"])
+
+
+def _pooled(ratios: list[float], nulls: list[float]) -> dict:
+    return {"rounds": [{"ratio": r, "null_ratio": n} for r, n in zip(ratios, nulls, strict=True)]}
+
+
+def test_rounds_go_on_past_max_rounds_only_while_kit_bare_interval_holds_the_gate():
+    args = SimpleNamespace(min_rounds=6, max_rounds=15, undecided_rounds=30, target=0.02)
+    spread = [1 + 0.01 * (i % 5 - 2) for i in range(15)]               # the null check: within +-2%, not settled
+    wide = [0.90 + 0.01 * i for i in range(15)]                        # 0.90-1.04: its interval holds 0.97
+    assert not kit_bench._settled(_pooled(wide, [1 + 0.03 * (i % 3 - 1) for i in range(15)]), args)
+    assert kit_bench._settled(_pooled(wide * 2, spread * 2), args)     # 30 rounds: the most it takes
+    above = [0.985 + 0.002 * (i % 5) for i in range(15)]
+    below = [0.90 + 0.003 * (i % 5) for i in range(15)]
+    noisy_null = [1 + 0.05 * (i % 3 - 1) for i in range(15)]
+    assert kit_bench._settled(_pooled(above, noisy_null), args)        # shown above the gate at 15
+    assert kit_bench._settled(_pooled(below, noisy_null), args)        # shown below it at 15: a miss, settled
+    assert not kit_bench._settled(_pooled(above[:14], noisy_null[:14]), args)
+    assert kit_bench._settled(_pooled([1.0] * 6, [1.0] * 6), args)    # both intervals tight at 6
+    early = SimpleNamespace(min_rounds=6, max_rounds=15, undecided_rounds=6, target=0.02)
+    assert not kit_bench._settled(_pooled(wide[:10], noisy_null[:10]), early)   # never fewer than max_rounds

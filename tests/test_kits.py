@@ -327,7 +327,7 @@ def test_the_bench_pools_rounds_of_fresh_processes(kit_python, tmp_path, tiny_di
 
     runner = LocalRunner(ENVS, data_dir, "cpu")
     runner.prepare({fw})
-    args = SimpleNamespace(min_rounds=6, max_rounds=6, per_process=3, target=0.02, warmup=1, steps=10)
+    args = SimpleNamespace(min_rounds=6, max_rounds=6, undecided_rounds=6, per_process=3, target=0.02, warmup=1, steps=10)
     spec = RunSpec.from_dict(tiny_specs(tiny_dir, data_dir)[fw])
     (m,) = bench_kit_overhead.throughput(fw, runner, [spec], tmp_path, args)
     assert m["processes"] == 2 and len(m["seeds"]) == 2 and len(m["rounds"]) == 6

@@ -16,7 +16,8 @@ TARGET_S = 240.0
 REPEATS, VARIANTS = 1, "fixed,as_posted"     # one run of each configuration: this checks the path, not the spread
 MAX_STEPS = 150
 TWIN = "simplecnn_cifar10_memory"  # its last evaluation batch is partial (10,000 % 64 = 16): the warmup's twin
-BENCH = {"min_rounds": 6, "max_rounds": 6, "per_process": 3, "target": 0.02, "warmup": 5, "steps": 40}
+BENCH = {"min_rounds": 6, "max_rounds": 6, "undecided_rounds": 6, "per_process": 3, "target": 0.02, "warmup": 5,
+         "steps": 40}
 
 # --- the plan, the same on a GPU and in a CPU dry run ------------------------------------------
 

@@ -5,6 +5,7 @@ processes of a few rounds each, pooled until both median ratios' intervals are s
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -35,12 +36,12 @@ def throughput(framework: str, runner: LocalRunner, specs: list[RunSpec], work: 
     Pooling the rounds of several processes puts that in the spread, where the interval sees it (pyperf
     spawns worker processes for the same reason)."""
     pooled: dict[str, dict[str, Any]] = {}
-    for p in range(math.ceil(args.max_rounds / args.per_process)):
+    for p in itertools.count():
         todo = [s for s in specs if not _settled(pooled.get(s.experiment), args)]
         if not todo:
             break
         done = len(pooled[todo[0].experiment]["rounds"]) if pooled else 0     # the same for every unsettled model
-        rounds = min(args.per_process, args.max_rounds - done)
+        rounds = min(args.per_process, (args.max_rounds if done < args.max_rounds else _most(args)) - done)
         log(f"  process {p + 1}: {rounds} round(s) of {', '.join(s.experiment for s in todo)}")
         for m in _bench_process(framework, runner, todo, work / f"{framework}-{p + 1}", rounds, args):
             seed = m.pop("seed")
@@ -89,11 +90,22 @@ def _widths(m: dict[str, Any]) -> list[float]:
 
 
 def _settled(m: dict[str, Any] | None, args: Any) -> bool:
-    """Enough rounds: max_rounds, or min_rounds with both gated median ratios' intervals within +-target."""
+    """Enough rounds: min_rounds with both gated median ratios' intervals within +-target; else max_rounds, unless
+    kit/bare's interval still holds the gate (MIN_RATIO): then on to undecided_rounds, since a pair whose interval
+    straddles the gate is not shown either way (sides that spread 10% over rounds leave a median of 15 rounds
+    +-5%), whichever side of the gate its median falls."""
     if m is None:
         return False
     n = len(m["rounds"])
-    return bool(n >= args.max_rounds or (n >= args.min_rounds and max(_widths(m)) <= args.target))
+    if n >= args.min_rounds and max(_widths(m)) <= args.target:
+        return True
+    e = _estimate(m, "ratio")
+    undecided = e.kind == "interval" and e.low < MIN_RATIO <= e.high
+    return n >= (_most(args) if undecided else args.max_rounds)
+
+
+def _most(args: Any) -> int:
+    return int(max(args.max_rounds, args.undecided_rounds))
 
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
