@@ -174,3 +174,26 @@ def test_rounds_go_on_past_max_rounds_only_while_kit_bare_interval_holds_the_gat
     assert kit_bench._settled(_pooled([1.0] * 6, [1.0] * 6), args)    # both intervals tight at 6
     early = SimpleNamespace(min_rounds=6, max_rounds=15, undecided_rounds=6, target=0.02)
     assert not kit_bench._settled(_pooled(wide[:10], noisy_null[:10]), early)   # never fewer than max_rounds
+
+
+def _summed(ratios: list[float]) -> dict:
+    rows = [{"ratio": r, "outer_ratio": r, "cpu_ratio": r, "timing_ratio": 1.0, "null_ratio": 1.0 + 0.001 * (i % 3 - 1),
+             "kit_sps": 100 * r, "untimed_sps": 100 * r, "bare_sps": 100.0, "again_sps": 100.0}
+            for i, r in enumerate(ratios)]
+    return kit_bench.summary({"framework": "tensorflow", "experiment": "vgg16_cifar10_speed", "rounds": rows,
+                              "seeds": [1, 2, 3], "steps": 40, "batch_size": 32, "epochs": 1})
+
+
+def test_a_pair_is_judged_on_its_median_and_says_when_its_interval_leaves_it_undecided(capsys):
+    tight_above = [0.985 + 0.002 * (i % 5) for i in range(15)]
+    assert kit_bench.pair_summary(_summed(tight_above)) == []
+    assert "neither way" not in capsys.readouterr().out
+    wide_above = [0.93 + 0.01 * i for i in range(15)]                  # median 1.00, interval holds 0.97
+    assert kit_bench.pair_summary(_summed(wide_above)) == []
+    assert "holds 0.97: this host showed it neither way" in capsys.readouterr().out
+    wide_below = [0.90 + 0.01 * i for i in range(15)]                  # less 0.005: median 0.965, up to 1.035
+    missed = kit_bench.pair_summary(_summed([r - 0.005 for r in wide_below]))
+    assert len(missed) == 1 and missed[0].endswith("this host showed it neither way)")
+    tight_below = [0.90 + 0.003 * (i % 5) for i in range(15)]
+    missed = kit_bench.pair_summary(_summed(tight_below))
+    assert len(missed) == 1 and missed[0].endswith("< 0.97")
