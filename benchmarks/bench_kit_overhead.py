@@ -56,7 +56,9 @@ loop. ``--small``, the form tests/test_bench_small.py runs: every part once, on 
 3. Report rendering. 1,000 result files (copies of the reference results in
    reports/quick-cpu/results/ with distinct run ids and repeats, each valid
    against the schema) in a temporary folder: the time to load and validate
-   them and to write the report with reprokit.report. Fails above 2 s.
+   them and to write the report with reprokit.report, 5 times, each in a fresh
+   process (its imports done before the clock, matplotlib's not), as a user's
+   command writes it. Fails when their median is above 2 s.
 
 Exit status: 0 when every gate holds (--small: whatever they say), 1 when one misses, 2 on a setup error.
 """
@@ -68,12 +70,15 @@ import dataclasses
 import hashlib
 import json
 import math
+import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,6 +107,7 @@ PER_PROCESS = 5           # in fresh processes of this many rounds each
 MAX_OVERHEAD_S = 0.3      # local runner: process launch to result collected, minus the kit's timing.wall_s
 MAX_RENDER_S = 2.0        # load + validate + write a report of 1,000 result files
 RENDER_FILES = 1000
+RENDER_ROUNDS = 5         # each in a fresh process; the gate holds their median
 SMALL = {"min_rounds": 1, "max_rounds": 1, "undecided_rounds": 1, "per_process": 1, "warmup": 1, "steps": 3,
          "overhead_runs": 1}
 SMALL_RENDER_FILES = 50   # --small: every part once, at a size that only shows it runs (SMALL overrides options)
@@ -199,21 +205,37 @@ def fan_out(sources: list[dict], n: int, folder: Path) -> None:
         store.put(r)
 
 
-def render_time(work: Path, sources: list[dict], files: int = RENDER_FILES) -> dict:
+def render_time(work: Path, sources: list[dict], files: int, rounds: int) -> dict:
+    """The report of ``files`` results, written ``rounds`` times, each in a fresh process as a user's command
+    writes it (its imports done, matplotlib's not); judged on the median."""
     folder = work / "render"
     fan_out(sources, files, folder / "results")
+    runs = []
+    for i in range(rounds):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
+            r = fresh.submit(render_once, folder).result()
+        log(f"  round {i + 1}: {r['files']} result files: load + validate {r['load_validate_s']:.2f} s, render + "
+            f"write (with plots) {r['render_write_s']:.2f} s, total {r['total_s']:.2f} s (CPU {r['cpu_s']:.2f} s, "
+            f"of which {r['workers_cpu_s']:.2f} s in its figures' workers); report.md {r['report_kib']:.0f} KiB")
+        runs.append(r)
+    totals = [r["total_s"] for r in runs]
+    log(f"  total: median {statistics.median(totals):.2f} s, {min(totals):.2f}-{max(totals):.2f} s over {rounds} "
+        f"processes (target < {MAX_RENDER_S:.0f} s)")
+    return {"files": files, "rounds": runs, "total_s": statistics.median(totals)}
+
+
+def render_once(folder: Path) -> dict:
     experiments = discover([BUILTIN_DIR])
-    t0, c0 = time.perf_counter(), time.process_time()
+    c0, t0 = time.process_time(), time.perf_counter()
     results = Store(folder / "results").all()                 # read + validate every file
-    t1, c1 = time.perf_counter(), time.process_time()
+    t1 = time.perf_counter()
     path = report.write(folder, "bench", results, experiments)
-    t2, c2 = time.perf_counter(), time.process_time()
-    size = path.stat().st_size
-    log(f"  {len(results)} result files: load + validate {t1 - t0:.2f} s, render + write (with plots) "
-        f"{t2 - t1:.2f} s, total {t2 - t0:.2f} s (CPU {c1 - c0:.2f} + {c2 - c1:.2f} s; target < {MAX_RENDER_S:.0f} s); "
-        f"report.md {size / 1024:.0f} KiB")
+    t2 = time.perf_counter()
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)   # this fresh process's only children
+    workers_cpu = workers.ru_utime + workers.ru_stime
     return {"files": len(results), "load_validate_s": t1 - t0, "render_write_s": t2 - t1, "total_s": t2 - t0,
-            "cpu_s": c2 - c0}
+            "cpu_s": time.process_time() - c0 + workers_cpu, "workers_cpu_s": workers_cpu,
+            "report_kib": path.stat().st_size / 1024}
 
 
 def reference_results() -> list[dict]:
@@ -245,7 +267,8 @@ def gates(out: dict) -> list[str]:
     if "render" in out:
         r = out["render"]
         verdict = "ok" if r["total_s"] <= MAX_RENDER_S else "MISSED"
-        log(f"  report of {r['files']:,} results: {r['total_s']:.2f} s; gate <= {MAX_RENDER_S:.0f} s: {verdict}")
+        log(f"  report of {r['files']:,} results: {r['total_s']:.2f} s (median); gate <= {MAX_RENDER_S:.0f} s: "
+            f"{verdict}")
         if r["total_s"] > MAX_RENDER_S:
             misses.append(f"render {r['total_s']:.2f} s > {MAX_RENDER_S} s")
     for line in out["left_out"]:
@@ -327,9 +350,9 @@ def main(argv: list[str] | None = None) -> int:
             out["overhead"] = {fw: runner_overhead(fw, runner, found[0], work, args.overhead_runs)
                                for fw, found in specs.items() if found}
         if "render" not in skip:
-            files = SMALL_RENDER_FILES if args.small else RENDER_FILES
-            log(f"\n== 3. report from {files:,} result files")
-            out["render"] = render_time(work, reference_results(), files)
+            files, rounds = (SMALL_RENDER_FILES, 1) if args.small else (RENDER_FILES, RENDER_ROUNDS)
+            log(f"\n== 3. report from {files:,} result files, {rounds} time(s), each in a fresh process")
+            out["render"] = render_time(work, reference_results(), files, rounds)
     except (UserError, RuntimeError) as exc:
         log(f"error: {exc}")
         return 2

@@ -702,7 +702,8 @@ def _figures(folder: str, claims: list) -> list[tuple[str, object]]:
     found = verdicts.evaluate(claims, results)
     drawn = []
     for experiment, by_variant in runs.group(results).items():
-        drawn += [(f"{experiment}-{suffix}", fig) for suffix, _, fig in plots.figures(by_variant)]
+        drawn += [(f"{experiment}-{d.suffix}", plots.styled(d.draw, by_variant)) for d in plots.DRAWN
+                  if d.shows(by_variant)]
         waterfall = decomposition.figure(decomposition.decompositions(experiment, by_variant, found))
         drawn += [(f"{experiment}-waterfall", waterfall)] if waterfall is not None else []
     return drawn

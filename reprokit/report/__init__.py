@@ -12,6 +12,7 @@ package imports upward):
     explanations      each explanation written once, into details.md, and the links to it from report.md
     claims_section    the claims table, and each claim in full for details.md
     plots             the PNG figures (none where matplotlib is missing: the report says so)
+    forked            jobs over one large object in forked workers beside the caller's own work, where that is safe
     summary_csv       one flat row per run
     compare           two result sets, B against A (the core of `reprokit compare`)
     verdicts          each claim judged from the results

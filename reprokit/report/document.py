@@ -220,7 +220,7 @@ def _at_n(experiment: str, results: list[dict[str, Any]], certificates: dict[str
 def render(name: str, results: list[dict[str, Any]], experiments: dict[str, Experiment],
            claims: list[Claim] | None = None, plot_files: dict[str, list[tuple[str, str]]] | None = None,
            certificates: dict[str, list[dict[str, Any]]] | None = None) -> str:
-    """report.md as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.write_all) links PNGs;
+    """report.md as markdown. ``claims`` adds verdicts; ``plot_files`` (from plots.drawing) links PNGs;
     ``certificates`` (by experiment, one per variant pair) adds each experiment's equivalence certificates."""
     found = evaluate(claims, results) if claims else []
     grouped = runs.group(results)
@@ -309,21 +309,22 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
             old.unlink()
     certificates = certificates or {}
     grouped = runs.group(results)
-    plot_files = plots.write_all(report_dir, grouped)
-    for exp_name, made in plots.write_scaling(report_dir, scaling_section.sweeps(results)).items():
-        plot_files.setdefault(exp_name, []).extend(made)
-    found = evaluate(claims, results) if claims else []
-    decs = _decompositions(grouped, found)
-    for exp_name in grouped:
-        waterfall = decomposition.write_plot(report_dir, exp_name, decs[exp_name],
-                                             first_screen.seed_label(experiments.get(exp_name)) or exp_name)
-        if waterfall:
-            plot_files.setdefault(exp_name, []).append(waterfall)
-    summary_csv.write(report_dir / "summary.csv", results)
-    write_text_atomic(report_dir / "details.md", details(name, results, experiments, found, certificates, grouped,
-                                                         decs))
+    with plots.drawing(report_dir, grouped) as plot_files:     # its figures drawn meanwhile, awaited at its end
+        for exp_name, made in plots.write_scaling(report_dir, scaling_section.sweeps(results)).items():
+            plot_files.setdefault(exp_name, []).extend(made)
+        found = evaluate(claims, results) if claims else []
+        decs = _decompositions(grouped, found)
+        for exp_name in grouped:
+            waterfall = decomposition.write_plot(report_dir, exp_name, decs[exp_name],
+                                                 first_screen.seed_label(experiments.get(exp_name)) or exp_name)
+            if waterfall:
+                plot_files.setdefault(exp_name, []).append(waterfall)
+        summary_csv.write(report_dir / "summary.csv", results)
+        write_text_atomic(report_dir / "details.md", details(name, results, experiments, found, certificates,
+                                                             grouped, decs))
+        stopped = claims_section.repeats(sequential.stops(claims or [], results, rule), rule) if rule else None
+        text = _render(name, results, experiments, found, plot_files, certificates, grouped, decs,
+                       plots.unavailable(), stopped, left_out)
     path = report_dir / "report.md"
-    stopped = claims_section.repeats(sequential.stops(claims or [], results, rule), rule) if rule else None
-    write_text_atomic(path, _render(name, results, experiments, found, plot_files, certificates, grouped, decs,
-                                    plots.unavailable(), stopped, left_out))
+    write_text_atomic(path, text)
     return path

@@ -25,11 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from statistics import median
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reprokit.kits.contract.files import atomic_file
 from reprokit.kits.contract.names import LABELS, REGISTRY, compared
-from reprokit.report import scaling_section
+from reprokit.report import forked, scaling_section
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import Grouped, variant_order
@@ -121,14 +121,16 @@ def _chunks(items: tuple[str, ...], size: int) -> Iterator[tuple[str, ...]]:
         yield items[start:start + size]
 
 
-def throughput(by_variant: ByVariant) -> Figure | None:
+def _measured_throughput(by_variant: ByVariant) -> bool:
+    return any(metrics.collect(rs, "samples_per_s").values for fws in by_variant.values() for rs in fws.values())
+
+
+def throughput(by_variant: ByVariant) -> Figure:
     """Horizontal bars: samples/s per variant, one bar per framework that ran it, whiskers from the repeats."""
     variants = variant_order(by_variant)
     frameworks = _ran(by_variant)
     measured = {(v, fw): metrics.collect(by_variant[v].get(fw, []), "samples_per_s").values
                 for v in variants for fw in frameworks}
-    if not any(measured.values()):
-        return None
     panels = list(_chunks(frameworks, MAX_SERIES))
     fig = _figure(7.0, 0.9 + 0.14 * len(variants) * (1 + min(len(frameworks), MAX_SERIES)) * len(panels))
     axes = fig.subplots(len(panels), 1, squeeze=False, sharex="all")[:, 0]
@@ -146,12 +148,10 @@ def throughput(by_variant: ByVariant) -> Figure | None:
     return fig
 
 
-def memory(by_variant: ByVariant) -> Figure | None:
+def memory(by_variant: ByVariant) -> Figure:
     """One row per framework: its peak memory per variant by phase (left), and memory sampled over training
     steps, the first repeat of each variant (right). Each column shares its memory axis."""
     frameworks = _ran(by_variant)
-    if not frameworks:
-        return None
     variants = variant_order(by_variant)
     mine = [{v: by_variant[v][fw] for v in variants if by_variant[v].get(fw)} for fw in frameworks]
     slots = [max(len(m), 4) for m in mine]
@@ -312,24 +312,23 @@ def _flat(items: Any) -> Iterator[Any]:
             yield item
 
 
-DRAWN: tuple[tuple[str, str, Callable[[ByVariant], Figure | None]], ...] = (
-    ("throughput", "samples/s per variant and framework", throughput),
-    ("memory", "peak memory by phase, and memory over training steps", memory))
+class Drawn(NamedTuple):
+    """One of each experiment's figures: its file's suffix, what it shows, whether it has anything to, and how
+    it is drawn."""
+    suffix: str
+    what: str
+    shows: Callable[[ByVariant], bool]
+    draw: Callable[[ByVariant], Figure]
 
 
-def figures(by_variant: ByVariant) -> list[tuple[str, str, Figure]]:
-    """An experiment's figures in the report's style: (file suffix, what it shows, figure); none without
-    matplotlib."""
-    mpl = _matplotlib()
-    if mpl is None:
-        return []
-    out = []
-    for suffix, what, draw in DRAWN:
-        with mpl.rc_context(STYLE):
-            fig = draw(by_variant)
-        if fig is not None:
-            out.append((suffix, what, fig))
-    return out
+DRAWN = (Drawn("throughput", "samples/s per variant and framework", _measured_throughput, throughput),
+         Drawn("memory", "peak memory by phase, and memory over training steps", lambda bv: bool(_ran(bv)), memory))
+
+
+def styled(draw: Callable[[ByVariant], Figure], by_variant: ByVariant) -> Figure:
+    """One of DRAWN's figures of an experiment, in the report's style; reached only once _matplotlib() found it."""
+    with _matplotlib().rc_context(STYLE):       # type: ignore[union-attr]
+        return draw(by_variant)
 
 
 def scaling(sweep: dict[str, dict[int, list[dict[str, Any]]]]) -> Figure | None:
@@ -372,26 +371,39 @@ def write_scaling(report_dir: Path, sweeps: dict[str, dict[str, dict[int, list[d
     return out
 
 
-def write_all(report_dir: Path, grouped: Grouped) -> dict[str, list[tuple[str, str]]]:
-    """Every plot beside the report; experiment -> [(what it shows, file name relative to report_dir)]."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for experiment in sorted(grouped):
-        made = []
-        with _cyclic_gc_paused():
-            for suffix, what, fig in figures(grouped[experiment]):
-                name = f"{_slug(experiment)}-{suffix}.png"
-                _save(fig, report_dir / name)
-                made.append((what, name))
-        out[experiment] = made
-    return out
+@contextmanager
+def drawing(report_dir: Path, grouped: Grouped) -> Iterator[dict[str, list[tuple[str, str]]]]:
+    """Each experiment's figures that have anything to show, drawn beside the report while the caller goes on
+    (forked.side_by_side) and awaited as it ends; yields at once experiment -> [(what it shows, file name relative
+    to report_dir)]. Memory's figures start first: with a panel per framework and column they take longest, so
+    the last figure to start is a short one."""
+    can = _matplotlib() is not None     # the workers import the rest of it, beside this process's own work
+    planned = {experiment: [kind for kind, d in enumerate(DRAWN) if can and d.shows(grouped[experiment])]
+               for experiment in sorted(grouped)}
+    jobs = [(report_dir, experiment, kind) for kind in reversed(range(len(DRAWN)))
+            for experiment, kinds in planned.items() if kind in kinds]
+    with forked.side_by_side(_draw, grouped, jobs) as drawn:
+        yield {experiment: [(DRAWN[kind].what, _file(experiment, kind)) for kind in kinds]
+               for experiment, kinds in planned.items()}
+        drawn()
+
+
+def _file(experiment: str, kind: int) -> str:
+    return f"{_slug(experiment)}-{DRAWN[kind].suffix}.png"
+
+
+def _draw(grouped: Grouped, job: tuple[Path, str, int]) -> None:
+    report_dir, experiment, kind = job
+    with _cyclic_gc_paused():
+        _save(styled(DRAWN[kind].draw, grouped[experiment]), report_dir / _file(experiment, kind))
 
 
 @contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
     """Importing matplotlib and drawing a figure make hundreds of thousands of objects, which the cyclic collector
-    scanned about 150 times for a report's first experiment; figures hold no garbage that cannot wait for the
-    next experiment, so the collector is paused over each experiment's figures (the store pauses it while loading
-    for the same reason)."""
+    scanned about 150 times for a report's first experiment; a figure holds no garbage that cannot wait for the
+    next, so the collector is paused while each is drawn (the store pauses it while loading for the same
+    reason)."""
     was = gc.isenabled()
     gc.disable()
     try:

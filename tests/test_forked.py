@@ -1,0 +1,97 @@
+"""Work run beside the caller in forked workers (reprokit/report/forked.py), and the report whose figures are drawn
+that way: each check runs in a fresh interpreter, as a user's command does, since a test runner's own threads
+rightly keep the jobs in its process."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2,
+                                reason="forked workers are used on Linux with two cores or more")
+
+
+def _python(code: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+JOBS = """
+    import os, threading
+    from reprokit.report import forked
+
+    def where(shared, job):
+        if job == "bad":
+            raise ValueError("job bad failed")
+        return os.getpid(), shared[job]
+
+    def run(jobs):
+        with forked.side_by_side(where, {"a": 1, "b": 2, "c": 3}, jobs) as results:
+            here = os.getpid()               # the caller's own work goes on meanwhile
+            got = results()
+        return [(pid != here, value) for pid, value in got]
+"""
+
+
+def test_jobs_run_in_forked_workers_that_inherit_the_shared_object_and_come_back_in_order():
+    out = _python(JOBS + """
+    print(run(["c", "a", "b", "a"]))
+    """)
+    assert out.strip() == "[(True, 3), (True, 1), (True, 2), (True, 1)]"
+
+
+def test_a_workers_error_reaches_the_caller():
+    out = _python(JOBS + """
+    try:
+        run(["a", "bad"])
+    except ValueError as exc:
+        print("raised:", exc)
+    """)
+    assert out.strip() == "raised: job bad failed"
+
+
+def test_with_another_thread_running_the_jobs_run_in_the_callers_process():
+    out = _python(JOBS + """
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    print(run(["a", "b"]))
+    stop.set()
+    other.join()
+    """)
+    assert out.strip() == "[(False, 1), (False, 2)]"
+
+
+def test_a_report_drawn_in_forked_workers_is_the_report_drawn_in_turn(tmp_path):
+    """The same results written twice: alone (the figures drawn side by side) and with another thread running
+    (drawn in this process, one after another); every file of the two is byte for byte the same."""
+    _python(f"""
+    import resource, threading
+    from pathlib import Path
+    from reprokit import report
+    from reprokit.plan.experiments import BUILTIN_DIR, discover
+    from reprokit.results.store import Store
+
+    results = Store(Path("reports/quick-cpu/results")).evidence("test")[0]
+    experiments = discover([BUILTIN_DIR])
+    report.write(Path({str(tmp_path / "forked")!r}), "t", results, experiments)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert workers.ru_utime > 0, "no figure was drawn in a worker"
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    report.write(Path({str(tmp_path / "in_turn")!r}), "t", results, experiments)
+    stop.set()
+    other.join()
+    assert resource.getrusage(resource.RUSAGE_CHILDREN) == workers, "a worker drew a figure beside a thread"
+    """)
+    forked, in_turn = ({p.name: p.read_bytes() for p in (tmp_path / d).iterdir()} for d in ("forked", "in_turn"))
+    assert sorted(forked) == sorted(in_turn) and sum(name.endswith(".png") for name in forked) == 4, sorted(forked)
+    assert forked == in_turn
