@@ -54,8 +54,9 @@ loop. ``--small``, the form tests/test_bench_small.py runs: every part once, on 
    loop and a bare sharded JAX step (each kit's bare.py). On a CPU the N devices are stand-ins that share its
    cores, so those ratios are a reading, printed, not a gate.
 3. Report rendering. 1,000 result files (copies of the reference results in
-   reports/quick-cpu/results/ with distinct run ids and repeats, each valid
-   against the schema) in a temporary folder: the time to load and validate
+   reports/quick-cpu/results/ and of a real sweep at 1 and 2 devices in
+   tests/fixtures/sweep/, so the report has its scaling section, with distinct
+   run ids and repeats, each valid against the schema) in a temporary folder: the time to load and validate
    them and to write the report with reprokit.report, 5 times, each in a fresh
    process (its imports done before the clock, matplotlib's not), as a user's
    command writes it. Fails when their median is above 2 s.
@@ -112,7 +113,9 @@ SMALL = {"min_rounds": 1, "max_rounds": 1, "undecided_rounds": 1, "per_process":
          "overhead_runs": 1}
 SMALL_RENDER_FILES = 50   # --small: every part once, at a size that only shows it runs (SMALL overrides options)
 NOISY = 0.05              # spread of one side's samples/s over rounds above which the machine was noisy
-REFERENCE_RESULTS = REPO / "reports" / "quick-cpu" / "results"
+# the reference results, and a real sweep at 1 and 2 devices (the torchrun DDP corpus script and Keras fit under
+# MirroredStrategy on stand-in devices), so the report has its scaling section and plot
+REFERENCE_RESULTS = (REPO / "reports" / "quick-cpu" / "results", REPO / "tests" / "fixtures" / "sweep")
 PARTS = ("throughput", "overhead", "render")
 
 
@@ -239,10 +242,12 @@ def render_once(folder: Path) -> dict:
 
 
 def reference_results() -> list[dict]:
-    store = Store(REFERENCE_RESULTS)
-    results = [r for r in store.all() if r["status"] == "ok"]
-    if not results:
-        raise UserError(f"{REFERENCE_RESULTS} holds no finished result to copy")
+    results = []
+    for folder in REFERENCE_RESULTS:
+        found = [r for r in Store(folder).readable()[0] if r["status"] == "ok"]
+        if not found:
+            raise UserError(f"{folder} holds no finished result to copy")
+        results += found
     return results
 
 

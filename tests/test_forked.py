@@ -70,8 +70,9 @@ def test_with_another_thread_running_the_jobs_run_in_the_callers_process():
 
 
 def test_a_report_drawn_in_forked_workers_is_the_report_drawn_in_turn(tmp_path):
-    """The same results written twice: alone (the figures drawn side by side) and with another thread running
-    (drawn in this process, one after another); every file of the two is byte for byte the same."""
+    """The same results (two experiments, and a sweep at 1 and 2 devices) written twice: alone (the figures drawn
+    side by side) and with another thread running (drawn in this process, one after another); every file of the
+    two is byte for byte the same."""
     _python(f"""
     import resource, threading
     from pathlib import Path
@@ -79,7 +80,8 @@ def test_a_report_drawn_in_forked_workers_is_the_report_drawn_in_turn(tmp_path):
     from reprokit.plan.experiments import BUILTIN_DIR, discover
     from reprokit.results.store import Store
 
-    results = Store(Path("reports/quick-cpu/results")).evidence("test")[0]
+    results = [r for folder in ("reports/quick-cpu/results", "tests/fixtures/sweep")
+               for r in Store(Path(folder)).readable()[0]]
     experiments = discover([BUILTIN_DIR])
     report.write(Path({str(tmp_path / "forked")!r}), "t", results, experiments)
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -93,5 +95,6 @@ def test_a_report_drawn_in_forked_workers_is_the_report_drawn_in_turn(tmp_path):
     assert resource.getrusage(resource.RUSAGE_CHILDREN) == workers, "a worker drew a figure beside a thread"
     """)
     forked, in_turn = ({p.name: p.read_bytes() for p in (tmp_path / d).iterdir()} for d in ("forked", "in_turn"))
-    assert sorted(forked) == sorted(in_turn) and sum(name.endswith(".png") for name in forked) == 4, sorted(forked)
+    assert sorted(forked) == sorted(in_turn) and sum(name.endswith(".png") for name in forked) == 7, sorted(forked)
+    assert "at_two-scaling.png" in forked                  # the sweep's figure, from its runs at 1 and 2 devices
     assert forked == in_turn

@@ -309,9 +309,7 @@ def write(report_dir: Path, name: str, results: list[dict[str, Any]], experiment
             old.unlink()
     certificates = certificates or {}
     grouped = runs.group(results)
-    with plots.drawing(report_dir, grouped) as plot_files:     # its figures drawn meanwhile, awaited at its end
-        for exp_name, made in plots.write_scaling(report_dir, scaling_section.sweeps(results)).items():
-            plot_files.setdefault(exp_name, []).extend(made)
+    with plots.drawing(report_dir, grouped, scaling_section.sweeps(results)) as plot_files:   # awaited at its end
         found = evaluate(claims, results) if claims else []
         decs = _decompositions(grouped, found)
         for exp_name in grouped:

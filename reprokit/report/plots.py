@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from reprokit.kits.contract.files import atomic_file
 from reprokit.kits.contract.names import LABELS, REGISTRY, compared
 from reprokit.report import forked, scaling_section
+from reprokit.report.scaling_section import Sweep
 from reprokit.results import metrics, stats
 from reprokit.results.metrics import NotMeasured
 from reprokit.results.runs import Grouped, variant_order
@@ -81,7 +82,12 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> None:
-    # Through the one atomic writer: a report folder never holds half a PNG.
+    # Laid out once and drawn once: with a layout engine set, savefig draws the figure once more, without output,
+    # to lay it out. Through the one atomic writer: a report folder never holds half a PNG.
+    layout = fig.get_layout_engine()
+    if layout is not None:
+        layout.execute(fig)
+        fig.set_layout_engine("none")
     with atomic_file(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=DPI, metadata={"Software": None})
 
@@ -323,6 +329,9 @@ class Drawn(NamedTuple):
 
 DRAWN = (Drawn("throughput", "samples/s per variant and framework", _measured_throughput, throughput),
          Drawn("memory", "peak memory by phase, and memory over training steps", lambda bv: bool(_ran(bv)), memory))
+KINDS = {d.suffix: d for d in DRAWN}
+SCALING = "scaling"         # a swept experiment's figure, from its runs at every device count
+WHAT = {**{d.suffix: d.what for d in DRAWN}, SCALING: "throughput against the devices one run held, with ideal scaling"}
 
 
 def styled(draw: Callable[[ByVariant], Figure], by_variant: ByVariant) -> Figure:
@@ -331,13 +340,10 @@ def styled(draw: Callable[[ByVariant], Figure], by_variant: ByVariant) -> Figure
         return draw(by_variant)
 
 
-def scaling(sweep: dict[str, dict[int, list[dict[str, Any]]]]) -> Figure | None:
+def scaling(sweep: Sweep) -> Figure:
     """Throughput against the devices one run held, one line per framework (medians over its repeats), with ideal
-    scaling from its run at one device drawn dashed."""
-    mpl = _matplotlib()
-    if mpl is None:
-        return None
-    with mpl.rc_context(STYLE):
+    scaling from its run at one device drawn dashed; reached only once _matplotlib() found it."""
+    with _matplotlib().rc_context(STYLE):       # type: ignore[union-attr]
         fig = _figure(6.0, 3.6)
         ax = fig.subplots()
         for fw, counts in sweep.items():
@@ -358,44 +364,32 @@ def scaling(sweep: dict[str, dict[int, list[dict[str, Any]]]]) -> Figure | None:
     return fig
 
 
-def write_scaling(report_dir: Path, sweeps: dict[str, dict[str, dict[int, list[dict[str, Any]]]]]
-                  ) -> dict[str, list[tuple[str, str]]]:
-    """Each swept experiment's <experiment>-scaling.png beside the report."""
-    out = {}
-    for experiment, sweep in sweeps.items():
-        fig = scaling(sweep)
-        if fig is not None:
-            name = f"{_slug(experiment)}-scaling.png"
-            _save(fig, report_dir / name)
-            out[experiment] = [("throughput against the devices one run held, with ideal scaling", name)]
-    return out
-
-
 @contextmanager
-def drawing(report_dir: Path, grouped: Grouped) -> Iterator[dict[str, list[tuple[str, str]]]]:
-    """Each experiment's figures that have anything to show, drawn beside the report while the caller goes on
-    (forked.side_by_side) and awaited as it ends; yields at once experiment -> [(what it shows, file name relative
-    to report_dir)]. Memory's figures start first: with a panel per framework and column they take longest, so
-    the last figure to start is a short one."""
+def drawing(report_dir: Path, grouped: Grouped, sweeps: dict[str, Sweep]) -> Iterator[dict[str, list[tuple[str, str]]]]:
+    """Each experiment's figures that have anything to show, and each swept one's scaling figure, drawn beside the
+    report while the caller goes on (forked.side_by_side) and awaited as it ends; yields at once experiment ->
+    [(what it shows, file name relative to report_dir)]. Memory's figures start first: with a panel per framework
+    and column they take longest, so the last figure to start is a short one."""
     can = _matplotlib() is not None     # the workers import the rest of it, beside this process's own work
-    planned = {experiment: [kind for kind, d in enumerate(DRAWN) if can and d.shows(grouped[experiment])]
-               for experiment in sorted(grouped)}
-    jobs = [(report_dir, experiment, kind) for kind in reversed(range(len(DRAWN)))
-            for experiment, kinds in planned.items() if kind in kinds]
-    with forked.side_by_side(_draw, grouped, jobs) as drawn:
-        yield {experiment: [(DRAWN[kind].what, _file(experiment, kind)) for kind in kinds]
-               for experiment, kinds in planned.items()}
+    planned = {experiment: [d.suffix for d in DRAWN if can and experiment in grouped and d.shows(grouped[experiment])]
+               + ([SCALING] if can and experiment in sweeps else []) for experiment in sorted({*grouped, *sweeps})}
+    jobs = sorted(((report_dir, experiment, suffix) for experiment, suffixes in planned.items() for suffix in suffixes),
+                  key=lambda job: job[2] != "memory")
+    with forked.side_by_side(_draw, (grouped, sweeps), jobs) as drawn:
+        yield {experiment: [(WHAT[suffix], _file(experiment, suffix)) for suffix in suffixes]
+               for experiment, suffixes in planned.items()}
         drawn()
 
 
-def _file(experiment: str, kind: int) -> str:
-    return f"{_slug(experiment)}-{DRAWN[kind].suffix}.png"
+def _file(experiment: str, suffix: str) -> str:
+    return f"{_slug(experiment)}-{suffix}.png"
 
 
-def _draw(grouped: Grouped, job: tuple[Path, str, int]) -> None:
-    report_dir, experiment, kind = job
+def _draw(shared: tuple[Grouped, dict[str, Sweep]], job: tuple[Path, str, str]) -> None:
+    (grouped, sweeps), (report_dir, experiment, suffix) = shared, job
     with _cyclic_gc_paused():
-        _save(styled(DRAWN[kind].draw, grouped[experiment]), report_dir / _file(experiment, kind))
+        fig = scaling(sweeps[experiment]) if suffix == SCALING else styled(KINDS[suffix].draw, grouped[experiment])
+        _save(fig, report_dir / _file(experiment, suffix))
 
 
 @contextmanager
