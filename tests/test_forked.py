@@ -4,9 +4,11 @@ rightly keep the jobs in its process."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,61 @@ def test_a_report_drawn_in_forked_workers_is_the_report_drawn_in_turn(tmp_path):
     assert sorted(forked) == sorted(in_turn) and sum(name.endswith(".png") for name in forked) == 7, sorted(forked)
     assert "at_two-scaling.png" in forked                  # the sweep's figure, from its runs at 1 and 2 devices
     assert forked == in_turn
+
+
+SLEEPERS = """
+    import sys, time
+    from reprokit.report import forked
+
+    def nap(shared, seconds):
+        time.sleep(seconds)
+
+    with forked.side_by_side(nap, None, [float(sys.argv[1])] * 4) as results:
+        print("started", flush=True)
+        results()
+"""
+
+
+def _workers_of(pid: int) -> set[int]:
+    return {int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()}
+
+
+def _gone(pids: set[int], within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "Z"
+
+
+def _started(seconds: float) -> tuple[subprocess.Popen, set[int]]:
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SLEEPERS), str(seconds)], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+    workers = _workers_of(proc.pid)
+    assert len(workers) == 2, workers
+    return proc, workers
+
+
+def test_ctrl_c_ends_the_caller_and_its_workers():
+    proc, workers = _started(1.0)
+    os.killpg(proc.pid, signal.SIGINT)                 # as a terminal's Ctrl-C reaches the whole group
+    assert proc.wait(timeout=60) != 0
+    assert _gone(workers), [(p, _state(p)) for p in workers]
+
+
+def test_workers_end_with_a_caller_killed_outright():
+    """A second Ctrl-C, or a timeout's kill, ends the caller at once without waiting for its pool."""
+    proc, workers = _started(600.0)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert _gone(workers), [(p, _state(p)) for p in workers]

@@ -8,8 +8,10 @@ Elsewhere, on one core, or for one job, the jobs run here in turn, with the same
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +23,7 @@ Job = TypeVar("Job")
 Out = TypeVar("Out")
 
 _shared: Any = None       # a worker's copy of what every job reads, set once as it starts
+PR_SET_PDEATHSIG = 1      # prctl(2): the signal a process gets when the thread that forked it ends
 
 
 @contextmanager
@@ -35,14 +38,19 @@ def side_by_side(fn: Callable[[Any, Job], Out], shared: Any, jobs: Sequence[Job]
         return
     # all workers are forked before the pool starts its own thread (CPython does so for the fork context)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_keep,
-                             initargs=(shared,)) as pool:
+                             initargs=(shared, os.getpid())) as pool:
         futures = [pool.submit(_call, fn, job) for job in jobs]
         yield lambda: [f.result() for f in futures]
 
 
-def _keep(shared: Any) -> None:
+def _keep(shared: Any, parent: int) -> None:
+    """A worker's start: it ends with the process that forked it, even one killed outright (a second Ctrl-C exits
+    at once, without waiting for it), where it would otherwise wait on its pool's queue for ever."""
     global _shared
     _shared = shared
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:       # that process ended before the line above
+        os._exit(1)
 
 
 def _call(fn: Callable[[Any, Job], Out], job: Job) -> Out:
